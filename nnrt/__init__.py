@@ -1,0 +1,78 @@
+"""nnrt: an asyncio execution runtime for neural-network models, modelled on Android's NNAPI.
+
+Build a ``Model`` with NNAPI's operands and operations, prepare it on a device from
+``get_devices()``, and run executions as coroutines::
+
+    prepared = await nnrt.get_devices()[0].prepare_model(model)
+    result = await prepared.execute([x, y], deadline=nnrt.deadline_after(0.005))
+
+This module only re-exports; the implementation lives in the subpackages.
+"""
+
+from nnrt.clock import Clock, MonotonicClock, VirtualClock, deadline_after
+from nnrt.devices import CpuDevice, Device, DeviceType, get_devices
+from nnrt.errors import (
+    DeadObjectError,
+    DeviceUnavailableError,
+    GeneralFailureError,
+    InternalError,
+    InvalidArgumentError,
+    MissedDeadlineError,
+    NnrtError,
+    OutputInsufficientSizeError,
+    ResourceExhaustedError,
+)
+from nnrt.execution import ExecutionResult, PreparedModel
+from nnrt.memory import Memory
+from nnrt.model import Model
+from nnrt.types import (
+    TIMING_UNAVAILABLE,
+    Capabilities,
+    ErrorStatus,
+    ExecutionPreference,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    OutputShape,
+    PerformanceInfo,
+    Priority,
+    Timing,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "TIMING_UNAVAILABLE",
+    "Capabilities",
+    "Clock",
+    "CpuDevice",
+    "DeadObjectError",
+    "Device",
+    "DeviceType",
+    "DeviceUnavailableError",
+    "ErrorStatus",
+    "ExecutionPreference",
+    "ExecutionResult",
+    "GeneralFailureError",
+    "InternalError",
+    "InvalidArgumentError",
+    "Memory",
+    "MissedDeadlineError",
+    "Model",
+    "MonotonicClock",
+    "NnrtError",
+    "OperandLifeTime",
+    "OperandType",
+    "OperationType",
+    "OutputInsufficientSizeError",
+    "OutputShape",
+    "PerformanceInfo",
+    "PreparedModel",
+    "Priority",
+    "ResourceExhaustedError",
+    "Timing",
+    "VirtualClock",
+    "__version__",
+    "deadline_after",
+    "get_devices",
+]

@@ -1,0 +1,273 @@
+"""``CpuDevice``: the reference device, running numpy kernels on the CPU.
+
+Kernels never stall the event loop: a plan whose calibrated cost is small (or a tiny step of
+a larger plan) runs inline on the loop thread, where a thread hop would cost more than the
+work (about 60-100 µs on the reference machine); anything heavier, and every plan with
+control flow (whose cost is unbounded), continues on the device's worker threads, one per
+compute unit. BLAS is pinned to one thread per worker, since oversubscribing two cores ruins
+latency. Preparation compiles the plan in a thread, then calibrates it: one run on zero
+inputs measures each step, and those measurements replace the first estimates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from nnrt._log import get_logger, vlog_enabled
+from nnrt.clock import Clock, default_clock, perf_ns
+from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError
+from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
+from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
+from nnrt.model import Model, Operand
+from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
+from nnrt.devices._device import Device, DeviceType, check_preparation_args
+
+__all__ = ["CpuDevice"]
+
+_log = get_logger("driver")
+_Gen = Generator[int, None, list[Any]]
+
+#: nnrt's version string, reported as the device version.
+VERSION = "0.1.0"
+
+
+def _init_worker() -> None:
+    np.seterr(all="ignore")
+
+
+def _resume(gen: _Gen) -> tuple[bool, Any, int]:
+    """Run the interpreter in a worker thread until it finishes or yields."""
+    t = perf_ns()
+    try:
+        reason = next(gen)
+    except StopIteration as stop:
+        return True, stop.value, perf_ns() - t
+    return False, reason, perf_ns() - t
+
+
+class CpuDevice(Device):
+    """The reference CPU device (numpy kernels)."""
+
+    def __init__(
+        self,
+        name: str = "nnrt-cpu",
+        *,
+        clock: Clock | None = None,
+        compute_units: int | None = None,
+        blas_threads: int | None = 1,
+        inline_limit_ns: float = DEFAULT_INLINE_LIMIT_NS,
+        calibrate: bool = True,
+    ) -> None:
+        self.name = name
+        self.type = DeviceType.CPU
+        self.version = VERSION
+        self.feature_level = 7
+        self.clock: Clock = clock or default_clock()
+        cpus = os.cpu_count() or 1
+        self.compute_units = compute_units or max(1, min(cpus - 1, 4))
+        self.inline_limit_ns = inline_limit_ns
+        self.calibrate = calibrate
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._capabilities: Capabilities | None = None
+        if blas_threads is not None:
+            _pin_blas(blas_threads)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    @property
+    def _workers(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.compute_units, thread_name_prefix=f"{self.name}-worker", initializer=_init_worker
+                )
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the worker threads (they are started again on demand)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    # -- Device contract ----------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            from nnrt.devices._capabilities import measure_capabilities
+
+            self._capabilities = measure_capabilities()
+        return self._capabilities
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        if not isinstance(model, Model) or not model.finished:
+            raise InvalidArgumentError("supported_operations: the model must be a finished Model")
+        result = []
+        for operation in model.operations:
+            single = _single_operation_model(model, operation.index)
+            try:
+                compile_plan(single)
+            except NnrtError:
+                result.append(False)
+            else:
+                result.append(True)
+        return result
+
+    async def prepare_model(
+        self,
+        model: Model,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        deadline: float | None = None,
+        app: str = "default",
+    ) -> PreparedModel:
+        pref, prio = check_preparation_args(model, preference, priority)
+        if deadline is not None and self.clock.now() >= deadline:
+            raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+        plan = await asyncio.get_running_loop().run_in_executor(None, self._compile, model)
+        return PreparedModel(self, model, plan, preference=pref, priority=prio, app=app)
+
+    def prepare_model_sync(
+        self,
+        model: Model,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        app: str = "default",
+    ) -> PreparedModel:
+        """``prepare_model`` for code without an event loop."""
+        pref, prio = check_preparation_args(model, preference, priority)
+        return PreparedModel(self, model, self._compile(model), preference=pref, priority=prio, app=app)
+
+    def _compile(self, model: Model) -> Plan:
+        t = perf_ns()
+        plan = compile_plan(model)
+        if self.calibrate:
+            _calibrate(plan)
+        plan.set_inline_limit(self.inline_limit_ns)
+        if vlog_enabled("compilation"):
+            _log.debug("compilation.done", model=model.name, steps=len(plan.steps), cost_us=plan.cost_ns / 1e3,
+                       took_us=(perf_ns() - t) / 1e3)
+        return plan
+
+    # -- Driver protocol ----------------------------------------------------------------------
+
+    async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan) -> tuple[list[Any], int]:
+        device_ns = 0
+        reason = OFFLOAD
+        if not plan.has_control_flow and plan.cost_ns <= self.inline_limit_ns:
+            ctx.on_loop = True
+            t = perf_ns()
+            try:
+                with np.errstate(all="ignore"):
+                    reason = next(gen)
+            except StopIteration as stop:
+                return stop.value, perf_ns() - t
+            device_ns += perf_ns() - t
+        while True:
+            if reason == OFFLOAD:
+                ctx.on_loop = False
+                cf = self._workers.submit(_resume, gen)
+                try:
+                    done, value, ns = await asyncio.wrap_future(cf)
+                except asyncio.CancelledError:
+                    # The worker may still be inside a kernel: ask the interpreter to stop at
+                    # the next checkpoint and close it once the worker lets go of it.
+                    ctx.interrupt = True
+                    cf.add_done_callback(lambda _f: gen.close())
+                    raise
+                device_ns += ns
+                if done:
+                    return value, device_ns
+                reason = value
+            else:  # INTERRUPTED: nobody but cancellation interrupts yet; carry on.
+                ctx.interrupt = False
+                reason = OFFLOAD
+
+    def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
+        t = perf_ns()
+        with np.errstate(all="ignore"):
+            while True:
+                try:
+                    next(gen)
+                except StopIteration as stop:
+                    return stop.value, perf_ns() - t
+
+
+def _single_operation_model(model: Model, index: int) -> Model:
+    """A model holding only operation ``index`` of ``model`` (for per-operation support)."""
+    operation = model.operations[index]
+    single = Model(name=f"{model.name}#op{index}")
+    single.relaxed = model.relaxed
+    remap: dict[int, int] = {}
+    for i in (*operation.inputs, *operation.outputs):
+        if i in remap:
+            continue
+        src = model.operands[i]
+        remap[i] = len(single.operands)
+        single.operands.append(
+            Operand(remap[i], src.type, src.dimensions, src.scale, src.zero_point, src.lifetime, src.channel_quant,
+                    src.value, src.subgraph, src.name)
+        )
+    single.operations.append(type(operation)(operation.type, tuple(remap[i] for i in operation.inputs),
+                                             tuple(remap[i] for i in operation.outputs), 0))
+    single.input_indexes = tuple(remap[i] for i in operation.inputs if not model.operands[i].is_constant
+                                 and model.operands[i].subgraph is None
+                                 and model.operands[i].lifetime is not OperandLifeTime.NO_VALUE)
+    single.output_indexes = tuple(remap[i] for i in operation.outputs)
+    for i in single.input_indexes:
+        single.operands[i].lifetime = OperandLifeTime.SUBGRAPH_INPUT
+    for i in single.output_indexes:
+        single.operands[i].lifetime = OperandLifeTime.SUBGRAPH_OUTPUT
+    single._io_identified = True
+    single._finished = True
+    return single
+
+
+def _calibrate(plan: Plan) -> None:
+    """Measure each top-level step once on zero inputs; keep the estimates where that fails."""
+    if plan.has_control_flow:
+        return
+    args: list[Any] = []
+    for i in plan.inputs:
+        op = plan.model.operands[i]
+        if not op.fully_specified:
+            return
+        args.append(op.type.dtype.type(0).item() if op.type.is_scalar else np.zeros(op.dimensions, op.type.dtype))
+    profile: dict[int, int] = {}
+    ctx = ExecContext(profile=profile)
+    try:
+        with np.errstate(all="ignore"):
+            for _ in run_plan(plan, args, ctx):
+                pass
+    except NnrtError:
+        pass
+    for step in plan.steps:
+        if id(step) in profile:
+            step.cost_ns = float(profile[id(step)])
+
+
+_blas_limiter: Any = None
+
+
+def _pin_blas(threads: int) -> None:
+    """Limit BLAS to ``threads`` threads for the process (once)."""
+    global _blas_limiter
+    if _blas_limiter is not None:
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        return
+    _blas_limiter = threadpool_limits(limits=threads, user_api="blas")
+

@@ -1,0 +1,87 @@
+"""The ``Device`` contract. Every device (the reference CPU device, a future accelerator or an
+out-of-process driver) implements these few methods; the rest of nnrt talks only to them.
+
+Contract, following NNAPI's ``IDevice``:
+
+* ``supported_operations(model)`` returns one bool per operation of the main model, True
+  exactly for operations the device runs correctly. A model that is not finished is
+  INVALID_ARGUMENT.
+* ``prepare_model(model, preference=, priority=, deadline=)`` validates the model (every
+  operation's signature; a bad model, preference or priority is INVALID_ARGUMENT), refuses a
+  deadline already passed (MISSED_DEADLINE_PERSISTENT), and returns a ``PreparedModel``.
+  A preparation once started is never aborted.
+* Executions of one prepared model may run concurrently from any number of tasks; a device
+  is used from one event loop at a time, and ``execute_sync`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+
+from nnrt.errors import InvalidArgumentError
+from nnrt.execution import PreparedModel
+from nnrt.model import Model
+from nnrt.types import Capabilities, ExecutionPreference, Priority
+
+__all__ = ["Device", "DeviceType", "check_preparation_args"]
+
+
+class DeviceType(enum.IntEnum):
+    """NNAPI device types (``ANEURALNETWORKS_DEVICE_*``)."""
+
+    UNKNOWN = 0
+    OTHER = 1
+    CPU = 2
+    GPU = 3
+    ACCELERATOR = 4
+
+
+class Device(ABC):
+    """A device that prepares models and runs their executions."""
+
+    name: str
+    type: DeviceType
+    version: str
+    feature_level: int
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """Measured performance figures (measured once, then cached)."""
+
+    @abstractmethod
+    def supported_operations(self, model: Model) -> list[bool]:
+        """One bool per operation of ``model`` (which must be finished)."""
+
+    @abstractmethod
+    async def prepare_model(
+        self,
+        model: Model,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        deadline: float | None = None,
+        app: str = "default",
+    ) -> PreparedModel:
+        """Prepare ``model`` for execution on this device."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {self.version} FL{self.feature_level}>"
+
+
+def check_preparation_args(model: object, preference: object, priority: object) -> tuple[ExecutionPreference, Priority]:
+    """Shared checks of ``prepare_model``'s arguments (INVALID_ARGUMENT on failure)."""
+    if not isinstance(model, Model):
+        raise InvalidArgumentError(f"prepare_model: {model!r} is not a Model")
+    if not model.finished:
+        raise InvalidArgumentError("prepare_model: the model is not finished (call model.finish())")
+    try:
+        pref = ExecutionPreference(preference)
+    except ValueError:
+        raise InvalidArgumentError(f"prepare_model: preference {preference!r} is not an ExecutionPreference") from None
+    try:
+        prio = Priority(priority)
+    except ValueError:
+        raise InvalidArgumentError(f"prepare_model: priority {priority!r} is not a Priority") from None
+    return pref, prio

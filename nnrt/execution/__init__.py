@@ -1,0 +1,24 @@
+"""The execution layer: compiled plans, the step interpreter, prepared models.
+
+This layer is device-independent: a device compiles a model with ``compile_plan`` and
+drives the interpreter (inline, on a worker thread, under a scheduler) through the
+``Driver`` protocol.
+"""
+
+from nnrt.execution._interpreter import INTERRUPTED, OFFLOAD, ExecContext, run_plan
+from nnrt.execution._plan import Plan, Step, compile_plan
+from nnrt.execution._prepared import Driver, ExecutionResult, PreparedModel, resolve_loop_timeout
+
+__all__ = [
+    "INTERRUPTED",
+    "OFFLOAD",
+    "Driver",
+    "ExecContext",
+    "ExecutionResult",
+    "Plan",
+    "PreparedModel",
+    "Step",
+    "compile_plan",
+    "resolve_loop_timeout",
+    "run_plan",
+]

@@ -1,0 +1,141 @@
+"""The step interpreter: runs a ``Plan`` as a generator, so an execution can stop and resume.
+
+``run_plan`` is a generator. On the fast path it never yields: it runs every step and returns
+the output values (``StopIteration.value``). At each checkpoint (every step boundary, and
+before every WHILE condition) it reads ``ctx.interrupt``; when that is set it yields
+``INTERRUPTED`` and the driver decides what happens (abort, wait for the device, move to a
+worker thread) before resuming it with ``next``. Because the state (next step, intermediate
+tensors, loop variables) lives in the generator frames, resuming recomputes nothing. Before a
+heavy step it yields ``OFFLOAD`` when it is running on the event loop thread, so the driver
+can continue it on the device's worker thread.
+
+Deadlines are checked at every checkpoint against ``ctx.clock``: a passed deadline raises
+MISSED_DEADLINE_TRANSIENT; a WHILE loop whose elapsed time exceeds ``ctx.loop_timeout`` after a
+true condition does the same. Exceptions that escape a kernel other than ``NnrtError`` become
+GENERAL_FAILURE naming the operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from nnrt.clock import Clock, MonotonicClock, perf_ns
+from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
+from nnrt.execution._control import while_counts
+from nnrt.execution._plan import IF, KERNEL, Plan, Step
+from nnrt.types import ErrorStatus
+
+__all__ = ["INTERRUPTED", "OFFLOAD", "ExecContext", "run_plan"]
+
+INTERRUPTED, OFFLOAD = 1, 2
+
+DEFAULT_LOOP_TIMEOUT_S = 2.0
+MAX_LOOP_TIMEOUT_S = 15.0
+
+Yield = Generator[int, None, list[Any]]
+
+
+class ExecContext:
+    """Per-execution state shared by the interpreter and its driver."""
+
+    __slots__ = ("clock", "deadline", "loop_timeout", "interrupt", "on_loop", "profile")
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        deadline: float | None = None,
+        loop_timeout: float = DEFAULT_LOOP_TIMEOUT_S,
+        *,
+        on_loop: bool = False,
+        profile: dict[int, int] | None = None,
+    ) -> None:
+        self.clock = clock or MonotonicClock()
+        self.deadline = deadline
+        self.loop_timeout = loop_timeout
+        #: Set (by another task or thread) to make the interpreter yield at the next checkpoint.
+        self.interrupt = False
+        #: True while the generator runs on the event loop thread (heavy steps yield OFFLOAD).
+        self.on_loop = on_loop
+        #: When a dict, step id -> nanoseconds spent in it (calibration).
+        self.profile = profile
+
+
+def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
+    """Run ``plan`` on input values ``args``; the generator's return value is the outputs."""
+    slots = plan.template.copy()
+    for slot, value in zip(plan.inputs, args):
+        slots[slot] = value
+    deadline = ctx.deadline
+    now = ctx.clock.now
+    profile = ctx.profile
+    for step in plan.steps:
+        if ctx.interrupt:
+            yield INTERRUPTED
+        if deadline is not None and now() >= deadline:
+            raise MissedDeadlineError(f"deadline passed before {step.label}", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        if step.heavy and ctx.on_loop:
+            yield OFFLOAD
+        if step.kind == KERNEL:
+            t0 = perf_ns() if profile is not None else 0
+            try:
+                result = step.fn(*step.fetch(slots))  # type: ignore[misc]
+            except NnrtError:
+                raise
+            except Exception as exc:
+                raise GeneralFailureError(f"{step.label} failed: {type(exc).__name__}: {exc}") from exc
+            if profile is not None:
+                profile[id(step)] = profile.get(id(step), 0) + perf_ns() - t0
+        elif step.kind == IF:
+            result = yield from _run_if(step, slots, ctx)
+        else:
+            result = yield from _run_while(step, slots, ctx)
+        if step.out >= 0:
+            slots[step.out] = result
+        else:
+            for slot, value in zip(step.outs, result):
+                slots[slot] = value
+        for slot in step.free:
+            slots[slot] = None
+    return [slots[i] for i in plan.outputs]
+
+
+def _truth(value: Any, step: Step) -> bool:
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise GeneralFailureError(f"{step.label}: the condition has {arr.size} elements; expected 1")
+    return bool(arr.reshape(-1)[0])
+
+
+def _run_if(step: Step, slots: list[Any], ctx: ExecContext) -> Yield:
+    args = step.fetch(slots)
+    cond, values = args[0], list(args[3:])
+    branch = step.branches[0] if _truth(cond, step) else step.branches[1]
+    outs = yield from run_plan(branch, values, ctx)
+    return outs if len(outs) != 1 or step.out < 0 else outs[0]  # type: ignore[return-value]
+
+
+def _run_while(step: Step, slots: list[Any], ctx: ExecContext) -> Yield:
+    cond_plan, body_plan = step.branches
+    values = list(step.fetch(slots)[2:])
+    m, k, _n = while_counts(len(step.ins), len(step.outs), body_plan.model)
+    now = ctx.clock.now
+    start = now()
+    while True:
+        if ctx.interrupt:
+            yield INTERRUPTED
+        if ctx.deadline is not None and now() >= ctx.deadline:
+            raise MissedDeadlineError(f"deadline passed in {step.label}", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        (cond,) = yield from run_plan(cond_plan, values, ctx)
+        if not _truth(cond, step):
+            break
+        if now() - start > ctx.loop_timeout:
+            raise MissedDeadlineError(
+                f"{step.label}: loop timeout of {ctx.loop_timeout:g} s exceeded",
+                status=ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+            )
+        values[: m + k] = yield from run_plan(body_plan, values, ctx)
+    outs = values[:m]
+    return outs if m != 1 or step.out < 0 else outs[0]  # type: ignore[return-value]

@@ -1,0 +1,157 @@
+"""Compiling a finished model into a ``Plan``: the flat step list an execution interprets.
+
+Work done once here, so executions do not repeat it: every operation's kernel is prepared
+(signature validated, constants decoded), operands become slots in a list (a slot is the
+operand's index), constants are pre-filled in a template the execution copies, each step
+knows which slots it reads (through a precomputed getter), writes, and may free afterwards
+(temporaries are released after their last reader), and every step carries a cost estimate
+that decides whether it may run on the event loop thread. IF and WHILE become steps that run
+sub-plans, compiled once with their parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+from nnrt.errors import InvalidArgumentError
+from nnrt.model import Model, Operand, dims_product
+from nnrt.ops import OpCall, prepare_function
+from nnrt.ops._registry import Kernel
+from nnrt.types import OperandLifeTime, OperandType, OperationType
+
+__all__ = ["KERNEL", "IF", "WHILE", "Plan", "Step", "compile_plan"]
+
+KERNEL, IF, WHILE = 0, 1, 2
+
+#: A step whose estimated cost exceeds this runs on the device's worker thread.
+DEFAULT_INLINE_LIMIT_NS = 100_000
+
+
+def _fetcher(ins: tuple[int, ...]) -> Callable[[list[Any]], tuple[Any, ...]]:
+    if len(ins) == 0:
+        return lambda slots: ()
+    if len(ins) == 1:
+        i = ins[0]
+        return lambda slots: (slots[i],)
+    return itemgetter(*ins)  # type: ignore[return-value]
+
+
+@dataclass(slots=True, eq=False)
+class Step:
+    index: int
+    type: OperationType
+    label: str
+    kind: int
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    fn: Kernel | None = None
+    fetch: Callable[[list[Any]], tuple[Any, ...]] = field(default=lambda slots: ())
+    #: The single output slot, or -1 when the step has several outputs.
+    out: int = -1
+    free: tuple[int, ...] = ()
+    cost_ns: float = 0.0
+    heavy: bool = False
+    #: IF: (then, else); WHILE: (condition, body).
+    branches: tuple[Plan, ...] = ()
+
+
+@dataclass(slots=True, eq=False)
+class Plan:
+    model: Model
+    template: list[Any]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    steps: list[Step]
+    has_control_flow: bool = False
+
+    @property
+    def output_operands(self) -> list[Operand]:
+        return [self.model.operands[i] for i in self.outputs]
+
+    @property
+    def cost_ns(self) -> float:
+        return sum(s.cost_ns for s in self.steps)
+
+    def set_inline_limit(self, limit_ns: float) -> None:
+        for step in self.steps:
+            step.heavy = step.cost_ns > limit_ns
+            for sub in step.branches:
+                sub.set_inline_limit(limit_ns)
+
+
+def _estimate_ns(operation_outputs: list[Operand]) -> float:
+    """A first guess before calibration: 1 µs plus 1 ns per output element."""
+    elems = sum(dims_product(o.dimensions) if o.dimensions else 1 for o in operation_outputs)
+    return 1000.0 + elems
+
+
+def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | None = None) -> Plan:
+    """Compile ``model`` (finished) and every model it references. Raises INVALID_ARGUMENT."""
+    if not model.finished:
+        raise InvalidArgumentError(f"{where}the model is not finished")
+    cache = {} if _cache is None else _cache
+    if id(model) in cache:
+        return cache[id(model)]
+    ops = model.operands
+    template: list[Any] = [op.value if op.is_constant else None for op in ops]
+    steps: list[Step] = []
+    has_cf = False
+    for operation in model.operations:
+        ins = tuple(operation.inputs)
+        outs = tuple(operation.outputs)
+        label = f"{where}operation {operation.index} ({operation.type.name})"
+        in_ops = tuple(ops[i] for i in ins)
+        out_ops = tuple(ops[i] for i in outs)
+        if operation.type in (OperationType.IF, OperationType.WHILE):
+            from nnrt.execution._control import check_control_flow
+
+            has_cf = True
+            kind = IF if operation.type is OperationType.IF else WHILE
+            subs = check_control_flow(operation.type, label, in_ops, out_ops)
+            branches = tuple(compile_plan(m, where=f"{label} > ", _cache=cache) for m in subs)
+            step = Step(operation.index, operation.type, label, kind, ins, outs, branches=branches)
+        else:
+            prepare = prepare_function(operation.type)
+            if prepare is None:
+                raise InvalidArgumentError(f"{label}: the operation is not supported by this device")
+            call = OpCall(operation.type, operation.index, in_ops, out_ops, model.relaxed, where)
+            fn = prepare(call)
+            step = Step(operation.index, operation.type, label, KERNEL, ins, outs, fn=fn)
+        step.fetch = _fetcher(ins)
+        step.out = outs[0] if len(outs) == 1 else -1
+        step.cost_ns = _estimate_ns(list(out_ops))
+        steps.append(step)
+    _assign_frees(model, steps)
+    plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
+    plan.set_inline_limit(DEFAULT_INLINE_LIMIT_NS)
+    cache[id(model)] = plan
+    return plan
+
+
+def _assign_frees(model: Model, steps: list[Step]) -> None:
+    """Free each temporary after its last reader (or right after its writer if unread)."""
+    last: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        for i in step.outs:
+            last.setdefault(i, k)
+        for i in step.ins:
+            last[i] = k
+    keep = set(model.output_indexes)
+    frees: dict[int, list[int]] = {}
+    for slot, k in last.items():
+        op = model.operands[slot]
+        if slot in keep or op.lifetime is not OperandLifeTime.TEMPORARY_VARIABLE:
+            continue
+        frees.setdefault(k, []).append(slot)
+    for k, step in enumerate(steps):
+        step.free = tuple(frees.get(k, ()))
+
+
+def subgraph_of(op: Operand) -> Model | None:
+    """The model a SUBGRAPH operand refers to."""
+    if op.type is OperandType.SUBGRAPH and op.lifetime is OperandLifeTime.SUBGRAPH:
+        return op.subgraph
+    return None

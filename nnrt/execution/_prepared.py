@@ -1,0 +1,275 @@
+"""``PreparedModel``: a compiled model bound to a device; executions are coroutines on it.
+
+A prepared model is made by ``Device.prepare_model`` (no public constructor). It validates
+each request against the model (count, dtype, rank, fixed dimensions: INVALID_ARGUMENT),
+refuses a deadline already passed (MISSED_DEADLINE_PERSISTENT, no compute spent), runs the
+plan through its device's ``Driver`` and turns the plan's outputs into an
+``ExecutionResult``: outputs written into caller arrays when given, actual output shapes,
+and timing when asked for. Many executions of one prepared model may run concurrently: each
+has its own slots; constants are shared and never written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from nnrt._log import get_logger, vlog_enabled
+from nnrt.clock import Clock, perf_ns
+from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, OutputInsufficientSizeError
+from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
+from nnrt.execution._plan import Plan
+from nnrt.model import Model, Operand
+from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Priority, Timing
+
+__all__ = ["Driver", "ExecutionResult", "PreparedModel", "resolve_loop_timeout"]
+
+_log = get_logger("execution")
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    """What a successful execution returns."""
+
+    outputs: list[np.ndarray]
+    output_shapes: tuple[OutputShape, ...]
+    timing: Timing = TIMING_UNAVAILABLE
+
+
+class Driver(Protocol):
+    """What a prepared model needs from its device to run a plan."""
+
+    clock: Clock
+
+    async def drive(self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan) -> tuple[list[Any], int]:
+        """Run the interpreter generator to completion; return (outputs, ns spent computing)."""
+        ...
+
+    def drive_sync(self, gen: Generator[int, None, list[Any]], ctx: ExecContext) -> tuple[list[Any], int]: ...
+
+
+def resolve_loop_timeout(loop_timeout: float | None) -> float:
+    """NNAPI's loop timeout rule: None means the 2 s default; larger than 15 s is clamped."""
+    if loop_timeout is None:
+        return DEFAULT_LOOP_TIMEOUT_S
+    if not isinstance(loop_timeout, (int, float)) or loop_timeout != loop_timeout or loop_timeout < 0:
+        raise InvalidArgumentError(f"loop_timeout must be a non-negative number of seconds, got {loop_timeout!r}")
+    return min(float(loop_timeout), MAX_LOOP_TIMEOUT_S)
+
+
+class _InputSpec:
+    __slots__ = ("k", "operand", "dtype", "dims", "scalar")
+
+    def __init__(self, k: int, operand: Operand) -> None:
+        self.k = k
+        self.operand = operand
+        self.dtype = operand.type.dtype
+        self.dims = operand.dimensions
+        self.scalar = operand.type.is_scalar
+
+
+class PreparedModel:
+    """A model prepared for one device. Made by ``Device.prepare_model``."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        model: Model,
+        plan: Plan,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        app: str = "default",
+    ) -> None:
+        self._driver = driver
+        self.model = model
+        self.plan = plan
+        self.preference = preference
+        self.priority = priority
+        self.app = app
+        self._inputs = [_InputSpec(k, model.operands[i]) for k, i in enumerate(model.input_indexes)]
+        self._outputs = [model.operands[i] for i in model.output_indexes]
+        self._n_executions = 0
+
+    def __repr__(self) -> str:
+        return f"<PreparedModel {self.model.name or hex(id(self.model))} priority={self.priority.name} app={self.app!r}>"
+
+    # -- public execution API ------------------------------------------------------------------
+
+    async def execute(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[np.ndarray | None] | None = None,
+        *,
+        measure_timing: bool = False,
+        deadline: float | None = None,
+        loop_timeout: float | None = None,
+    ) -> ExecutionResult:
+        """Run the model on ``inputs`` (model order; ``None`` for an omitted optional input).
+
+        ``outputs``, when given, are arrays written in place (``None`` entries are allocated).
+        ``deadline`` is an absolute time on the device clock (``nnrt.deadline_after``).
+        """
+        t0 = perf_ns()
+        args, bufs = self._validate_request(inputs, outputs)
+        ctx = self._context(deadline, loop_timeout)
+        results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan)
+        return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+
+    def execute_sync(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[np.ndarray | None] | None = None,
+        *,
+        measure_timing: bool = False,
+        deadline: float | None = None,
+        loop_timeout: float | None = None,
+    ) -> ExecutionResult:
+        """``execute`` for code without an event loop: runs on the calling thread."""
+        t0 = perf_ns()
+        args, bufs = self._validate_request(inputs, outputs)
+        ctx = self._context(deadline, loop_timeout)
+        results, device_ns = self._driver.drive_sync(run_plan(self.plan, args, ctx), ctx)
+        return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+
+    # -- request handling -----------------------------------------------------------------------
+
+    def _context(self, deadline: float | None, loop_timeout: float | None) -> ExecContext:
+        timeout = DEFAULT_LOOP_TIMEOUT_S if loop_timeout is None else resolve_loop_timeout(loop_timeout)
+        clock = self._driver.clock
+        if deadline is not None:
+            if not isinstance(deadline, (int, float)) or deadline != deadline:
+                raise InvalidArgumentError(f"deadline must be an absolute time in seconds, got {deadline!r}")
+            if clock.now() >= deadline:
+                raise MissedDeadlineError(
+                    "the deadline had passed before the execution started", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT
+                )
+        return ExecContext(clock, deadline, timeout)
+
+    def _validate_request(
+        self, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None
+    ) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
+        specs = self._inputs
+        if isinstance(inputs, np.ndarray) or len(inputs) != len(specs):
+            n = 1 if isinstance(inputs, np.ndarray) else len(inputs)
+            raise InvalidArgumentError(f"the model has {len(specs)} inputs, the request gives {n}")
+        args: list[Any] = []
+        for spec, x in zip(specs, inputs):
+            if x is None:
+                args.append(None)
+                continue
+            if not isinstance(x, np.ndarray) or x.dtype != spec.dtype:
+                x = self._coerce_input(spec, x)
+            if spec.scalar:
+                if x.size != 1:
+                    raise InvalidArgumentError(f"input {spec.k} ({spec.operand.label}) is a scalar; got shape {x.shape}")
+                args.append(x.reshape(()).item())
+                continue
+            dims = spec.dims
+            if dims:
+                shape = x.shape
+                if len(shape) != len(dims):
+                    raise InvalidArgumentError(
+                        f"input {spec.k} ({spec.operand.label}) has rank {len(shape)}; the model says {len(dims)} {list(dims)}"
+                    )
+                for d, s in zip(dims, shape):
+                    if d and d != s:
+                        raise InvalidArgumentError(
+                            f"input {spec.k} ({spec.operand.label}) has shape {list(shape)}; the model says {list(dims)}"
+                        )
+            args.append(x)
+        if outputs is not None:
+            self._validate_outputs(outputs)
+        return args, outputs
+
+    @staticmethod
+    def _coerce_input(spec: _InputSpec, x: Any) -> np.ndarray:
+        where = f"input {spec.k} ({spec.operand.label})"
+        if isinstance(x, np.ndarray):
+            raise InvalidArgumentError(f"{where} has dtype {x.dtype}; the model's {spec.operand.type.name} needs {spec.dtype}")
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{where}: {type(x).__name__} is not an array") from None
+        if arr.dtype == object or (arr.dtype.kind == "f" and spec.dtype.kind in "iub") or arr.dtype.kind not in "biuf":
+            raise InvalidArgumentError(f"{where}: values of kind {arr.dtype} cannot be {spec.operand.type.name}")
+        converted = arr.astype(spec.dtype)
+        if arr.dtype.kind in "iu" and spec.dtype.kind in "iu" and not np.array_equal(converted, arr):
+            raise InvalidArgumentError(f"{where}: values do not fit in {spec.dtype}")
+        return converted
+
+    def _validate_outputs(self, outputs: Sequence[np.ndarray | None]) -> None:
+        if isinstance(outputs, np.ndarray) or len(outputs) != len(self._outputs):
+            raise InvalidArgumentError(f"the model has {len(self._outputs)} outputs, the request gives {len(outputs)}")
+        for j, (op, buf) in enumerate(zip(self._outputs, outputs)):
+            if buf is None:
+                continue
+            where = f"output {j} ({op.label})"
+            if not isinstance(buf, np.ndarray):
+                raise InvalidArgumentError(f"{where}: an output buffer must be a numpy array, got {type(buf).__name__}")
+            if buf.dtype != op.type.dtype:
+                raise InvalidArgumentError(f"{where} has dtype {buf.dtype}; the model's {op.type.name} needs {op.type.dtype}")
+            if not buf.flags.writeable or not buf.flags.c_contiguous:
+                raise InvalidArgumentError(f"{where}: an output buffer must be writeable and C-contiguous")
+            if op.fully_specified and buf.size < op.byte_size // op.type.dtype.itemsize:
+                raise InvalidArgumentError(
+                    f"{where}: a buffer of {buf.size} elements is too small for dimensions {list(op.dimensions)}"
+                )
+
+    def _finish(
+        self,
+        results: list[Any],
+        bufs: Sequence[np.ndarray | None] | None,
+        args: list[Any],
+        measure_timing: bool,
+        t0: int,
+        device_ns: int,
+    ) -> ExecutionResult:
+        outs: list[np.ndarray] = []
+        shapes: list[OutputShape] = []
+        short = False
+        for j, (op, value) in enumerate(zip(self._outputs, results)):
+            arr = self._check_output(j, op, value)
+            buf = None if bufs is None else bufs[j]
+            if buf is None:
+                if not arr.flags.writeable or any(isinstance(a, np.ndarray) and np.may_share_memory(a, arr) for a in args):
+                    arr = arr.copy()
+                outs.append(arr)
+                shapes.append(OutputShape(arr.shape, True))
+            elif buf.size < arr.size:
+                short = True
+                outs.append(buf)
+                shapes.append(OutputShape(arr.shape, False))
+            else:
+                if buf.shape == arr.shape:
+                    np.copyto(buf, arr)
+                else:
+                    buf.reshape(-1)[: arr.size] = arr.reshape(-1)
+                outs.append(buf)
+                shapes.append(OutputShape(arr.shape, True))
+        if short:
+            bad = [j for j, s in enumerate(shapes) if not s.is_sufficient]
+            raise OutputInsufficientSizeError(f"output buffer(s) {bad} too small for the result", output_shapes=shapes)
+        timing = TIMING_UNAVAILABLE
+        if measure_timing:
+            total = perf_ns() - t0
+            timing = Timing(min(device_ns, total), total)
+        self._n_executions += 1
+        if vlog_enabled("execution"):
+            _log.debug("execution.completed", app=self.app, priority=self.priority.name, status="NONE", outputs=len(outs))
+        return ExecutionResult(outs, tuple(shapes), timing)
+
+    @staticmethod
+    def _check_output(j: int, op: Operand, value: Any) -> np.ndarray:
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=op.type.dtype)
+        if arr.dtype != op.type.dtype:
+            raise GeneralFailureError(f"output {j} ({op.label}): the kernel produced {arr.dtype}, not {op.type.dtype}")
+        dims = op.dimensions
+        if dims and (len(dims) != arr.ndim or any(d and d != s for d, s in zip(dims, arr.shape))):
+            raise GeneralFailureError(
+                f"output {j} ({op.label}): the result has shape {list(arr.shape)}, the model says {list(dims)}"
+            )
+        return arr

@@ -1,0 +1,178 @@
+"""Helpers every kernel family shares: type groups, quantized values, fused activations,
+broadcasting, padding and layouts. One helper per concern; kernels do not re-implement them.
+
+Quantized kernels in nnrt compute in real numbers: ``to_real`` dequantizes (per-channel
+aware), the kernel computes in float32/float64, and ``from_real`` requantizes with NNAPI's
+rounding (half away from zero) and saturation. The CTS allows an error of 1 on quantized
+outputs, which this scheme meets for every reference case; kernels that need the exact
+integer pipeline (LSTM cells, for instance) do it themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnrt.model import Operand
+from nnrt.ops._registry import OpCall
+from nnrt.types import OperandType
+
+__all__ = [
+    "ACT_NONE",
+    "ACT_RELU",
+    "ACT_RELU1",
+    "ACT_RELU6",
+    "FLOAT_TYPES",
+    "QUANT8_TYPES",
+    "apply_activation",
+    "broadcast_shape",
+    "check_activation",
+    "from_nchw",
+    "from_real",
+    "implicit_padding",
+    "quant_range",
+    "round_half_away",
+    "to_nchw",
+    "to_real",
+]
+
+T = OperandType
+FLOAT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+QUANT8_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+ACT_NONE, ACT_RELU, ACT_RELU1, ACT_RELU6 = 0, 1, 2, 3
+_ACT_BOUNDS: dict[int, tuple[float, float]] = {
+    ACT_NONE: (-np.inf, np.inf),
+    ACT_RELU: (0.0, np.inf),
+    ACT_RELU1: (-1.0, 1.0),
+    ACT_RELU6: (0.0, 6.0),
+}
+
+PADDING_SAME, PADDING_VALID = 1, 2
+
+_INT_RANGES = {
+    T.TENSOR_QUANT8_ASYMM: (0, 255),
+    T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
+    T.TENSOR_QUANT8_SYMM: (-127, 127),
+    T.TENSOR_QUANT8_SYMM_PER_CHANNEL: (-127, 127),
+    T.TENSOR_QUANT16_SYMM: (-32768, 32767),
+    T.TENSOR_QUANT16_ASYMM: (0, 65535),
+    T.TENSOR_INT32: (-(2**31), 2**31 - 1),
+}
+
+
+# -- fused activations --------------------------------------------------------------------
+
+
+def check_activation(call: OpCall, act: object, i: int) -> int:
+    """Validate a fused-activation code (input ``i``)."""
+    if not isinstance(act, int) or act not in _ACT_BOUNDS:
+        call.fail(f"input {i}: fused activation {act!r} is not NONE(0), RELU(1), RELU1(2) or RELU6(3)")
+    return act
+
+
+def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
+    """Apply a fused activation to a float array, in place (``x`` must be the kernel's own)."""
+    if act == ACT_NONE:
+        return x
+    lo, hi = _ACT_BOUNDS[act]
+    if hi == np.inf:
+        return np.maximum(x, x.dtype.type(lo), out=x)
+    return np.clip(x, lo, hi, out=x)
+
+
+def quant_range(act: int, scale: float, zero_point: int, type_: OperandType) -> tuple[int, int]:
+    """The saturating integer range of a quantized output with a fused activation."""
+    qmin, qmax = _INT_RANGES[type_]
+    lo, hi = _ACT_BOUNDS[act]
+    if lo != -np.inf:
+        qmin = max(qmin, zero_point + int(round_half_away(np.float64(lo / scale))))
+    if hi != np.inf:
+        qmax = min(qmax, zero_point + int(round_half_away(np.float64(hi / scale))))
+    return qmin, qmax
+
+
+# -- quantized values ---------------------------------------------------------------------
+
+
+def round_half_away(x: np.ndarray | np.floating) -> np.ndarray:
+    """Round half away from zero, as NNAPI's reference kernels (``std::round``) do."""
+    return np.trunc(x + np.copysign(0.5, x))  # type: ignore[no-any-return]
+
+
+def to_real(x: np.ndarray, operand: Operand, dtype: type[np.floating] = np.float32) -> np.ndarray:
+    """Real values of a tensor: dequantized if quantized, widened if float16."""
+    t = operand.type
+    if t is T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        cq = operand.channel_quant
+        assert cq is not None
+        shape = [1] * x.ndim
+        shape[cq.channel_dim] = -1
+        return x.astype(dtype) * np.asarray(cq.scales, dtype=dtype).reshape(shape)
+    if t.is_quantized:
+        return (x.astype(dtype) - dtype(operand.zero_point)) * dtype(operand.scale)
+    if x.dtype == dtype:
+        return x
+    return x.astype(dtype)
+
+
+def from_real(real: np.ndarray, operand: Operand, act: int = ACT_NONE) -> np.ndarray:
+    """Values of ``operand``'s type from real values, with a fused activation applied.
+
+    ``real`` may be modified in place.
+    """
+    t = operand.type
+    if t.is_quantized:
+        q = round_half_away(real / np.float64(operand.scale) if real.dtype == np.float64 else real / np.float32(operand.scale))
+        q += operand.zero_point
+        lo, hi = quant_range(act, operand.scale, operand.zero_point, t)
+        return np.clip(q, lo, hi).astype(t.dtype)
+    if t is T.TENSOR_INT32:
+        return real.astype(np.int32)
+    out = real.astype(t.dtype, copy=False)
+    if out is real and act != ACT_NONE and not out.flags.writeable:
+        out = out.copy()
+    return apply_activation(out, act)
+
+
+# -- broadcasting -------------------------------------------------------------------------
+
+
+def broadcast_shape(call: OpCall, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """NNAPI broadcasting (numpy's rule, aligned at the trailing dimension); 0 = unknown."""
+    out: list[int] = []
+    for k in range(1, max(len(a), len(b)) + 1):
+        da = a[-k] if k <= len(a) else 1
+        db = b[-k] if k <= len(b) else 1
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        elif da == 0 or db == 0:
+            out.append(max(da, db))
+        else:
+            call.fail(f"dimensions {list(a)} and {list(b)} cannot be broadcast (axis -{k}: {da} vs {db})")
+    return tuple(reversed(out))
+
+
+# -- padding and layouts ------------------------------------------------------------------
+
+
+def implicit_padding(scheme: int, in_size: int, stride: int, filter_size: int, dilation: int = 1) -> tuple[int, int]:
+    """(before, after) padding for NNAPI's implicit schemes SAME (1) and VALID (2)."""
+    if scheme != PADDING_SAME:
+        return 0, 0
+    effective = (filter_size - 1) * dilation + 1
+    out_size = (in_size + stride - 1) // stride
+    total = max((out_size - 1) * stride + effective - in_size, 0)
+    return total // 2, total - total // 2
+
+
+def to_nchw(x: np.ndarray) -> np.ndarray:
+    return x.transpose(0, 3, 1, 2)
+
+
+def from_nchw(x: np.ndarray) -> np.ndarray:
+    """NCHW view of an array as NHWC (the layout nnrt's 2-D kernels compute in)."""
+    return x.transpose(0, 2, 3, 1)

@@ -1,0 +1,1 @@
+"""Kernels of the activations family (to be written)."""

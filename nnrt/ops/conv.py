@@ -1,0 +1,1 @@
+"""Kernels of the conv family (to be written)."""

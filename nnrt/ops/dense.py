@@ -1,0 +1,1 @@
+"""Kernels of the dense family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the detection family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the elementwise family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the lookup family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the normalization family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the pooling family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the quantize family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the recurrent family (to be written)."""

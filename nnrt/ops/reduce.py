@@ -1,0 +1,1 @@
+"""Kernels of the reduce family (to be written)."""

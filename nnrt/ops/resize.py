@@ -1,0 +1,1 @@
+"""Kernels of the resize family (to be written)."""

@@ -1,0 +1,1 @@
+"""Kernels of the shape family (to be written)."""

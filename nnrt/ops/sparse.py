@@ -1,0 +1,1 @@
+"""Kernels of the sparse family (to be written)."""
