@@ -22,12 +22,12 @@ import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, default_clock, perf_ns
+from nnrt.devices._device import Device, DeviceType, check_preparation_args
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
 from nnrt.model import Model, Operand
 from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
-from nnrt.devices._device import Device, DeviceType, check_preparation_args
 
 __all__ = ["CpuDevice"]
 

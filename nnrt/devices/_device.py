@@ -77,11 +77,11 @@ def check_preparation_args(model: object, preference: object, priority: object) 
     if not model.finished:
         raise InvalidArgumentError("prepare_model: the model is not finished (call model.finish())")
     try:
-        pref = ExecutionPreference(preference)
+        pref = ExecutionPreference(preference)  # type: ignore[arg-type]
     except ValueError:
         raise InvalidArgumentError(f"prepare_model: preference {preference!r} is not an ExecutionPreference") from None
     try:
-        prio = Priority(priority)
+        prio = Priority(priority)  # type: ignore[arg-type]
     except ValueError:
         raise InvalidArgumentError(f"prepare_model: priority {priority!r} is not a Priority") from None
     return pref, prio

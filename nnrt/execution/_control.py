@@ -81,9 +81,9 @@ def check_control_flow(
             raise _fail(label, f"takes at least 3 inputs, got {len(ins)}")
         _check_bool_cond(label, ins[0], "input 0 (the condition)")
         then_m, else_m = _model_ref(label, ins[1], 1), _model_ref(label, ins[2], 2)
-        for name, m in (("then", then_m), ("else", else_m)):
-            _match(label, f"{name} branch input", ins[3:], m, m.input_indexes)
-            _match(label, f"{name} branch output", outs, m, m.output_indexes)
+        for name, branch in (("then", then_m), ("else", else_m)):
+            _match(label, f"{name} branch input", ins[3:], branch, branch.input_indexes)
+            _match(label, f"{name} branch output", outs, branch, branch.output_indexes)
         return then_m, else_m
     if len(ins) < 3 or not outs:
         raise _fail(label, f"takes at least 3 inputs and 1 output, got {len(ins)} and {len(outs)}")

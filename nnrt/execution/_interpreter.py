@@ -41,7 +41,7 @@ Yield = Generator[int, None, list[Any]]
 class ExecContext:
     """Per-execution state shared by the interpreter and its driver."""
 
-    __slots__ = ("clock", "deadline", "loop_timeout", "interrupt", "on_loop", "profile")
+    __slots__ = ("clock", "deadline", "interrupt", "loop_timeout", "on_loop", "profile")
 
     def __init__(
         self,
@@ -114,7 +114,7 @@ def _run_if(step: Step, slots: list[Any], ctx: ExecContext) -> Yield:
     cond, values = args[0], list(args[3:])
     branch = step.branches[0] if _truth(cond, step) else step.branches[1]
     outs = yield from run_plan(branch, values, ctx)
-    return outs if len(outs) != 1 or step.out < 0 else outs[0]  # type: ignore[return-value]
+    return outs if len(outs) != 1 or step.out < 0 else outs[0]
 
 
 def _run_while(step: Step, slots: list[Any], ctx: ExecContext) -> Yield:
@@ -138,4 +138,4 @@ def _run_while(step: Step, slots: list[Any], ctx: ExecContext) -> Yield:
             )
         values[: m + k] = yield from run_plan(body_plan, values, ctx)
     outs = values[:m]
-    return outs if m != 1 or step.out < 0 else outs[0]  # type: ignore[return-value]
+    return outs if m != 1 or step.out < 0 else outs[0]

@@ -36,7 +36,7 @@ def _fetcher(ins: tuple[int, ...]) -> Callable[[list[Any]], tuple[Any, ...]]:
     if len(ins) == 1:
         i = ins[0]
         return lambda slots: (slots[i],)
-    return itemgetter(*ins)  # type: ignore[return-value]
+    return itemgetter(*ins)
 
 
 @dataclass(slots=True, eq=False)

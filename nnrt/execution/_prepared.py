@@ -61,7 +61,7 @@ def resolve_loop_timeout(loop_timeout: float | None) -> float:
 
 
 class _InputSpec:
-    __slots__ = ("k", "operand", "dtype", "dims", "scalar")
+    __slots__ = ("dims", "dtype", "k", "operand", "scalar")
 
     def __init__(self, k: int, operand: Operand) -> None:
         self.k = k

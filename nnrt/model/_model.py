@@ -26,7 +26,7 @@ _L = OperandLifeTime
 
 def _enum_value(enum_cls: type[OperandType] | type[OperationType], value: object, what: str) -> object:
     try:
-        return enum_cls(value)
+        return enum_cls(value)  # type: ignore[arg-type]
     except (ValueError, TypeError):
         raise InvalidArgumentError(f"{what}: {value!r} is not a valid {enum_cls.__name__}") from None
 
@@ -110,7 +110,8 @@ class Model:
                 f"is outside the memory of {buf.nbytes} bytes"
             )
         raw = buf[offset : offset + length]
-        op.value = self._coerce_value(op, raw.tobytes() if op.type.is_scalar else raw, "set_operand_value_from_memory", copy=False)
+        source = raw.tobytes() if op.type.is_scalar else raw
+        op.value = self._coerce_value(op, source, "set_operand_value_from_memory", copy=False)
         op.lifetime = _L.CONSTANT_POOL
 
     def set_operand_symm_per_channel_quant_params(self, index: int, channel_dim: int, scales: Sequence[float]) -> None:
@@ -257,7 +258,8 @@ class Model:
                 raise InvalidArgumentError(f"{where}: a constant needs fully specified dimensions, got {list(op.dimensions)}")
             if arr.size != dims_product(op.dimensions):
                 raise InvalidArgumentError(
-                    f"{where}: {arr.size} values given for dimensions {list(op.dimensions)} ({dims_product(op.dimensions)} values)"
+                    f"{where}: {arr.size} values given for dimensions {list(op.dimensions)} "
+                    f"({dims_product(op.dimensions)} values)"
                 )
             arr = arr.reshape(op.dimensions)
         if op.type.is_scalar:
@@ -281,7 +283,8 @@ class Model:
         for operation in self.operations:
             for k, i in enumerate(operation.inputs):
                 if not written[i]:
-                    what = "written by a later operation" if any(i in o.outputs for o in self.operations) else "never written"
+                    later = any(i in o.outputs for o in self.operations)
+                    what = "written by a later operation" if later else "never written"
                     raise InvalidArgumentError(
                         f"finish: {operation.label} input {k} reads operand {i}, which is {what} "
                         "(operations must be in execution order; the graph must have no cycle)"

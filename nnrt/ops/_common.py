@@ -78,8 +78,10 @@ def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
         return x
     lo, hi = _ACT_BOUNDS[act]
     if hi == np.inf:
-        return np.maximum(x, x.dtype.type(lo), out=x)
-    return np.clip(x, lo, hi, out=x)
+        out: np.ndarray = np.maximum(x, x.dtype.type(lo), out=x)
+        return out
+    clipped: np.ndarray = np.clip(x, lo, hi, out=x)
+    return clipped
 
 
 def quant_range(act: int, scale: float, zero_point: int, type_: OperandType) -> tuple[int, int]:
@@ -98,7 +100,8 @@ def quant_range(act: int, scale: float, zero_point: int, type_: OperandType) -> 
 
 def round_half_away(x: np.ndarray | np.floating) -> np.ndarray:
     """Round half away from zero, as NNAPI's reference kernels (``std::round``) do."""
-    return np.trunc(x + np.copysign(0.5, x))  # type: ignore[no-any-return]
+    out: np.ndarray = np.trunc(x + np.copysign(0.5, x))
+    return out
 
 
 def to_real(x: np.ndarray, operand: Operand, dtype: type[np.floating] = np.float32) -> np.ndarray:
@@ -111,7 +114,8 @@ def to_real(x: np.ndarray, operand: Operand, dtype: type[np.floating] = np.float
         shape[cq.channel_dim] = -1
         return x.astype(dtype) * np.asarray(cq.scales, dtype=dtype).reshape(shape)
     if t.is_quantized:
-        return (x.astype(dtype) - dtype(operand.zero_point)) * dtype(operand.scale)
+        real: np.ndarray = (x.astype(dtype) - dtype(operand.zero_point)) * dtype(operand.scale)
+        return real
     if x.dtype == dtype:
         return x
     return x.astype(dtype)
@@ -124,10 +128,12 @@ def from_real(real: np.ndarray, operand: Operand, act: int = ACT_NONE) -> np.nda
     """
     t = operand.type
     if t.is_quantized:
-        q = round_half_away(real / np.float64(operand.scale) if real.dtype == np.float64 else real / np.float32(operand.scale))
+        scale = np.float64(operand.scale) if real.dtype == np.float64 else np.float32(operand.scale)
+        q = round_half_away(real / scale)
         q += operand.zero_point
         lo, hi = quant_range(act, operand.scale, operand.zero_point, t)
-        return np.clip(q, lo, hi).astype(t.dtype)
+        result: np.ndarray = np.clip(q, lo, hi).astype(t.dtype)
+        return result
     if t is T.TENSOR_INT32:
         return real.astype(np.int32)
     out = real.astype(t.dtype, copy=False)

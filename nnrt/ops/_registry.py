@@ -40,7 +40,7 @@ Kernel = Callable[..., KernelResult]
 class OpCall:
     """One operation of a model, as its prepare function sees it."""
 
-    __slots__ = ("type", "index", "inputs", "outputs", "relaxed", "label")
+    __slots__ = ("index", "inputs", "label", "outputs", "relaxed", "type")
 
     def __init__(
         self,
