@@ -1,1 +1,225 @@
-"""Kernels of the activations family (to be written)."""
+"""Activation kernels: RELU, RELU1, RELU6, LOGISTIC, TANH, ELU, HARD_SWISH, PRELU, SOFTMAX, LOG_SOFTMAX.
+
+All are elementwise (or, for the softmaxes, along one axis) and keep the input's shape.
+Float16 computes in float32 and rounds back; quantized tensors are computed in real numbers
+(float64) and requantized to the output's scale and zero point with ``from_real``. NNAPI
+fixes the quantization of some outputs and rejects models that use another one:
+LOGISTIC and SOFTMAX output scale 1/256 with zero point 0 (QUANT8_ASYMM) or -128
+(QUANT8_ASYMM_SIGNED); TANH output scale 1/128 with zero point 128 or 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nnrt.model import Operand
+from nnrt.ops._common import broadcast_shape, from_real, to_real
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+_ALL_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+_FLOAT_ONLY = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+
+#: Fixed (scale, zero point) of quantized outputs, by operation and output type.
+_FIXED_QUANT: dict[Op, dict[T, tuple[float, int]]] = {
+    Op.LOGISTIC: {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)},
+    Op.SOFTMAX: {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)},
+    Op.TANH: {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)},
+}
+
+RealFn = Callable[[np.ndarray], np.ndarray]
+
+
+def _check_fixed_quant(call: OpCall) -> None:
+    """Reject quantized outputs whose scale/zero point differ from the ones NNAPI fixes."""
+    rule = _FIXED_QUANT.get(call.type, {}).get(call.outputs[0].type)
+    if rule is None:
+        return
+    scale, zero_point = rule
+    out = call.outputs[0]
+    if np.float32(out.scale) != np.float32(scale) or out.zero_point != zero_point:
+        call.fail(
+            f"output 0 ({out.label}) of type {out.type.name} must have scale {scale} and zero point "
+            f"{zero_point}, got scale {out.scale} and zero point {out.zero_point}"
+        )
+
+
+def _check_max_rank(call: OpCall, i: int, max_rank: int) -> None:
+    dims = call.inputs[i].dimensions
+    if len(dims) > max_rank:
+        call.fail(f"input {i} ({call.inputs[i].label}) has rank {len(dims)}; at most {max_rank} is supported")
+
+
+def _elementwise(in_op: Operand, out_op: Operand, fn: RealFn) -> Kernel:
+    """A kernel applying ``fn`` to real values (float32 for float tensors, float64 for quantized)."""
+    dtype = np.float64 if in_op.type.is_quantized else np.float32
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return from_real(fn(to_real(x, in_op, dtype)), out_op)
+
+    return run
+
+
+# -- RELU, RELU1, RELU6, LOGISTIC, TANH, HARD_SWISH ----------------------------------------
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0))  # type: ignore[no-any-return]
+
+
+def _relu1(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, x.dtype.type(-1), x.dtype.type(1))  # type: ignore[no-any-return]
+
+
+def _relu6(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, x.dtype.type(0), x.dtype.type(6))  # type: ignore[no-any-return]
+
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    one = x.dtype.type(1)
+    return one / (one + np.exp(-x))  # type: ignore[no-any-return]
+
+
+def _hard_swish(x: np.ndarray) -> np.ndarray:
+    t = x.dtype.type
+    return x * np.clip(x + t(3), t(0), t(6)) / t(6)  # type: ignore[no-any-return]
+
+
+_UNARY: dict[Op, RealFn] = {
+    Op.RELU: _relu,
+    Op.RELU1: _relu1,
+    Op.RELU6: _relu6,
+    Op.LOGISTIC: _logistic,
+    Op.TANH: np.tanh,
+    Op.HARD_SWISH: _hard_swish,
+}
+
+
+@kernel(Op.RELU, Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH)
+def prepare_unary(call: OpCall) -> Kernel:
+    call.expect_counts(1, 1)
+    t = call.expect_type(0, *_ALL_TYPES)
+    call.expect_output_type(0, t)
+    if call.type is not Op.HARD_SWISH:
+        _check_max_rank(call, 0, 4)
+    _check_fixed_quant(call)
+    return _elementwise(call.inputs[0], call.outputs[0], _UNARY[call.type])
+
+
+# -- ELU ----------------------------------------------------------------------------------
+
+
+@kernel(Op.ELU)
+def prepare_elu(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    t = call.expect_type(0, *_FLOAT_ONLY)
+    call.expect_type(1, T.FLOAT32 if t is T.TENSOR_FLOAT32 else T.FLOAT16)
+    call.expect_output_type(0, t)
+    in_op, out_op = call.inputs[0], call.outputs[0]
+
+    def run(x: np.ndarray, alpha: float) -> np.ndarray:
+        real = to_real(x, in_op)
+        a = np.float32(alpha)
+        return from_real(np.where(real < 0, a * np.expm1(np.minimum(real, np.float32(0))), real), out_op)
+
+    return run
+
+
+# -- PRELU --------------------------------------------------------------------------------
+
+
+@kernel(Op.PRELU)
+def prepare_prelu(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    t = call.expect_type(0, *_ALL_TYPES)
+    call.expect_type(1, t)
+    call.expect_output_type(0, t)
+    broadcast_shape(call, call.inputs[0].dimensions, call.inputs[1].dimensions)
+    in_op, alpha_op, out_op = call.inputs[0], call.inputs[1], call.outputs[0]
+    dtype = np.float64 if t.is_quantized else np.float32
+
+    def run(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        if x.ndim and alpha.ndim:
+            broadcast_shape(call, x.shape, alpha.shape)
+        real = to_real(x, in_op, dtype)
+        return from_real(np.where(real >= 0, real, real * to_real(alpha, alpha_op, dtype)), out_op)
+
+    return run
+
+
+# -- SOFTMAX, LOG_SOFTMAX ------------------------------------------------------------------
+
+
+def _check_axis(call: OpCall, axis: object, rank: int, i: int) -> int:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        call.fail(f"input {i}: axis {axis!r} is not an integer")
+    if rank and not -rank <= axis < rank:
+        call.fail(f"input {i}: axis {axis} is out of range for rank {rank}")
+    return axis
+
+
+def _check_beta(call: OpCall, beta: object, positive: bool) -> float:
+    """Beta as a float; SOFTMAX (not LOG_SOFTMAX) requires it positive, as NNAPI does."""
+    if not isinstance(beta, (int, float, np.floating)) or (positive and not float(beta) > 0.0):
+        call.fail(f"input 1: beta must be a {'positive ' if positive else ''}number, got {beta!r}")
+    return float(beta)
+
+
+def _prepare_softmax_signature(call: OpCall, types: tuple[T, ...], axis_required: bool) -> T:
+    call.expect_counts((3,) if axis_required else (2, 3), 1)
+    t = call.expect_type(0, *types)
+    call.expect_type(1, T.FLOAT16 if t is T.TENSOR_FLOAT16 else T.FLOAT32)
+    if len(call.inputs) == 3:
+        call.expect_type(2, T.INT32)
+    call.expect_output_type(0, t)
+    rank = len(call.inputs[0].dimensions)
+    beta = call.const(1)
+    if beta is not None:
+        _check_beta(call, beta, call.type is Op.SOFTMAX)
+    if len(call.inputs) == 3 and call.const(2) is not None:
+        _check_axis(call, call.const(2), rank, 2)
+    return t
+
+
+@kernel(Op.SOFTMAX)
+def prepare_softmax(call: OpCall) -> Kernel:
+    t = _prepare_softmax_signature(call, _ALL_TYPES, axis_required=False)
+    _check_max_rank(call, 0, 4)
+    _check_fixed_quant(call)
+    in_op, out_op = call.inputs[0], call.outputs[0]
+    dtype = np.float64 if t.is_quantized else np.float32
+
+    def run(x: np.ndarray, beta: float, axis: int = -1) -> np.ndarray:
+        b = _check_beta(call, beta, True)
+        ax = _check_axis(call, axis, x.ndim, 2)
+        real = to_real(x, in_op, dtype)
+        if real.size == 0:
+            return from_real(real.copy(), out_op)
+        e = np.exp((real - real.max(axis=ax, keepdims=True)) * dtype(b))
+        e /= e.sum(axis=ax, keepdims=True)
+        return from_real(e, out_op)
+
+    return run
+
+
+@kernel(Op.LOG_SOFTMAX)
+def prepare_log_softmax(call: OpCall) -> Kernel:
+    _prepare_softmax_signature(call, _FLOAT_ONLY, axis_required=True)
+    in_op, out_op = call.inputs[0], call.outputs[0]
+
+    def run(x: np.ndarray, beta: float, axis: int) -> np.ndarray:
+        b = _check_beta(call, beta, False)
+        ax = _check_axis(call, axis, x.ndim, 2)
+        real = to_real(x, in_op)
+        if real.size == 0:
+            return from_real(real.copy(), out_op)
+        z = (real - real.max(axis=ax, keepdims=True)) * np.float32(b)
+        z -= np.log(np.exp(z).sum(axis=ax, keepdims=True))
+        return from_real(z, out_op)
+
+    return run
