@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -14,3 +15,11 @@ def device() -> Iterator[CpuDevice]:
     dev = CpuDevice(name="nnrt-cpu-test")
     yield dev
     dev.close()
+
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every async test runs on asyncio and on uvloop."""
+    import uvloop
+
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}

@@ -1,0 +1,134 @@
+"""The ``nnrt`` command: ``nnrt demo``, ``nnrt devices``, ``nnrt conformance``.
+
+nnrt's own commands run on uvloop where it is installed (``--loop asyncio`` to opt out);
+library users keep whatever event loop they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from nnrt import zoo
+from nnrt.clock import deadline_after
+from nnrt.devices import CpuDevice, get_devices
+from nnrt.errors import NnrtError
+
+__all__ = ["main"]
+
+R = TypeVar("R")
+
+
+def _write(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def run_async(main: Callable[[], Awaitable[R]], loop: str = "auto") -> R:
+    """Run ``main`` on uvloop when available (``loop="auto"``/``"uvloop"``), else asyncio."""
+    if loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if loop == "uvloop":
+                raise SystemExit("uvloop is not installed") from None
+        else:
+            return uvloop.run(main())  # type: ignore[no-any-return]
+    return asyncio.run(main())  # type: ignore[arg-type]
+
+
+def _percentiles(values_ms: Sequence[float]) -> str:
+    if not values_ms:
+        return "n/a"
+    arr = np.asarray(values_ms)
+    p = np.percentile(arr, [50, 90, 99])
+    return f"p50 {p[0]:.3f} ms   p90 {p[1]:.3f} ms   p99 {p[2]:.3f} ms   max {arr.max():.3f} ms"
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    device = CpuDevice()
+    try:
+        model = zoo.build(args.model)
+        _write(f"nnrt demo: model {model.name} ({len(model.operations)} operations), device {device.name}, "
+               f"{args.executions} executions, deadline {args.deadline_ms} ms")
+        t = time.perf_counter()
+        prepared = await device.prepare_model(model)
+        _write(f"prepared in {(time.perf_counter() - t) * 1e3:.1f} ms; estimated cost {prepared.plan.cost_ns / 1e3:.1f} us")
+        inputs = zoo.example_inputs(model)
+        warm = await prepared.execute(inputs, measure_timing=True)
+        _write(f"warm-up: output shape {list(warm.output_shapes[0].dimensions)}, timing {warm.timing}")
+        outcomes: Counter[str] = Counter()
+        latencies: list[float] = []
+
+        async def one() -> None:
+            start = time.perf_counter()
+            deadline = deadline_after(args.deadline_ms / 1e3) if args.deadline_ms > 0 else None
+            try:
+                await prepared.execute(inputs, deadline=deadline)
+            except NnrtError as err:
+                outcomes[err.status.name] += 1
+            else:
+                outcomes["NONE"] += 1
+                latencies.append((time.perf_counter() - start) * 1e3)
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(args.executions)))
+        wall = time.perf_counter() - t
+        _write(f"{args.executions} concurrent executions in {wall * 1e3:.1f} ms ({args.executions / wall:.0f}/s)")
+        _write("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+        _write("latency of successful executions: " + _percentiles(latencies))
+    finally:
+        device.close()
+    return 0
+
+
+def _devices(_args: argparse.Namespace) -> int:
+    for dev in get_devices():
+        _write(f"{dev.name}: {dev.type.name}, version {dev.version}, feature level {dev.feature_level}")
+        caps = dev.capabilities
+        for t, info in sorted(caps.operand_performance.items()):
+            _write(f"  {t.name:28} exec time x{info.exec_time:.2f} relative to float32")
+    return 0
+
+
+def _conformance(rest: list[str]) -> int:
+    from nnrt.conformance.__main__ import main as conformance_main
+
+    return conformance_main(rest)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nnrt", description="nnrt: an NNAPI-style execution runtime")
+    parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="event loop to run on")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="build a small CNN, run concurrent executions, print latencies")
+    demo.add_argument("--model", default="small_cnn", choices=sorted(zoo.NAMES))
+    demo.add_argument("--executions", type=int, default=300)
+    demo.add_argument("--deadline-ms", type=float, default=50.0, help="deadline per execution (0: none)")
+    sub.add_parser("devices", help="list devices and their measured capabilities")
+    sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "conformance":
+        return _conformance(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "demo":
+        if args.executions <= 0:
+            parser.error("--executions must be positive")
+
+        async def go() -> int:
+            return await _demo(args)
+
+        return run_async(go, args.loop)
+    return _devices(args)
+
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
