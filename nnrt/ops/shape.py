@@ -1,1 +1,570 @@
-"""Kernels of the shape family (to be written)."""
+"""Shape and data-movement kernels: RESHAPE, CONCATENATION, SQUEEZE, EXPAND_DIMS, TRANSPOSE,
+SLICE, STRIDED_SLICE, SPLIT, TILE, PACK, REVERSE, GATHER, FILL, RANK, PAD, PAD_V2, MIRROR_PAD.
+
+These operations move values without arithmetic, so every type computes in its own dtype.
+Quantized outputs whose scale or zero point differ from an input's are requantized through
+real numbers (CONCATENATION of inputs with different scales is the CTS case). Parameters
+(shapes, axes, paddings) may be model inputs, so each operation has one *plan* function that
+checks them against the input's shape and computes the output: it runs at preparation when
+everything is known (so NNAPI's validation failures surface there) and again in the kernel.
+Kernels always return fresh arrays. The space/depth/batch re-layouts and CHANNEL_SHUFFLE are
+in ``layout``, imported at the bottom so they register with this family.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nnrt.model import Operand
+from nnrt.ops._common import ACT_NONE, from_real, quant_range, to_real
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__ = ["axis_index", "int_list", "known_dims", "requantize", "DATA_TYPES", "DATA_INT_TYPES"]
+
+#: Float and 8-bit asymmetric quantized tensors: what most data-movement ops accept.
+DATA_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: The same plus TENSOR_INT32.
+DATA_INT_TYPES = (*DATA_TYPES, T.TENSOR_INT32)
+
+
+# -- helpers shared with ``layout`` ----------------------------------------------------------
+
+
+def requantize(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
+    """A fresh array of ``dst``'s dtype holding ``x`` (values of ``src``), requantized if needed."""
+    if src.type.is_quantized and (src.scale != dst.scale or src.zero_point != dst.zero_point):
+        return from_real(to_real(x, src, np.float64), dst)
+    return x.astype(dst.type.dtype)
+
+
+def known_dims(op: Operand) -> tuple[int, ...] | None:
+    """The operand's dimensions when all are known (a scalar-free tensor), else None."""
+    dims = op.dimensions
+    if not dims or not all(dims):
+        return None
+    return dims
+
+
+def int_list(call: OpCall, value: Any, i: int, size: int | None = None) -> list[int]:
+    """A 1-D TENSOR_INT32 argument (input ``i``) as Python ints, optionally of a given length."""
+    arr = np.asarray(value)
+    if arr.ndim != 1:
+        call.fail(f"input {i} must be a 1-D tensor, got shape {list(arr.shape)}")
+    if size is not None and arr.shape[0] != size:
+        call.fail(f"input {i} has {arr.shape[0]} elements; expected {size}")
+    return [int(v) for v in arr.tolist()]
+
+
+def axis_index(call: OpCall, axis: Any, rank: int, i: int) -> int:
+    """An axis argument (input ``i``) in [-rank, rank) as a non-negative index."""
+    a = int(axis)
+    if not -rank <= a < rank:
+        call.fail(f"input {i}: axis {a} is out of range for rank {rank}")
+    return a + rank if a < 0 else a
+
+
+def _const_ok(call: OpCall, *inputs: int) -> bool:
+    """True when every listed input is a constant or an omitted optional input."""
+    return all(call.const(i) is not None or not call.has_input(i) for i in inputs)
+
+
+def _same_io(call: OpCall, types: Sequence[T], n_in: int = 1) -> None:
+    call.expect_type(0, *types)
+    call.expect_same_type(0, *range(1, n_in), outputs=range(len(call.outputs)))
+
+
+# -- RESHAPE -----------------------------------------------------------------------------------
+
+
+def _reshape_plan(call: OpCall, size: int, shape: Any) -> tuple[int, ...]:
+    dims = int_list(call, shape, 1)
+    if sum(d == -1 for d in dims) > 1:
+        call.fail(f"input 1: shape {dims} has more than one -1")
+    if any(d < -1 for d in dims):
+        call.fail(f"input 1: shape {dims} has a negative dimension")
+    known = math.prod(d for d in dims if d != -1)
+    if -1 in dims:
+        if known == 0 or size % known:
+            call.fail(f"input 1: shape {dims} does not fit the input's {size} elements")
+        dims = [size // known if d == -1 else d for d in dims]
+    elif known != size:
+        call.fail(f"input 1: shape {dims} has {known} elements; the input has {size}")
+    return tuple(dims)
+
+
+@kernel(Op.RESHAPE)
+def prepare_reshape(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 1)
+    src, dst = call.inputs[0], call.outputs[0]
+    dims = known_dims(src)
+    if dims is not None and _const_ok(call, 1):
+        _reshape_plan(call, math.prod(dims), call.const(1))
+
+    def run(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
+        return requantize(x, src, dst).reshape(_reshape_plan(call, x.size, shape))
+
+    return run
+
+
+# -- CONCATENATION -----------------------------------------------------------------------------
+
+
+def _concat_plan(call: OpCall, shapes: Sequence[Sequence[int]], axis: Any) -> int:
+    """Check the inputs' shapes (0 = unknown) against each other; return the axis."""
+    rank = len(shapes[0])
+    if rank > 4:
+        call.fail(f"input 0 has rank {rank}; CONCATENATION supports ranks up to 4")
+    ax = axis_index(call, axis, rank, len(shapes))
+    for k, s in enumerate(shapes[1:], 1):
+        if len(s) != rank:
+            call.fail(f"input {k} has rank {len(s)}; input 0 has rank {rank}")
+        for d, (a, b) in enumerate(zip(shapes[0], s)):
+            if d != ax and a and b and a != b:
+                call.fail(f"input {k} has dimension {d} of {b}; input 0 has {a}")
+    return ax
+
+
+@kernel(Op.CONCATENATION)
+def prepare_concatenation(call: OpCall) -> Kernel:
+    n = len(call.inputs) - 1
+    call.expect_counts(max(n + 1, 2), 1)
+    _same_io(call, DATA_TYPES, n)
+    call.expect_type(n, T.INT32)
+    srcs, dst = call.inputs[:n], call.outputs[0]
+    if all(op.dimensions for op in srcs) and _const_ok(call, n):
+        _concat_plan(call, [op.dimensions for op in srcs], call.const(n))
+    if dst.dimensions and len(dst.dimensions) > 4:
+        call.fail(f"output 0 has rank {len(dst.dimensions)}; CONCATENATION supports ranks up to 4")
+
+    def run(*args: Any) -> np.ndarray:
+        xs: tuple[np.ndarray, ...] = args[:n]
+        ax = _concat_plan(call, [x.shape for x in xs], args[n])
+        return np.concatenate([requantize(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
+
+    return run
+
+
+# -- SQUEEZE / EXPAND_DIMS ---------------------------------------------------------------------
+
+
+def _squeeze_plan(call: OpCall, shape: Sequence[int], axes: Any) -> tuple[int, ...]:
+    rank = len(shape)
+    if rank > 4:
+        call.fail(f"input 0 has rank {rank}; SQUEEZE supports ranks up to 4")
+    if axes is None or np.asarray(axes).size == 0:
+        return tuple(d for d in shape if d != 1)
+    drop = {axis_index(call, a, rank, 1) for a in int_list(call, axes, 1)}
+    for a in sorted(drop):
+        if shape[a] != 1:
+            call.fail(f"input 1: dimension {a} has size {shape[a]}; only dimensions of size 1 can be squeezed")
+    return tuple(d for k, d in enumerate(shape) if k not in drop)
+
+
+@kernel(Op.SQUEEZE)
+def prepare_squeeze(call: OpCall) -> Kernel:
+    call.expect_counts((1, 2), 1)
+    _same_io(call, DATA_TYPES)
+    if call.has_input(1):
+        call.expect_type(1, T.TENSOR_INT32)
+        call.expect_rank(1, 1)
+    src, dst = call.inputs[0], call.outputs[0]
+    dims = known_dims(src)
+    if dims is not None and _const_ok(call, 1):
+        _squeeze_plan(call, dims, call.const(1) if call.has_input(1) else None)
+
+    def run(x: np.ndarray, axes: Any = None) -> np.ndarray:
+        return requantize(x, src, dst).reshape(_squeeze_plan(call, x.shape, axes))
+
+    return run
+
+
+@kernel(Op.EXPAND_DIMS)
+def prepare_expand_dims(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.INT32)
+    src, dst = call.inputs[0], call.outputs[0]
+    if src.dimensions and _const_ok(call, 1):
+        axis_index(call, call.const(1), len(src.dimensions) + 1, 1)
+
+    def run(x: np.ndarray, axis: int) -> np.ndarray:
+        return np.expand_dims(requantize(x, src, dst), axis_index(call, axis, x.ndim + 1, 1))
+
+    return run
+
+
+# -- TRANSPOSE ---------------------------------------------------------------------------------
+
+
+def _transpose_plan(call: OpCall, rank: int, perm: Any) -> tuple[int, ...]:
+    if rank > 4:
+        call.fail(f"input 0 has rank {rank}; TRANSPOSE supports ranks up to 4")
+    if perm is None or np.asarray(perm).size == 0:
+        return tuple(range(rank - 1, -1, -1))
+    p = int_list(call, perm, 1, rank)
+    if sorted(p) != list(range(rank)):
+        call.fail(f"input 1: {p} is not a permutation of the {rank} axes")
+    return tuple(p)
+
+
+@kernel(Op.TRANSPOSE)
+def prepare_transpose(call: OpCall) -> Kernel:
+    call.expect_counts((1, 2), 1)
+    _same_io(call, DATA_TYPES)
+    if call.has_input(1):
+        call.expect_type(1, T.TENSOR_INT32)
+        call.expect_rank(1, 1)
+    src, dst = call.inputs[0], call.outputs[0]
+    if src.dimensions and _const_ok(call, 1):
+        _transpose_plan(call, len(src.dimensions), call.const(1) if call.has_input(1) else None)
+
+    def run(x: np.ndarray, perm: Any = None) -> np.ndarray:
+        return np.ascontiguousarray(requantize(x, src, dst).transpose(_transpose_plan(call, x.ndim, perm)))
+
+    return run
+
+
+# -- SLICE / STRIDED_SLICE ---------------------------------------------------------------------
+
+
+def _slice_plan(call: OpCall, shape: Sequence[int], begin: Any, size: Any) -> tuple[slice, ...]:
+    rank = len(shape)
+    b = int_list(call, begin, 1, rank)
+    s = int_list(call, size, 2, rank)
+    out = []
+    for d, (dim, start, n) in enumerate(zip(shape, b, s)):
+        if n == -1:
+            n = dim - start
+        if start < 0 or n < 0 or start + n > dim:
+            call.fail(f"axis {d}: begin {start} and size {s[d]} do not fit dimension {dim}")
+        out.append(slice(start, start + n))
+    return tuple(out)
+
+
+@kernel(Op.SLICE)
+def prepare_slice(call: OpCall) -> Kernel:
+    call.expect_counts(3, 1)
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_type(2, T.TENSOR_INT32)
+    src, dst = call.inputs[0], call.outputs[0]
+    dims = known_dims(src)
+    if dims is not None and _const_ok(call, 1, 2):
+        _slice_plan(call, dims, call.const(1), call.const(2))
+
+    def run(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
+        return requantize(x[_slice_plan(call, x.shape, begin, size)], src, dst)
+
+    return run
+
+
+def _clamp_index(index: int, dim: int, forward: bool) -> int:
+    """NNAPI's clamped begin/end index of a strided slice."""
+    if forward:
+        return dim if index >= dim else min(max(index, -dim), dim) % dim
+    return -1 if index < -dim else min(index, dim - 1) % dim
+
+
+def _strided_plan(
+    call: OpCall, shape: Sequence[int], begin: Any, end: Any, strides: Any, masks: tuple[Any, Any, Any]
+) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+    """(per-axis slices, output shape) of a strided slice."""
+    rank = len(shape)
+    if rank > 4:
+        call.fail(f"input 0 has rank {rank}; STRIDED_SLICE supports ranks up to 4")
+    b, e, st = int_list(call, begin, 1, rank), int_list(call, end, 2, rank), int_list(call, strides, 3, rank)
+    begin_mask, end_mask, shrink_mask = (int(m) for m in masks)
+    slices, out_shape = [], []
+    for d, dim in enumerate(shape):
+        stride = st[d]
+        if stride == 0:
+            call.fail(f"input 3: stride of axis {d} is 0")
+        fwd = stride > 0
+        start = (0 if fwd else dim - 1) if begin_mask >> d & 1 else _clamp_index(b[d], dim, fwd)
+        stop = (dim if fwd else -1) if end_mask >> d & 1 else _clamp_index(e[d], dim, fwd)
+        n = max(-(-(stop - start) // stride), 0)
+        if shrink_mask >> d & 1:
+            if not fwd:
+                call.fail(f"axis {d} is shrunk (shrink_axis_mask) but has a negative stride {stride}")
+            if n != 1:
+                call.fail(f"axis {d} is shrunk (shrink_axis_mask) but its slice has {n} elements, not 1")
+        else:
+            out_shape.append(n)
+        last = start + n * stride
+        slices.append(slice(start, last if last >= 0 else None, stride))
+    return tuple(slices), tuple(out_shape)
+
+
+@kernel(Op.STRIDED_SLICE)
+def prepare_strided_slice(call: OpCall) -> Kernel:
+    call.expect_counts(7, 1)
+    _same_io(call, DATA_TYPES)
+    for i in (1, 2, 3):
+        call.expect_type(i, T.TENSOR_INT32)
+        call.expect_rank(i, 1)
+    for i in (4, 5, 6):
+        call.expect_type(i, T.INT32)
+    src, dst = call.inputs[0], call.outputs[0]
+    dims = known_dims(src)
+    if dims is not None and _const_ok(call, 1, 2, 3, 4, 5, 6):
+        masks = (call.const(4), call.const(5), call.const(6))
+        _, shape = _strided_plan(call, dims, call.const(1), call.const(2), call.const(3), masks)
+        if dst.dimensions and len(dst.dimensions) != len(shape):
+            call.fail(f"output 0 has rank {len(dst.dimensions)}; the slice has shape {list(shape)}")
+
+    def run(x: np.ndarray, begin: Any, end: Any, strides: Any, bm: int, em: int, sm: int) -> np.ndarray:
+        slices, shape = _strided_plan(call, x.shape, begin, end, strides, (bm, em, sm))
+        return requantize(x[slices], src, dst).reshape(shape)
+
+    return run
+
+
+# -- SPLIT / PACK ------------------------------------------------------------------------------
+
+
+def _split_plan(call: OpCall, shape: Sequence[int], axis: Any, num: Any) -> int:
+    ax = axis_index(call, axis, len(shape), 1)
+    n = int(num)
+    if n != len(call.outputs):
+        call.fail(f"input 2: {n} splits but the operation has {len(call.outputs)} outputs")
+    if n <= 0 or shape[ax] % n:
+        call.fail(f"input 2: dimension {ax} of size {shape[ax]} cannot be split into {n} equal parts")
+    return ax
+
+
+@kernel(Op.SPLIT)
+def prepare_split(call: OpCall) -> Kernel:
+    call.expect_counts(3, max(len(call.outputs), 1))
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.INT32)
+    call.expect_type(2, T.INT32)
+    src, dsts = call.inputs[0], call.outputs
+    dims = known_dims(src)
+    if dims is not None and _const_ok(call, 1, 2):
+        _split_plan(call, dims, call.const(1), call.const(2))
+
+    def run(x: np.ndarray, axis: int, num: int) -> tuple[np.ndarray, ...]:
+        ax = _split_plan(call, x.shape, axis, num)
+        return tuple(requantize(p, src, d) for p, d in zip(np.split(x, len(dsts), axis=ax), dsts))
+
+    return run
+
+
+@kernel(Op.PACK)
+def prepare_pack(call: OpCall) -> Kernel:
+    n = len(call.inputs) - 1
+    call.expect_counts(max(n + 1, 2), 1)
+    call.expect_type(0, T.INT32)
+    call.expect_type(1, *DATA_INT_TYPES)
+    call.expect_same_type(1, *range(2, n + 1), outputs=[0])
+    srcs, dst = call.inputs[1:], call.outputs[0]
+    if srcs[0].dimensions and _const_ok(call, 0):
+        axis_index(call, call.const(0), len(srcs[0].dimensions) + 1, 0)
+
+    def run(axis: int, *xs: np.ndarray) -> np.ndarray:
+        for k, x in enumerate(xs[1:], 2):
+            if x.shape != xs[0].shape:
+                call.fail(f"input {k} has shape {list(x.shape)}; input 1 has {list(xs[0].shape)}")
+        ax = axis_index(call, axis, xs[0].ndim + 1, 0)
+        return np.stack([requantize(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
+
+    return run
+
+
+# -- TILE / REVERSE / GATHER -------------------------------------------------------------------
+
+
+@kernel(Op.TILE)
+def prepare_tile(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 1)
+    src, dst = call.inputs[0], call.outputs[0]
+
+    def reps_of(rank: int, multiples: Any) -> list[int]:
+        reps = int_list(call, multiples, 1, rank)
+        if any(r < 0 for r in reps):
+            call.fail(f"input 1: multiples {reps} must not be negative")
+        return reps
+
+    if src.dimensions and _const_ok(call, 1):
+        reps_of(len(src.dimensions), call.const(1))
+
+    def run(x: np.ndarray, multiples: np.ndarray) -> np.ndarray:
+        return np.tile(requantize(x, src, dst), reps_of(x.ndim, multiples))
+
+    return run
+
+
+@kernel(Op.REVERSE)
+def prepare_reverse(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 1)
+    src, dst = call.inputs[0], call.outputs[0]
+
+    def axes_of(rank: int, axes: Any) -> tuple[int, ...]:
+        got = tuple(axis_index(call, a, rank, 1) for a in int_list(call, axes, 1))
+        if len(got) != 1:
+            call.fail(f"input 1 has {len(got)} axes; REVERSE takes exactly one")
+        return got
+
+    if src.dimensions and _const_ok(call, 1):
+        axes_of(len(src.dimensions), call.const(1))
+
+    def run(x: np.ndarray, axes: np.ndarray) -> np.ndarray:
+        return requantize(np.flip(x, axes_of(x.ndim, axes)), src, dst)
+
+    return run
+
+
+@kernel(Op.GATHER)
+def prepare_gather(call: OpCall) -> Kernel:
+    call.expect_counts(3, 1)
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.INT32)
+    call.expect_type(2, T.TENSOR_INT32)
+    src, dst = call.inputs[0], call.outputs[0]
+    if src.dimensions and _const_ok(call, 1):
+        axis_index(call, call.const(1), len(src.dimensions), 1)
+
+    def run(x: np.ndarray, axis: int, indices: np.ndarray) -> np.ndarray:
+        ax = axis_index(call, axis, x.ndim, 1)
+        idx = np.asarray(indices)
+        if idx.size and (idx.min() < 0 or idx.max() >= x.shape[ax]):
+            call.fail(f"input 2: indices must be in [0, {x.shape[ax]}) for axis {ax}")
+        return requantize(np.take(x, idx, axis=ax), src, dst)
+
+    return run
+
+
+# -- FILL / RANK -------------------------------------------------------------------------------
+
+_FILL_VALUE_TYPES = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16, T.TENSOR_INT32: T.INT32}
+
+
+@kernel(Op.FILL)
+def prepare_fill(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    call.expect_type(0, T.TENSOR_INT32)
+    call.expect_rank(0, 1)
+    t = call.expect_output_type(0, *_FILL_VALUE_TYPES)
+    call.expect_type(1, _FILL_VALUE_TYPES[t])
+    dtype = t.dtype
+
+    def shape_of(dims: Any) -> list[int]:
+        shape = int_list(call, dims, 0)
+        if any(d < 0 for d in shape):
+            call.fail(f"input 0: dimensions {shape} must not be negative")
+        return shape
+
+    if _const_ok(call, 0):
+        shape_of(call.const(0))
+
+    def run(dims: np.ndarray, value: Any) -> np.ndarray:
+        return np.full(shape_of(dims), value, dtype=dtype)
+
+    return run
+
+
+@kernel(Op.RANK)
+def prepare_rank(call: OpCall) -> Kernel:
+    call.expect_counts(1, 1)
+    if not call.inputs[0].type.is_tensor:
+        call.fail(f"input 0 has type {call.inputs[0].type.name}; expected a tensor")
+    call.expect_output_type(0, T.INT32)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return np.array(np.ndim(x), dtype=np.int32)
+
+    return run
+
+
+# -- PAD / PAD_V2 / MIRROR_PAD -----------------------------------------------------------------
+
+
+def _pad_plan(call: OpCall, shape: Sequence[int], paddings: Any, limit: int | None = None) -> list[tuple[int, int]]:
+    """Paddings ([rank, 2], non-negative) as (before, after) pairs; at most ``dim - limit`` per side."""
+    rank = len(shape)
+    arr = np.asarray(paddings)
+    if arr.shape != (rank, 2):
+        call.fail(f"input 1 has shape {list(arr.shape)}; expected [{rank}, 2]")
+    pads = [(int(a), int(b)) for a, b in arr.tolist()]
+    for d, (a, b) in enumerate(pads):
+        if a < 0 or b < 0:
+            call.fail(f"input 1: paddings {[a, b]} of axis {d} must not be negative")
+        if limit is not None and max(a, b) > shape[d] - limit:
+            call.fail(f"input 1: paddings {[a, b]} of axis {d} are too large for dimension {shape[d]}")
+    return pads
+
+
+@kernel(Op.PAD, Op.PAD_V2)
+def prepare_pad(call: OpCall) -> Kernel:
+    v2 = call.type is Op.PAD_V2
+    call.expect_counts(3 if v2 else 2, 1)
+    t = call.expect_type(0, *DATA_TYPES)
+    call.expect_same_type(0, outputs=[0])
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 2)
+    if v2:
+        call.expect_type(2, {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}.get(t, T.INT32))
+    call.expect_rank(0, 1, 2, 3, 4)
+    src, dst = call.inputs[0], call.outputs[0]
+    if src.dimensions and _const_ok(call, 1):
+        _pad_plan(call, src.dimensions, call.const(1))
+    # PAD pads with a real 0: the output's zero point when quantized.
+    default = dst.zero_point if t.is_quantized else 0
+    qmin, qmax = quant_range(ACT_NONE, dst.scale, dst.zero_point, t) if t.is_quantized else (0, 0)
+
+    def run(x: np.ndarray, paddings: np.ndarray, value: Any = None) -> np.ndarray:
+        pads = _pad_plan(call, x.shape, paddings)
+        fill = default if value is None else value
+        if t.is_quantized and not qmin <= int(fill) <= qmax:
+            call.fail(f"input 2: pad value {fill} is out of range for {t.name}")
+        return np.pad(requantize(x, src, dst), pads, mode="constant", constant_values=fill)
+
+    return run
+
+
+_MIRROR_MODES = {0: ("reflect", 1), 1: ("symmetric", 0)}
+
+
+@kernel(Op.MIRROR_PAD)
+def prepare_mirror_pad(call: OpCall) -> Kernel:
+    call.expect_counts(3, 1)
+    _same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 2)
+    call.expect_type(2, T.INT32)
+    src, dst = call.inputs[0], call.outputs[0]
+
+    def plan(shape: Sequence[int], paddings: Any, mode: Any) -> tuple[list[tuple[int, int]], str]:
+        if int(mode) not in _MIRROR_MODES:
+            call.fail(f"input 2: mode {mode} is not REFLECT (0) or SYMMETRIC (1)")
+        name, limit = _MIRROR_MODES[int(mode)]
+        return _pad_plan(call, shape, paddings, limit), name
+
+    dims = known_dims(src)
+    if dims is not None and _const_ok(call, 1, 2):
+        plan(dims, call.const(1), call.const(2))
+
+    def run(x: np.ndarray, paddings: np.ndarray, mode: int) -> np.ndarray:
+        pads, name = plan(x.shape, paddings, mode)
+        y = requantize(x, src, dst)
+        return np.pad(y, pads, mode="reflect") if name == "reflect" else np.pad(y, pads, mode="symmetric")
+
+    return run
+
+
+from nnrt.ops import layout as _layout  # noqa: E402,F401

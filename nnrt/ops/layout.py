@@ -1,0 +1,1 @@
+"""Layout kernels (being written)."""
