@@ -1,1 +1,540 @@
-"""Kernels of the conv family (to be written)."""
+"""2-D convolutions: CONV_2D, DEPTHWISE_CONV_2D and GROUPED_CONV_2D (TRANSPOSE_CONV_2D lives in
+``conv_transpose``, imported at the bottom of this module).
+
+All three share NNAPI's signature shape: ``[input, filter, bias, padding..., stride_w, stride_h,
+(depth multiplier | groups), activation, (layout), (dilation_w, dilation_h)]`` where padding is
+either one implicit scheme (SAME/VALID) or four explicit values (left, right, top, bottom). The
+kernels compute in NHWC (NCHW inputs are viewed as NHWC and the output transposed back) and in
+real numbers: float32 for float32/float16/relaxed models, float64 for quantized ones (inputs
+dequantized with ``to_real``, per-channel filters included; the int32 bias is scaled by
+``input_scale * filter_scale[c]``), requantized by ``from_real``.
+
+Speed: constant filters are re-laid once at preparation. CONV_2D is one matrix product: 1x1
+convolutions multiply the input directly, others gather the filter taps first (as strided
+planes when the input has few channels, as im2col rows otherwise). DEPTHWISE_CONV_2D views
+NHWC rows as flat ``[W*C]`` vectors and accumulates one tiled weight row per tap, a block of
+output rows at a time so the accumulator stays in cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnrt.model import Operand
+from nnrt.ops._common import (
+    apply_activation,
+    check_activation,
+    from_nchw,
+    from_real,
+    implicit_padding,
+    to_nchw,
+    to_real,
+)
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__ = [
+    "ConvSignature",
+    "ConvTypes",
+    "Geometry",
+    "check_conv_types",
+    "conv_nhwc",
+    "conv_signature",
+    "finish_output",
+    "geometry",
+    "real_bias",
+    "real_filter",
+]
+
+_PADDING_SCHEMES = (1, 2)  # SAME, VALID
+#: Input channels up to which CONV_2D gathers taps as per-channel planes rather than im2col rows.
+_PLANES_MAX_CHANNELS = 4
+#: Output rows (times batch) the depthwise kernel accumulates at a time (~L2-sized blocks).
+_DW_BLOCK_ELEMENTS = 1 << 16
+
+
+# -- signatures -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConvSignature:
+    """Where each scalar parameter of a conv-like operation sits in its input list."""
+
+    explicit: bool
+    pad: int  # the scheme (implicit) or the first of left, right, top, bottom (explicit)
+    stride: int  # stride_w; stride_h follows
+    extra: int | None  # depth multiplier / number of groups
+    act: int
+    layout: int | None
+    dilation: int | None  # dilation_w; dilation_h follows
+
+
+def conv_signature(call: OpCall, first: int, extra: bool, layout_required: bool, dilation: bool) -> ConvSignature:
+    """Decode and type-check the padding/stride/... parameters that start at input ``first``.
+
+    The implicit form has ``first + 4 (+1 with extra)`` required inputs, the explicit form
+    three more; the optional layout bool and the two dilation factors follow. As in NNAPI,
+    the explicit form is chosen when the input right after the implicit form's required ones
+    is an INT32 rather than the layout BOOL.
+    """
+    n = len(call.inputs)
+    k = 1 if extra else 0
+    implicit_base = first + 4 + k
+    explicit_base = implicit_base + 3
+    counts: set[int] = set()
+    for b in (implicit_base, explicit_base):
+        counts |= {b + 1} if layout_required else {b, b + 1}
+        if dilation:
+            counts.add(b + 3)
+    call.expect_counts(counts, 1)
+    is_implicit = n == implicit_base or (n > implicit_base and call.inputs[implicit_base].type is T.BOOL)
+    base = implicit_base if is_implicit else explicit_base
+    if n not in (base, base + 1, base + 3):
+        call.fail(f"input {implicit_base} is {call.inputs[implicit_base].type.name}: {n} inputs do not form a signature")
+    npad = 1 if is_implicit else 4
+    for i in range(first, base):
+        call.expect_type(i, T.INT32)
+    if n > base:
+        call.expect_type(base, T.BOOL)
+    if n > base + 1:
+        call.expect_type(base + 1, T.INT32)
+        call.expect_type(base + 2, T.INT32)
+    stride = first + npad
+    return ConvSignature(
+        explicit=not is_implicit,
+        pad=first,
+        stride=stride,
+        extra=stride + 2 if extra else None,
+        act=stride + 2 + k,
+        layout=base if n > base else None,
+        dilation=base + 1 if n > base + 1 else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """Padding, strides, dilations and output size of one run (all in NHWC terms)."""
+
+    top: int
+    bottom: int
+    left: int
+    right: int
+    stride_h: int
+    stride_w: int
+    dil_h: int
+    dil_w: int
+    out_h: int
+    out_w: int
+    nchw: bool
+    act: int
+    extra: int
+
+
+def _int_param(call: OpCall, args: tuple[Any, ...], i: int, what: str, minimum: int) -> int:
+    v = args[i]
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        call.fail(f"input {i} ({what}) must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def geometry(
+    call: OpCall, sig: ConvSignature, args: tuple[Any, ...], in_h: int, in_w: int, k_h: int, k_w: int
+) -> Geometry:
+    """Decode one run's scalar parameters (``args`` = the kernel's arguments) and validate them."""
+    sw = _int_param(call, args, sig.stride, "stride_w", 1)
+    sh = _int_param(call, args, sig.stride + 1, "stride_h", 1)
+    dw = dh = 1
+    if sig.dilation is not None and args[sig.dilation] is not None:
+        dw = _int_param(call, args, sig.dilation, "dilation_w", 1)
+        dh = _int_param(call, args, sig.dilation + 1, "dilation_h", 1)
+    if sig.explicit:
+        left = _int_param(call, args, sig.pad, "padding_left", 0)
+        right = _int_param(call, args, sig.pad + 1, "padding_right", 0)
+        top = _int_param(call, args, sig.pad + 2, "padding_top", 0)
+        bottom = _int_param(call, args, sig.pad + 3, "padding_bottom", 0)
+    else:
+        scheme = args[sig.pad]
+        if scheme not in _PADDING_SCHEMES:
+            call.fail(f"input {sig.pad}: padding scheme {scheme!r} is not SAME(1) or VALID(2)")
+        left, right = implicit_padding(scheme, in_w, sw, k_w, dw)
+        top, bottom = implicit_padding(scheme, in_h, sh, k_h, dh)
+    eff_h, eff_w = (k_h - 1) * dh + 1, (k_w - 1) * dw + 1
+    out_h = (in_h + top + bottom - eff_h) // sh + 1
+    out_w = (in_w + left + right - eff_w) // sw + 1
+    if (out_h <= 0 or out_w <= 0) and in_h > 0 and in_w > 0:
+        call.fail(f"the {k_h}x{k_w} filter (dilation {dh}x{dw}) does not fit the padded {in_h}x{in_w} input")
+    extra = 1
+    if sig.extra is not None:
+        extra = _int_param(call, args, sig.extra, "depth multiplier" if call.type is Op.DEPTHWISE_CONV_2D else "groups", 1)
+    layout = args[sig.layout] if sig.layout is not None else False
+    return Geometry(
+        top, bottom, left, right, sh, sw, dh, dw, max(out_h, 0), max(out_w, 0),
+        bool(layout), check_activation(call, args[sig.act], sig.act), extra,
+    )  # fmt: skip
+
+
+def check_const_params(call: OpCall, sig: ConvSignature) -> None:
+    """Validate the constant scalar parameters at preparation (the rest is checked per run)."""
+    last = len(call.inputs)
+    for i in range(sig.pad, last):
+        v = call.const(i)
+        if v is None:
+            continue
+        if i == sig.layout:
+            continue
+        if i == sig.act:
+            check_activation(call, v, i)
+        elif i == sig.pad and not sig.explicit:
+            if v not in _PADDING_SCHEMES:
+                call.fail(f"input {i}: padding scheme {v!r} is not SAME(1) or VALID(2)")
+        else:
+            minimum = 0 if sig.explicit and sig.pad <= i < sig.pad + 4 else 1
+            if v < minimum:
+                call.fail(f"input {i} must be >= {minimum}, got {v}")
+
+
+# -- operand types --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConvTypes:
+    """The operand types of a conv-like call, decided at preparation."""
+
+    input: T
+    quantized: bool
+    real: type[np.floating]  # dtype the kernel computes in
+
+
+def check_conv_types(call: OpCall, filter_channel_dim: int) -> ConvTypes:
+    """NNAPI's type rules for input 0 (input), 1 (filter), 2 (bias) and the output.
+
+    Float types need filter, bias and output of the input's type. Quantized inputs take a
+    filter of the same type or TENSOR_QUANT8_SYMM_PER_CHANNEL (quantized along
+    ``filter_channel_dim``), an int32 bias and an output of the input's type.
+    """
+    t = call.expect_type(0, T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    call.expect_output_type(0, t)
+    quantized = t.is_quantized
+    if quantized:
+        ft = call.expect_type(1, t, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+        call.expect_type(2, T.TENSOR_INT32)
+        if ft is T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            cq = call.inputs[1].channel_quant
+            if cq is None or cq.channel_dim != filter_channel_dim:
+                call.fail(f"input 1: per-channel filter must be quantized along dimension {filter_channel_dim}")
+    else:
+        call.expect_type(1, t)
+        call.expect_type(2, t)
+    call.expect_rank(0, 4)
+    call.expect_rank(1, 4)
+    call.expect_rank(2, 1)
+    fd, bd = call.inputs[1].dimensions, call.inputs[2].dimensions
+    if fd and bd and fd[filter_channel_dim] and bd[0] and fd[filter_channel_dim] != bd[0]:
+        call.fail(f"bias has {bd[0]} elements, the filter has {fd[filter_channel_dim]} output channels")
+    return ConvTypes(t, quantized, np.float64 if quantized else np.float32)
+
+
+def real_filter(x: np.ndarray, call: OpCall, types: ConvTypes) -> np.ndarray:
+    return to_real(x, call.inputs[1], types.real)
+
+
+def real_bias(b: np.ndarray, call: OpCall, types: ConvTypes) -> np.ndarray:
+    """The bias in real numbers: an int32 bias has scale input_scale * filter_scale[c]."""
+    if not types.quantized:
+        return to_real(b, call.inputs[2], types.real)
+    f = call.inputs[1]
+    cq = f.channel_quant
+    scales = np.asarray(cq.scales, dtype=np.float64) if f.type is T.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq else f.scale
+    return b.astype(np.float64) * (np.float64(call.inputs[0].scale) * scales)
+
+
+def check_shape(call: OpCall, name: str, arr: np.ndarray, rank: int) -> None:
+    if arr.ndim != rank:
+        call.fail(f"{name} has rank {arr.ndim}; expected {rank}")
+
+
+def input_nhwc(call: OpCall, x: np.ndarray, g: Geometry, types: ConvTypes) -> np.ndarray:
+    """The input as real NHWC values (a view when possible)."""
+    r = to_real(x, call.inputs[0], types.real)
+    return from_nchw(r) if g.nchw else r
+
+
+def finish_output(call: OpCall, out: np.ndarray, g: Geometry) -> np.ndarray:
+    """Real NHWC result (owned by the kernel) -> output operand values in its layout."""
+    op: Operand = call.outputs[0]
+    if op.type is T.TENSOR_FLOAT32:
+        res = apply_activation(out.astype(np.float32, copy=False), g.act)
+    else:
+        res = from_real(out, op, g.act)
+    return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
+
+
+def empty_output(call: OpCall, n: int, c: int, g: Geometry) -> np.ndarray:
+    shape = (n, c, g.out_h, g.out_w) if g.nchw else (n, g.out_h, g.out_w, c)
+    return np.zeros(shape, dtype=call.outputs[0].type.dtype)
+
+
+# -- the compute cores ----------------------------------------------------------------------
+
+
+def _padded(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
+    """``x`` (NHWC) zero-padded to exactly the extent the taps read."""
+    n, h, w, c = x.shape
+    need_h = (g.out_h - 1) * g.stride_h + (k_h - 1) * g.dil_h + 1
+    need_w = (g.out_w - 1) * g.stride_w + (k_w - 1) * g.dil_w + 1
+    if g.top == 0 and g.left == 0 and need_h <= h and need_w <= w:
+        return x
+    xp = np.zeros((n, need_h, need_w, c), dtype=x.dtype)
+    hh, ww = min(h, need_h - g.top), min(w, need_w - g.left)
+    xp[:, g.top : g.top + hh, g.left : g.left + ww] = x[:, :hh, :ww]
+    return xp
+
+
+def conv_nhwc(x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry) -> np.ndarray:
+    """Convolution of real NHWC ``x`` with ``wmat`` [k_h*k_w*Cin, Cout] (taps in (kh, kw, c) order).
+
+    Returns a fresh, writable [N, out_h, out_w, Cout] array.
+    """
+    n, _, _, c = x.shape
+    oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
+    cout = wmat.shape[1]
+    p = n * oh * ow
+    if k_h == 1 and k_w == 1:
+        xp = _padded(x, g, 1, 1)
+        src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
+        out: np.ndarray = np.matmul(src.reshape(p, c), wmat)
+        return out.reshape(n, oh, ow, cout)
+    xp = _padded(x, g, k_h, k_w)
+    taps = [
+        xp[:, i * g.dil_h : i * g.dil_h + (oh - 1) * sh + 1 : sh, j * g.dil_w : j * g.dil_w + (ow - 1) * sw + 1 : sw]
+        for i in range(k_h)
+        for j in range(k_w)
+    ]
+    if c <= _PLANES_MAX_CHANNELS:
+        # [taps, C, N, OH, OW] planes; BLAS multiplies with the transposed view.
+        planes = np.empty((k_h * k_w, c, n, oh, ow), dtype=x.dtype)
+        for t, src in enumerate(taps):
+            planes[t] = src.transpose(3, 0, 1, 2)
+        out = np.matmul(planes.reshape(k_h * k_w * c, p).T, wmat)
+    else:
+        cols = np.empty((n, oh, ow, k_h * k_w, c), dtype=x.dtype)
+        for t, src in enumerate(taps):
+            cols[:, :, :, t] = src
+        out = np.matmul(cols.reshape(p, k_h * k_w * c), wmat)
+    return out.reshape(n, oh, ow, cout)
+
+
+def depthwise_nhwc(
+    x: np.ndarray, rows: Callable[[int], np.ndarray], bias: np.ndarray, k_h: int, k_w: int, g: Geometry
+) -> np.ndarray:
+    """Depthwise convolution of real NHWC ``x`` (channels already repeated by the multiplier).
+
+    ``rows(out_w)`` gives the per-tap weights tiled to a full output row, [k_h*k_w, out_w*C];
+    ``bias`` is [C]. Returns a fresh [N, out_h, out_w, C] array (bias added, no activation).
+    """
+    n, _, _, c = x.shape
+    oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
+    xp = _padded(x, g, k_h, k_w)
+    hp = xp.shape[1]
+    wrows = rows(ow)
+    brow = np.tile(bias.astype(x.dtype, copy=False), ow)
+    rowlen = ow * c
+    if sw == 1:
+        flat = xp.reshape(n, hp, xp.shape[2] * c)
+        srcs = [flat[:, :, j * g.dil_w * c : j * g.dil_w * c + rowlen] for j in range(k_w)]
+    else:
+        srcs = [
+            np.ascontiguousarray(xp[:, :, j * g.dil_w : j * g.dil_w + (ow - 1) * sw + 1 : sw]).reshape(n, hp, rowlen)
+            for j in range(k_w)
+        ]
+    out = np.empty((n, oh, rowlen), dtype=x.dtype)
+    block = max(1, _DW_BLOCK_ELEMENTS // max(rowlen, 1))
+    tmp = np.empty((min(block, oh), rowlen), dtype=x.dtype)
+    for b in range(n):
+        for r0 in range(0, oh, block):
+            r1 = min(oh, r0 + block)
+            acc = out[b, r0:r1]
+            t = tmp[: r1 - r0]
+            np.copyto(acc, brow)
+            for i in range(k_h):
+                h0 = i * g.dil_h + r0 * sh
+                h1 = i * g.dil_h + (r1 - 1) * sh + 1
+                for j in range(k_w):
+                    np.multiply(srcs[j][b, h0:h1:sh], wrows[i * k_w + j], out=t)
+                    np.add(acc, t, out=acc)
+    return out.reshape(n, oh, ow, c)
+
+
+# -- CONV_2D --------------------------------------------------------------------------------
+
+
+def _conv_matrix(w: np.ndarray) -> np.ndarray:
+    """Filter [Cout, KH, KW, Cin] -> [KH*KW*Cin, Cout], contiguous."""
+    cout = w.shape[0]
+    return np.ascontiguousarray(w.reshape(cout, -1).T)
+
+
+@kernel(Op.CONV_2D)
+def prepare_conv2d(call: OpCall) -> Kernel:
+    sig = conv_signature(call, 3, extra=False, layout_required=False, dilation=True)
+    types = check_conv_types(call, 0)
+    check_const_params(call, sig)
+    nchw_const = call.const(sig.layout) if sig.layout is not None else False
+    fd, idims = call.inputs[1].dimensions, call.inputs[0].dimensions
+    if fd and idims and nchw_const is not None:
+        cin = idims[1] if nchw_const else idims[3]
+        if fd[3] and cin and fd[3] != cin:
+            call.fail(f"filter has {fd[3]} input channels, the input has {cin}")
+
+    const_w, const_b = call.const(1), call.const(2)
+    wmat0 = _conv_matrix(real_filter(const_w, call, types)) if const_w is not None else None
+    bias0 = real_bias(const_b, call, types) if const_b is not None else None
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        args = (x, w, b, *params)
+        check_shape(call, "input", x, 4)
+        check_shape(call, "filter", w, 4)
+        g = geometry(call, sig, args, *_hw(x, args, sig), w.shape[1], w.shape[2])
+        cin = x.shape[1] if g.nchw else x.shape[3]
+        if w.shape[3] != cin or b.shape != (w.shape[0],):
+            call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
+        if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
+            return empty_output(call, x.shape[0], w.shape[0], g)
+        wmat = wmat0 if wmat0 is not None else _conv_matrix(real_filter(w, call, types))
+        bias = bias0 if bias0 is not None else real_bias(b, call, types)
+        out = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g)
+        out += bias
+        return finish_output(call, out, g)
+
+    return run
+
+
+def _hw(x: np.ndarray, args: tuple[Any, ...], sig: ConvSignature) -> tuple[int, int]:
+    """(height, width) of a rank-4 input in the run's layout."""
+    nchw = sig.layout is not None and bool(args[sig.layout])
+    return (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
+
+
+# -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------
+
+
+def _tiled_rows(w: np.ndarray) -> Callable[[int], np.ndarray]:
+    """Real filter [1, KH, KW, C] -> ``rows(out_w)``: [KH*KW, out_w*C], cached per width."""
+    taps = np.ascontiguousarray(w.reshape(-1, w.shape[3]))
+    cache: dict[int, np.ndarray] = {}
+
+    def rows(ow: int) -> np.ndarray:
+        r = cache.get(ow)
+        if r is None:
+            r = np.tile(taps, (1, ow))
+            if len(cache) < 8:
+                cache[ow] = r
+        return r
+
+    return rows
+
+
+@kernel(Op.DEPTHWISE_CONV_2D)
+def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
+    sig = conv_signature(call, 3, extra=True, layout_required=False, dilation=True)
+    types = check_conv_types(call, 3)
+    check_const_params(call, sig)
+    fd = call.inputs[1].dimensions
+    if fd and fd[0] != 1:
+        call.fail(f"filter dimension 0 must be 1, got {fd[0]} (filter dimensions {list(fd)})")
+    nchw_const = call.const(sig.layout) if sig.layout is not None else False
+    mult_const = call.const(sig.extra) if sig.extra is not None else None
+    idims = call.inputs[0].dimensions
+    if fd and idims and nchw_const is not None and mult_const is not None:
+        cin = idims[1] if nchw_const else idims[3]
+        if fd[3] and cin and fd[3] != cin * mult_const:
+            call.fail(f"filter has {fd[3]} channels; input channels {cin} x depth multiplier {mult_const} expected")
+
+    const_w, const_b = call.const(1), call.const(2)
+    rows0 = _tiled_rows(real_filter(const_w, call, types)) if const_w is not None else None
+    bias0 = real_bias(const_b, call, types) if const_b is not None else None
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        args = (x, w, b, *params)
+        check_shape(call, "input", x, 4)
+        check_shape(call, "filter", w, 4)
+        g = geometry(call, sig, args, *_hw(x, args, sig), w.shape[1], w.shape[2])
+        cin = x.shape[1] if g.nchw else x.shape[3]
+        cout = w.shape[3]
+        if w.shape[0] != 1 or cout != cin * g.extra or b.shape != (cout,):
+            call.fail(
+                f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels "
+                f"x depth multiplier {g.extra}"
+            )
+        if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
+            return empty_output(call, x.shape[0], cout, g)
+        rows = rows0 if rows0 is not None else _tiled_rows(real_filter(w, call, types))
+        bias = bias0 if bias0 is not None else real_bias(b, call, types)
+        xr = input_nhwc(call, x, g, types)
+        if g.extra > 1:
+            xr = np.repeat(xr, g.extra, axis=3)
+        out = depthwise_nhwc(xr, rows, bias, w.shape[1], w.shape[2], g)
+        return finish_output(call, out, g)
+
+    return run
+
+
+# -- GROUPED_CONV_2D ------------------------------------------------------------------------
+
+
+@kernel(Op.GROUPED_CONV_2D)
+def prepare_grouped_conv2d(call: OpCall) -> Kernel:
+    sig = conv_signature(call, 3, extra=True, layout_required=True, dilation=False)
+    types = check_conv_types(call, 0)
+    check_const_params(call, sig)
+    groups_const = call.const(sig.extra) if sig.extra is not None else None
+    fd = call.inputs[1].dimensions
+    if groups_const is not None and fd and fd[0] and fd[0] % groups_const:
+        call.fail(f"filter has {fd[0]} output channels, not a multiple of {groups_const} groups")
+
+    const_w, const_b = call.const(1), call.const(2)
+    wreal0 = real_filter(const_w, call, types) if const_w is not None else None
+    bias0 = real_bias(const_b, call, types) if const_b is not None else None
+    mats: dict[int, list[np.ndarray]] = {}
+
+    def group_mats(wreal: np.ndarray, groups: int) -> list[np.ndarray]:
+        per = wreal.shape[0] // groups
+        return [_conv_matrix(wreal[k * per : (k + 1) * per]) for k in range(groups)]
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        args = (x, w, b, *params)
+        check_shape(call, "input", x, 4)
+        check_shape(call, "filter", w, 4)
+        g = geometry(call, sig, args, *_hw(x, args, sig), w.shape[1], w.shape[2])
+        groups = g.extra
+        cin = x.shape[1] if g.nchw else x.shape[3]
+        cout = w.shape[0]
+        if cout % groups or w.shape[3] * groups != cin or b.shape != (cout,):
+            call.fail(
+                f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels in {groups} groups"
+            )
+        if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
+            return empty_output(call, x.shape[0], cout, g)
+        if wreal0 is not None:
+            if groups not in mats:
+                mats[groups] = group_mats(wreal0, groups)
+            gm = mats[groups]
+        else:
+            gm = group_mats(real_filter(w, call, types), groups)
+        bias = bias0 if bias0 is not None else real_bias(b, call, types)
+        xr = input_nhwc(call, x, g, types)
+        cg = w.shape[3]
+        parts = [conv_nhwc(xr[..., k * cg : (k + 1) * cg], gm[k], w.shape[1], w.shape[2], g) for k in range(groups)]
+        out = np.concatenate(parts, axis=3) if groups > 1 else parts[0]
+        out += bias
+        return finish_output(call, out, g)
+
+    return run
+
+
+from nnrt.ops import conv_transpose as _conv_transpose  # noqa: E402, F401

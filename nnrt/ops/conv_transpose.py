@@ -1,0 +1,1 @@
+"""TRANSPOSE_CONV_2D (to be written)."""
