@@ -110,8 +110,17 @@ class Model:
                 f"is outside the memory of {buf.nbytes} bytes"
             )
         raw = buf[offset : offset + length]
-        source = raw.tobytes() if op.type.is_scalar else raw
-        op.value = self._coerce_value(op, source, "set_operand_value_from_memory", copy=False)
+        if op.type.is_scalar:
+            op.value = self._coerce_value(op, raw.tobytes(), "set_operand_value_from_memory", copy=False)
+        else:
+            where = f"set_operand_value_from_memory: {op.label} of type {op.type.name}"
+            if not op.fully_specified:
+                raise InvalidArgumentError(f"{where}: a constant needs fully specified dimensions, got {list(op.dimensions)}")
+            if length != op.byte_size:
+                raise InvalidArgumentError(f"{where}: length {length} given, {op.byte_size} bytes expected")
+            view = raw.view(op.type.dtype).reshape(op.dimensions)
+            view.flags.writeable = False
+            op.value = view
         op.lifetime = _L.CONSTANT_POOL
 
     def set_operand_symm_per_channel_quant_params(self, index: int, channel_dim: int, scales: Sequence[float]) -> None:
