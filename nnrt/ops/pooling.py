@@ -1,1 +1,196 @@
-"""Kernels of the pooling family (to be written)."""
+"""2-D pooling: AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D.
+
+Signatures (NNAPI): explicit ``[input, pad_left, pad_right, pad_top, pad_bottom, stride_w,
+stride_h, filter_w, filter_h, activation, (layout)]`` or implicit ``[input, padding scheme,
+stride_w, stride_h, filter_w, filter_h, activation, (layout)]``. Padded positions never take
+part: averages divide by the number of real input elements under the window, maxima ignore
+the padding. The kernels work in NHWC (NCHW is viewed as NHWC and transposed back) and in real
+numbers (float32 for float types, float64 for quantized ones, requantized by ``from_real``).
+All three reductions are separable: the window is reduced along the width first, then along
+the height, so a KHxKW window costs KH+KW passes instead of KH*KW.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnrt.ops._common import (
+    apply_activation,
+    check_activation,
+    from_nchw,
+    from_real,
+    implicit_padding,
+    to_nchw,
+    to_real,
+)
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+_PADDING_SCHEMES = (1, 2)  # SAME, VALID
+_TYPES = {
+    Op.AVERAGE_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED),
+    Op.MAX_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED),
+    Op.L2_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Geometry:
+    top: int
+    left: int
+    stride_h: int
+    stride_w: int
+    k_h: int
+    k_w: int
+    out_h: int
+    out_w: int
+    act: int
+    nchw: bool
+
+
+def _int(call: OpCall, args: tuple[Any, ...], i: int, what: str, minimum: int) -> int:
+    v = args[i]
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        call.fail(f"input {i} ({what}) must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _geometry(call: OpCall, explicit: bool, args: tuple[Any, ...]) -> _Geometry:
+    x = args[0]
+    base = 10 if explicit else 7
+    nchw = len(args) > base and bool(args[base])
+    in_h, in_w = (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
+    s = 5 if explicit else 2  # stride_w; then stride_h, filter_w, filter_h, activation
+    sw, sh = _int(call, args, s, "stride_w", 1), _int(call, args, s + 1, "stride_h", 1)
+    kw, kh = _int(call, args, s + 2, "filter_w", 1), _int(call, args, s + 3, "filter_h", 1)
+    act = check_activation(call, args[s + 4], s + 4)
+    if explicit:
+        left, right = _int(call, args, 1, "padding_left", 0), _int(call, args, 2, "padding_right", 0)
+        top, bottom = _int(call, args, 3, "padding_top", 0), _int(call, args, 4, "padding_bottom", 0)
+    else:
+        scheme = args[1]
+        if scheme not in _PADDING_SCHEMES:
+            call.fail(f"input 1: padding scheme {scheme!r} is not SAME(1) or VALID(2)")
+        left, right = implicit_padding(scheme, in_w, sw, kw)
+        top, bottom = implicit_padding(scheme, in_h, sh, kh)
+    out_h = (in_h + top + bottom - kh) // sh + 1
+    out_w = (in_w + left + right - kw) // sw + 1
+    if (out_h <= 0 or out_w <= 0) and in_h > 0 and in_w > 0:
+        call.fail(f"the {kh}x{kw} window does not fit the padded {in_h}x{in_w} input")
+    return _Geometry(top, left, sh, sw, kh, kw, max(out_h, 0), max(out_w, 0), act, nchw)
+
+
+def _window_view(x: np.ndarray, start: int, count: int, stride: int, axis: int) -> np.ndarray:
+    idx: list[slice] = [slice(None)] * x.ndim
+    idx[axis] = slice(start, start + (count - 1) * stride + 1, stride)
+    return x[tuple(idx)]
+
+
+def _reduce_axis(
+    x: np.ndarray, axis: int, before: int, k: int, stride: int, out_n: int, pad_value: float, ufunc: np.ufunc
+) -> np.ndarray:
+    """Reduce ``k``-wide windows along ``axis`` (padded with ``pad_value``) -> ``out_n`` positions."""
+    n = x.shape[axis]
+    need = (out_n - 1) * stride + k
+    if before or need > n:
+        shape = list(x.shape)
+        shape[axis] = need
+        xp = np.full(shape, pad_value, dtype=x.dtype)
+        m = min(n, need - before)
+        dst: list[slice] = [slice(None)] * x.ndim
+        src: list[slice] = [slice(None)] * x.ndim
+        dst[axis], src[axis] = slice(before, before + m), slice(0, m)
+        xp[tuple(dst)] = x[tuple(src)]
+        x = xp
+    acc = np.array(_window_view(x, 0, out_n, stride, axis), copy=True)
+    for j in range(1, k):
+        ufunc(acc, _window_view(x, j, out_n, stride, axis), out=acc)
+    return acc
+
+
+def _counts(in_n: int, before: int, k: int, stride: int, out_n: int) -> np.ndarray:
+    """How many of each window's ``k`` taps fall inside the (unpadded) input."""
+    start = np.arange(out_n) * stride - before
+    return (np.minimum(start + k, in_n) - np.maximum(start, 0)).clip(min=0)
+
+
+@kernel(Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D)
+def prepare_pool2d(call: OpCall) -> Kernel:
+    call.expect_counts((7, 8, 10, 11), 1)
+    n = len(call.inputs)
+    explicit = n >= 10
+    t = call.expect_type(0, *_TYPES[call.type])
+    call.expect_output_type(0, t)
+    call.expect_rank(0, 4)
+    base = 10 if explicit else 7
+    for i in range(1, base):
+        call.expect_type(i, T.INT32)
+        v = call.const(i)
+        if v is None:
+            continue
+        if i == base - 1:
+            check_activation(call, v, i)
+        elif not explicit and i == 1:
+            if v not in _PADDING_SCHEMES:
+                call.fail(f"input 1: padding scheme {v!r} is not SAME(1) or VALID(2)")
+        elif v < (0 if explicit and i <= 4 else 1):
+            call.fail(f"input {i} has invalid value {v}")
+    if n > base:
+        call.expect_type(base, T.BOOL)
+    in_op, out_op = call.inputs[0], call.outputs[0]
+    real = np.float64 if t.is_quantized else np.float32
+    kind = call.type
+
+    reduce_fn: Callable[[np.ndarray, _Geometry], np.ndarray]
+
+    def window_sum(x: np.ndarray, g: _Geometry) -> np.ndarray:
+        s = _reduce_axis(x, 2, g.left, g.k_w, g.stride_w, g.out_w, 0.0, np.add)
+        s = _reduce_axis(s, 1, g.top, g.k_h, g.stride_h, g.out_h, 0.0, np.add)
+        ch = _counts(x.shape[1], g.top, g.k_h, g.stride_h, g.out_h)
+        cw = _counts(x.shape[2], g.left, g.k_w, g.stride_w, g.out_w)
+        cnt = np.maximum(ch[:, None] * cw[None, :], 1).astype(x.dtype)
+        s /= cnt[:, :, None]
+        return s
+
+    if kind is Op.MAX_POOL_2D:
+
+        def reduce_fn(x: np.ndarray, g: _Geometry) -> np.ndarray:
+            m = _reduce_axis(x, 2, g.left, g.k_w, g.stride_w, g.out_w, -np.inf, np.maximum)
+            return _reduce_axis(m, 1, g.top, g.k_h, g.stride_h, g.out_h, -np.inf, np.maximum)
+
+    elif kind is Op.L2_POOL_2D:
+
+        def reduce_fn(x: np.ndarray, g: _Geometry) -> np.ndarray:
+            r: np.ndarray = np.sqrt(window_sum(np.square(x), g))
+            return r
+
+    else:
+        reduce_fn = window_sum
+
+    def run(x: np.ndarray, *params: Any) -> np.ndarray:
+        args = (x, *params)
+        if x.ndim != 4:
+            call.fail(f"input has rank {x.ndim}; expected 4")
+        g = _geometry(call, explicit, args)
+        nb, c = x.shape[0], (x.shape[1] if g.nchw else x.shape[3])
+        if nb == 0 or c == 0 or g.out_h == 0 or g.out_w == 0:
+            shape = (nb, c, g.out_h, g.out_w) if g.nchw else (nb, g.out_h, g.out_w, c)
+            return np.zeros(shape, dtype=t.dtype)
+        xr = to_real(x, in_op, real)
+        if g.nchw:
+            xr = from_nchw(xr)
+        out = reduce_fn(xr, g)
+        if t is T.TENSOR_FLOAT32:
+            res = apply_activation(out, g.act)
+        else:
+            res = from_real(out, out_op, g.act)
+        return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
+
+    return run
