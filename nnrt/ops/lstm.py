@@ -1,0 +1,1 @@
+"""LSTM kernels (in progress)."""
