@@ -45,6 +45,7 @@ __all__ = [
     "check_conv_types",
     "conv_nhwc",
     "conv_signature",
+    "empty_output",
     "finish_output",
     "geometry",
     "real_bias",

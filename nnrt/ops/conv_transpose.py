@@ -1,1 +1,130 @@
-"""TRANSPOSE_CONV_2D (to be written)."""
+"""TRANSPOSE_CONV_2D (imported by ``conv``, whose type rules and real-number helpers it shares).
+
+Signatures (NNAPI): explicit ``[input, filter, bias, pad_left, pad_right, pad_top, pad_bottom,
+stride_w, stride_h, activation, layout]`` or implicit ``[input, filter, bias, output_shape,
+padding scheme, stride_w, stride_h, activation, layout]``. The filter is
+``[depth_out, KH, KW, depth_in]``. As in NNAPI's reference, the output size is always
+``in * stride + filter - stride - pad_head - pad_tail``; with the implicit form the output-shape
+tensor only decides the SAME padding, whose tail may be negative (the output then extends past
+the last filter tap with bias-only values).
+
+Computation: one matrix product scatters every input pixel into ``KH*KW*depth_out`` values,
+then KH*KW strided adds place them in the (uncropped) output, which is cropped by the padding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nnrt.ops._common import check_activation, from_nchw, to_real
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.ops.conv import Geometry, check_conv_types, empty_output, finish_output, real_bias, real_filter
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+_SAME, _VALID = 1, 2
+
+
+def _transpose_padding(scheme: int, out_size: int, stride: int, k: int) -> tuple[int, int]:
+    """NNAPI's implicit padding for TRANSPOSE_CONV_2D (the tail fits the last stride exactly)."""
+    if scheme != _SAME:
+        return 0, 0
+    n = (out_size + stride - 1) // stride
+    total = (n - 1) * stride + k - out_size
+    head = total // 2 if total > 0 else 0
+    return head, total - head
+
+
+def _filter_matrix(w: np.ndarray) -> np.ndarray:
+    """Real filter [Cout, KH, KW, Cin] -> [Cin, KH*KW*Cout] (columns in (kh, kw, cout) order)."""
+    return np.ascontiguousarray(w.transpose(3, 1, 2, 0).reshape(w.shape[3], -1))
+
+
+@kernel(Op.TRANSPOSE_CONV_2D)
+def prepare_transpose_conv2d(call: OpCall) -> Kernel:
+    call.expect_counts((9, 11), 1)
+    explicit = len(call.inputs) == 11
+    types = check_conv_types(call, 0)
+    if explicit:
+        for i in range(3, 10):
+            call.expect_type(i, T.INT32)
+        layout_i, stride_i, act_i = 10, 7, 9
+    else:
+        call.expect_type(3, T.TENSOR_INT32)
+        call.expect_rank(3, 1)
+        for i in range(4, 8):
+            call.expect_type(i, T.INT32)
+        layout_i, stride_i, act_i = 8, 5, 7
+    call.expect_type(layout_i, T.BOOL)
+    for i in (stride_i, stride_i + 1):
+        v = call.const(i)
+        if v is not None and v < 1:
+            call.fail(f"input {i} (stride) must be >= 1, got {v}")
+    act_const = call.const(act_i)
+    if act_const is not None:
+        check_activation(call, act_const, act_i)
+    if not explicit and call.const(4) not in (None, _SAME, _VALID):
+        call.fail(f"input 4: padding scheme {call.const(4)!r} is not SAME(1) or VALID(2)")
+
+    const_w, const_b = call.const(1), call.const(2)
+    wmat0 = _filter_matrix(real_filter(const_w, call, types)) if const_w is not None else None
+    bias0 = real_bias(const_b, call, types) if const_b is not None else None
+
+    def param(args: tuple[Any, ...], i: int, what: str, minimum: int | None) -> int:
+        v = args[i]
+        if not isinstance(v, int) or isinstance(v, bool) or (minimum is not None and v < minimum):
+            call.fail(f"input {i} ({what}) must be an integer{'' if minimum is None else f' >= {minimum}'}, got {v!r}")
+        return v
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        args = (x, w, b, *params)
+        if x.ndim != 4 or w.ndim != 4 or b.ndim != 1:
+            call.fail(f"input {list(x.shape)}, filter {list(w.shape)} and bias {list(b.shape)} must have ranks 4, 4, 1")
+        nchw = bool(args[layout_i])
+        n, in_h, in_w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+        cout, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+        if w.shape[3] != cin or b.shape[0] != cout or cin == 0 or cout == 0 or kh == 0 or kw == 0:
+            call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
+        sw, sh = param(args, stride_i, "stride_w", 1), param(args, stride_i + 1, "stride_h", 1)
+        act = check_activation(call, args[act_i], act_i)
+        if explicit:
+            left, right = param(args, 3, "padding_left", 0), param(args, 4, "padding_right", None)
+            top, bottom = param(args, 5, "padding_top", 0), param(args, 6, "padding_bottom", None)
+        else:
+            shape = args[3]
+            if shape.shape != (4,):
+                call.fail(f"input 3 (output shape) must have 4 elements, got shape {list(shape.shape)}")
+            scheme = args[4]
+            if scheme not in (_SAME, _VALID):
+                call.fail(f"input 4: padding scheme {scheme!r} is not SAME(1) or VALID(2)")
+            want_h, want_w = (int(shape[2]), int(shape[3])) if nchw else (int(shape[1]), int(shape[2]))
+            left, right = _transpose_padding(scheme, want_w, sw, kw)
+            top, bottom = _transpose_padding(scheme, want_h, sh, kh)
+        out_h = in_h * sh + kh - sh - top - bottom
+        out_w = in_w * sw + kw - sw - left - right
+        if out_h <= 0 or out_w <= 0 or in_h <= 0 or in_w <= 0:
+            call.fail(f"output size {out_h}x{out_w} from input {in_h}x{in_w} is not positive")
+        g = Geometry(top, bottom, left, right, sh, sw, 1, 1, out_h, out_w, nchw, act, 1)
+        if n == 0:
+            return empty_output(call, 0, cout, g)
+        wmat = wmat0 if wmat0 is not None else _filter_matrix(real_filter(w, call, types))
+        bias = bias0 if bias0 is not None else real_bias(b, call, types)
+        xr = to_real(x, call.inputs[0], types.real)
+        if nchw:
+            xr = from_nchw(xr)
+        cols = np.matmul(xr.reshape(-1, cin), wmat).reshape(n, in_h, in_w, kh, kw, cout)
+        full_h = max((in_h - 1) * sh + kh, top + out_h)
+        full_w = max((in_w - 1) * sw + kw, left + out_w)
+        full = np.zeros((n, full_h, full_w, cout), dtype=cols.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                full[:, i : i + (in_h - 1) * sh + 1 : sh, j : j + (in_w - 1) * sw + 1 : sw] += cols[:, :, :, i, j]
+        out = full[:, top : top + out_h, left : left + out_w]
+        out += bias
+        return finish_output(call, np.ascontiguousarray(out), g)
+
+    return run
