@@ -1,1 +1,213 @@
-"""Layout kernels (being written)."""
+"""Re-layout kernels: DEPTH_TO_SPACE, SPACE_TO_DEPTH, BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND and
+CHANNEL_SHUFFLE. Part of the shape family (``shape`` imports this module so it registers).
+
+The first four take a 4-D NHWC tensor, or NCHW when their optional trailing BOOL is true
+(FL3); they compute in NHWC and are each one reshape/transpose/reshape of the input, in its
+own dtype. SPACE_TO_BATCH_ND pads with a real 0 (the zero point when quantized) before
+re-laying. Quantized outputs are requantized when their scale or zero point differ from
+the input's. Parameters may be model inputs, so they are checked when known at preparation
+and again at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from nnrt.ops._common import from_nchw, to_nchw
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.ops.shape import DATA_TYPES, axis_index, int_list, known_dims, requantize
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+
+def _prepare_4d(call: OpCall, n_params: int) -> None:
+    """Common checks: input 0 a 4-D data tensor, output of its type, optional layout BOOL last."""
+    call.expect_counts((1 + n_params, 2 + n_params), 1)
+    call.expect_type(0, *DATA_TYPES)
+    call.expect_same_type(0, outputs=[0])
+    call.expect_rank(0, 4)
+    if call.has_input(1 + n_params):
+        call.expect_type(1 + n_params, T.BOOL)
+
+
+def _nhwc_kernel(call: OpCall, body: Callable[..., np.ndarray], n_params: int) -> Kernel:
+    """Wrap ``body(x_nhwc, *params)`` with layout handling and requantization."""
+    src, dst = call.inputs[0], call.outputs[0]
+
+    def run(x: np.ndarray, *args: Any) -> np.ndarray:
+        params, nchw = args[:n_params], bool(args[n_params]) if len(args) > n_params else False
+        if x.ndim != 4:
+            call.fail(f"input 0 has rank {x.ndim}; expected 4")
+        y = body(from_nchw(x) if nchw else x, *params)
+        y = to_nchw(y) if nchw else y
+        return requantize(y, src, dst)
+
+    return run
+
+
+def _nhwc_dims(call: OpCall, n_params: int) -> tuple[int, ...] | None:
+    """The input's NHWC dimensions when known and the layout is a constant, else None."""
+    dims = known_dims(call.inputs[0])
+    if dims is None:
+        return None
+    if not call.has_input(1 + n_params):
+        return dims
+    nchw = call.const(1 + n_params)
+    if nchw is None:
+        return None
+    return (dims[0], dims[2], dims[3], dims[1]) if nchw else dims
+
+
+def _block(call: OpCall, value: Any, i: int) -> int:
+    b = int(value)
+    if b < 1:
+        call.fail(f"input {i}: block size {b} must be at least 1")
+    return b
+
+
+# -- DEPTH_TO_SPACE / SPACE_TO_DEPTH -----------------------------------------------------------
+
+
+@kernel(Op.DEPTH_TO_SPACE)
+def prepare_depth_to_space(call: OpCall) -> Kernel:
+    _prepare_4d(call, 1)
+    call.expect_type(1, T.INT32)
+
+    def body(x: np.ndarray, block: int) -> np.ndarray:
+        bs = _block(call, block, 1)
+        n, h, w, c = x.shape
+        if c % (bs * bs):
+            call.fail(f"input 0: depth {c} is not a multiple of block size {bs} squared")
+        co = c // (bs * bs)
+        return x.reshape(n, h, w, bs, bs, co).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * bs, w * bs, co)
+
+    dims = _nhwc_dims(call, 1)
+    if dims is not None and call.const(1) is not None:
+        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1))
+    return _nhwc_kernel(call, body, 1)
+
+
+@kernel(Op.SPACE_TO_DEPTH)
+def prepare_space_to_depth(call: OpCall) -> Kernel:
+    _prepare_4d(call, 1)
+    call.expect_type(1, T.INT32)
+
+    def body(x: np.ndarray, block: int) -> np.ndarray:
+        bs = _block(call, block, 1)
+        n, h, w, c = x.shape
+        if h % bs or w % bs:
+            call.fail(f"input 0: height {h} and width {w} are not multiples of block size {bs}")
+        y = x.reshape(n, h // bs, bs, w // bs, bs, c).transpose(0, 1, 3, 2, 4, 5)
+        return y.reshape(n, h // bs, w // bs, bs * bs * c)
+
+    dims = _nhwc_dims(call, 1)
+    if dims is not None and call.const(1) is not None:
+        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1))
+    return _nhwc_kernel(call, body, 1)
+
+
+# -- BATCH_TO_SPACE_ND / SPACE_TO_BATCH_ND -----------------------------------------------------
+
+
+def _block_shape(call: OpCall, value: Any) -> tuple[int, int]:
+    bh, bw = int_list(call, value, 1, 2)
+    if bh < 1 or bw < 1:
+        call.fail(f"input 1: block shape {[bh, bw]} must be at least 1 in each dimension")
+    return bh, bw
+
+
+@kernel(Op.BATCH_TO_SPACE_ND)
+def prepare_batch_to_space(call: OpCall) -> Kernel:
+    _prepare_4d(call, 1)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 1)
+
+    def body(x: np.ndarray, block: Any) -> np.ndarray:
+        bh, bw = _block_shape(call, block)
+        n, h, w, c = x.shape
+        if n % (bh * bw):
+            call.fail(f"input 0: batch {n} is not a multiple of the block shape's product {bh * bw}")
+        no = n // (bh * bw)
+        return x.reshape(bh, bw, no, h, w, c).transpose(2, 3, 0, 4, 1, 5).reshape(no, h * bh, w * bw, c)
+
+    dims = _nhwc_dims(call, 1)
+    if dims is not None and call.const(1) is not None:
+        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1))
+    return _nhwc_kernel(call, body, 1)
+
+
+def _paddings(call: OpCall, value: Any) -> list[tuple[int, int]]:
+    arr = np.asarray(value)
+    if arr.shape != (2, 2):
+        call.fail(f"input 2 has shape {list(arr.shape)}; expected [2, 2]")
+    pads = [(int(a), int(b)) for a, b in arr.tolist()]
+    if any(p < 0 for pair in pads for p in pair):
+        call.fail(f"input 2: paddings {pads} must not be negative")
+    return pads
+
+
+@kernel(Op.SPACE_TO_BATCH_ND)
+def prepare_space_to_batch(call: OpCall) -> Kernel:
+    _prepare_4d(call, 2)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 1)
+    call.expect_type(2, T.TENSOR_INT32)
+    call.expect_rank(2, 2)
+    src = call.inputs[0]
+    # The padding is a real 0: the input's zero point (the kernel requantizes afterwards).
+    fill = src.zero_point if src.type.is_quantized else 0
+
+    def body(x: np.ndarray, block: Any, paddings: Any) -> np.ndarray:
+        bh, bw = _block_shape(call, block)
+        (pt, pb), (pl, pr) = _paddings(call, paddings)
+        n, h, w, c = x.shape
+        hp, wp = h + pt + pb, w + pl + pr
+        if hp % bh or wp % bw:
+            call.fail(f"padded height {hp} and width {wp} are not multiples of the block shape {[bh, bw]}")
+        y = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=fill)
+        y = y.reshape(n, hp // bh, bh, wp // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
+        return y.reshape(bh * bw * n, hp // bh, wp // bw, c)
+
+    dims = _nhwc_dims(call, 2)
+    if dims is not None and call.const(1) is not None and call.const(2) is not None:
+        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1), call.const(2))
+    return _nhwc_kernel(call, body, 2)
+
+
+# -- CHANNEL_SHUFFLE ---------------------------------------------------------------------------
+
+
+def _shuffle_plan(call: OpCall, shape: Sequence[int], groups: Any, axis: Any) -> tuple[int, int]:
+    if len(shape) > 4:
+        call.fail(f"input 0 has rank {len(shape)}; CHANNEL_SHUFFLE supports ranks up to 4")
+    ax = axis_index(call, axis, len(shape), 2)
+    g = int(groups)
+    if g < 1 or shape[ax] % g:
+        call.fail(f"input 1: {g} groups do not divide dimension {ax} of size {shape[ax]}")
+    return g, ax
+
+
+@kernel(Op.CHANNEL_SHUFFLE)
+def prepare_channel_shuffle(call: OpCall) -> Kernel:
+    call.expect_counts(3, 1)
+    call.expect_type(0, *DATA_TYPES)
+    call.expect_same_type(0, outputs=[0])
+    call.expect_type(1, T.INT32)
+    call.expect_type(2, T.INT32)
+    src, dst = call.inputs[0], call.outputs[0]
+    dims = known_dims(src)
+    if dims is not None and call.const(1) is not None and call.const(2) is not None:
+        _shuffle_plan(call, dims, call.const(1), call.const(2))
+
+    def run(x: np.ndarray, groups: int, axis: int) -> np.ndarray:
+        g, ax = _shuffle_plan(call, x.shape, groups, axis)
+        split = x.shape[:ax] + (g, x.shape[ax] // g) + x.shape[ax + 1 :]
+        y = np.swapaxes(x.reshape(split), ax, ax + 1).reshape(x.shape)
+        return requantize(y, src, dst)
+
+    return run

@@ -7,8 +7,9 @@ real numbers (CONCATENATION of inputs with different scales is the CTS case). Pa
 (shapes, axes, paddings) may be model inputs, so each operation has one *plan* function that
 checks them against the input's shape and computes the output: it runs at preparation when
 everything is known (so NNAPI's validation failures surface there) and again in the kernel.
-Kernels always return fresh arrays. The space/depth/batch re-layouts and CHANNEL_SHUFFLE are
-in ``layout``, imported at the bottom so they register with this family.
+Kernels always return fresh arrays; a result that would have rank 0 (everything squeezed or
+shrunk) has shape [1], as NNAPI tensors have rank >= 1. The space/depth/batch re-layouts and
+CHANNEL_SHUFFLE are in ``layout``, imported at the bottom so they register with this family.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ DATA_INT_TYPES = (*DATA_TYPES, T.TENSOR_INT32)
 
 
 def requantize(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
-    """A fresh array of ``dst``'s dtype holding ``x`` (values of ``src``), requantized if needed."""
+    """A fresh C-ordered array of ``dst``'s dtype holding ``x`` (values of ``src``), requantized if needed."""
     if src.type.is_quantized and (src.scale != dst.scale or src.zero_point != dst.zero_point):
         return from_real(to_real(x, src, np.float64), dst)
-    return x.astype(dst.type.dtype)
+    return x.astype(dst.type.dtype, order="C")
 
 
 def known_dims(op: Operand) -> tuple[int, ...] | None:
@@ -161,12 +162,12 @@ def _squeeze_plan(call: OpCall, shape: Sequence[int], axes: Any) -> tuple[int, .
     if rank > 4:
         call.fail(f"input 0 has rank {rank}; SQUEEZE supports ranks up to 4")
     if axes is None or np.asarray(axes).size == 0:
-        return tuple(d for d in shape if d != 1)
+        return tuple(d for d in shape if d != 1) or (1,)
     drop = {axis_index(call, a, rank, 1) for a in int_list(call, axes, 1)}
     for a in sorted(drop):
         if shape[a] != 1:
             call.fail(f"input 1: dimension {a} has size {shape[a]}; only dimensions of size 1 can be squeezed")
-    return tuple(d for k, d in enumerate(shape) if k not in drop)
+    return tuple(d for k, d in enumerate(shape) if k not in drop) or (1,)
 
 
 @kernel(Op.SQUEEZE)
@@ -228,7 +229,7 @@ def prepare_transpose(call: OpCall) -> Kernel:
         _transpose_plan(call, len(src.dimensions), call.const(1) if call.has_input(1) else None)
 
     def run(x: np.ndarray, perm: Any = None) -> np.ndarray:
-        return np.ascontiguousarray(requantize(x, src, dst).transpose(_transpose_plan(call, x.ndim, perm)))
+        return requantize(x.transpose(_transpose_plan(call, x.ndim, perm)), src, dst)
 
     return run
 
@@ -301,7 +302,7 @@ def _strided_plan(
             out_shape.append(n)
         last = start + n * stride
         slices.append(slice(start, last if last >= 0 else None, stride))
-    return tuple(slices), tuple(out_shape)
+    return tuple(slices), tuple(out_shape) or (1,)
 
 
 @kernel(Op.STRIDED_SLICE)
