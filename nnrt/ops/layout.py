@@ -206,7 +206,7 @@ def prepare_channel_shuffle(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, groups: int, axis: int) -> np.ndarray:
         g, ax = _shuffle_plan(call, x.shape, groups, axis)
-        split = x.shape[:ax] + (g, x.shape[ax] // g) + x.shape[ax + 1 :]
+        split = (*x.shape[:ax], g, x.shape[ax] // g, *x.shape[ax + 1 :])
         y = np.swapaxes(x.reshape(split), ax, ax + 1).reshape(x.shape)
         return requantize(y, src, dst)
 
