@@ -84,7 +84,7 @@ def ort_add() -> Any:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
     z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])
     graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "add", [x, y], [z])
-    return ort_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return ort_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
 
 
 def ort_block(model: nnrt.Model) -> Any:
@@ -116,7 +116,7 @@ def ort_block(model: nnrt.Model) -> Any:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1000])
     graph = helper.make_graph(nodes, "block", [x], [y], initializer=inits)
-    return ort_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return ort_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
 
 
 def line(name: str, value: float, unit: str = "us") -> None:

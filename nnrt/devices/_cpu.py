@@ -25,6 +25,7 @@ from nnrt.clock import Clock, default_clock, perf_ns
 from nnrt.devices._device import Device, DeviceType, check_preparation_args
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
+from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
 from nnrt.model import Model, Operand
 from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
@@ -168,11 +169,13 @@ class CpuDevice(Device):
         if not plan.has_control_flow and plan.cost_ns <= self.inline_limit_ns:
             ctx.on_loop = True
             t = perf_ns()
+            token = fp_errors_ignored()
             try:
-                with np.errstate(all="ignore"):
-                    reason = next(gen)
+                reason = next(gen)
             except StopIteration as stop:
                 return stop.value, perf_ns() - t
+            finally:
+                fp_errors_restored(token)
             device_ns += perf_ns() - t
         while True:
             if reason == OFFLOAD:
@@ -196,12 +199,14 @@ class CpuDevice(Device):
 
     def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
         t = perf_ns()
-        with np.errstate(all="ignore"):
+        token = fp_errors_ignored()
+        try:
             while True:
-                try:
-                    next(gen)
-                except StopIteration as stop:
-                    return stop.value, perf_ns() - t
+                next(gen)
+        except StopIteration as stop:
+            return stop.value, perf_ns() - t
+        finally:
+            fp_errors_restored(token)
 
 
 def _single_operation_model(model: Model, index: int) -> Model:
@@ -244,17 +249,28 @@ def _calibrate(plan: Plan) -> None:
         if not op.fully_specified:
             return
         args.append(op.type.dtype.type(0).item() if op.type.is_scalar else np.zeros(op.dimensions, op.type.dtype))
-    profile: dict[int, int] = {}
-    ctx = ExecContext(profile=profile)
-    try:
-        with np.errstate(all="ignore"):
-            for _ in run_plan(plan, args, ctx):
+    # The first run is cold (allocator, caches, lazy imports); keep the best of the later ones.
+    # Cheap plans get more runs, since a noisy measurement decides where they run.
+    best: dict[int, float] = {}
+    runs, spent = 0, 0
+    while runs < 2 or (runs < 6 and spent < 2_000_000):
+        profile: dict[int, int] = {}
+        token = fp_errors_ignored()
+        try:
+            for _ in run_plan(plan, args, ExecContext(profile=profile)):
                 pass
-    except NnrtError:
-        pass
+        except NnrtError:
+            return
+        finally:
+            fp_errors_restored(token)
+        runs += 1
+        spent += sum(profile.values())
+        if runs > 1:
+            for key, ns in profile.items():
+                best[key] = min(best.get(key, float("inf")), float(ns))
     for step in plan.steps:
-        if id(step) in profile:
-            step.cost_ns = float(profile[id(step)])
+        if id(step) in best:
+            step.cost_ns = best[id(step)]
 
 
 _blas_limiter: Any = None

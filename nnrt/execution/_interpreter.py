@@ -28,7 +28,7 @@ from nnrt.execution._control import while_counts
 from nnrt.execution._plan import IF, KERNEL, Plan, Step
 from nnrt.types import ErrorStatus
 
-__all__ = ["INTERRUPTED", "OFFLOAD", "ExecContext", "run_plan"]
+__all__ = ["INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_plan"]
 
 INTERRUPTED, OFFLOAD = 1, 2
 
@@ -36,6 +36,31 @@ DEFAULT_LOOP_TIMEOUT_S = 2.0
 MAX_LOOP_TIMEOUT_S = 15.0
 
 Yield = Generator[int, None, list[Any]]
+
+# Kernels run with numpy's floating-point warnings off (NNAPI wants IEEE results, not
+# warnings). ``np.errstate`` costs ~2 us per use; setting numpy's context variable directly
+# costs ~0.1 us, which matters on a 10 us execution. Fall back to errstate if numpy moves it.
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+
+    _IGNORE_ALL = _make_extobj(all="ignore")
+
+    def fp_errors_ignored() -> Any:
+        """Turn numpy floating-point warnings off in this context; returns a token."""
+        return _extobj_contextvar.set(_IGNORE_ALL)
+
+    def fp_errors_restored(token: Any) -> None:
+        _extobj_contextvar.reset(token)
+
+except ImportError:  # pragma: no cover - other numpy layouts
+
+    def fp_errors_ignored() -> Any:
+        state = np.errstate(all="ignore")
+        state.__enter__()
+        return state
+
+    def fp_errors_restored(token: Any) -> None:
+        token.__exit__(None, None, None)
 
 
 class ExecContext:

@@ -235,7 +235,9 @@ class PreparedModel:
             arr = self._check_output(j, op, value)
             buf = None if bufs is None else bufs[j]
             if buf is None:
-                if not arr.flags.writeable or any(isinstance(a, np.ndarray) and np.may_share_memory(a, arr) for a in args):
+                # Never hand out a constant, a view, or a caller's own input array as an output.
+                flags = arr.flags
+                if not (flags.owndata and flags.writeable) or any(arr is a for a in args):
                     arr = arr.copy()
                 outs.append(arr)
                 shapes.append(OutputShape(arr.shape, True))
@@ -268,6 +270,8 @@ class PreparedModel:
         if arr.dtype != op.type.dtype:
             raise GeneralFailureError(f"output {j} ({op.label}): the kernel produced {arr.dtype}, not {op.type.dtype}")
         dims = op.dimensions
+        if arr.shape == dims:
+            return arr
         if dims and (len(dims) != arr.ndim or any(d and d != s for d, s in zip(dims, arr.shape))):
             raise GeneralFailureError(
                 f"output {j} ({op.label}): the result has shape {list(arr.shape)}, the model says {list(dims)}"
