@@ -41,7 +41,7 @@ Yield = Generator[int, None, list[Any]]
 # warnings). ``np.errstate`` costs ~2 us per use; setting numpy's context variable directly
 # costs ~0.1 us, which matters on a 10 us execution. Fall back to errstate if numpy moves it.
 try:
-    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj  # type: ignore[attr-defined]
 
     _IGNORE_ALL = _make_extobj(all="ignore")
 
