@@ -1,1 +1,160 @@
-"""Kernels of the reduce family (to be written)."""
+"""Reductions: MEAN, REDUCE_ALL/ANY/MAX/MIN/PROD/SUM, ARGMAX/ARGMIN and TOPK_V2.
+
+MEAN and REDUCE_* take ``[input, axes (1-D TENSOR_INT32), keep_dims]`` (keep_dims is an
+INT32 for MEAN, a BOOL for the others). Axes may be negative and may repeat; a reduction
+that would leave a rank-0 result gives shape ``[1]``, as NNAPI does. Float sums and products
+accumulate in float64 (float16 in float32); quantized MEAN and REDUCE_MAX/MIN compute in real
+numbers and requantize to the output's parameters. ARGMAX/ARGMIN take ``[input, axis]`` and
+give TENSOR_INT32 indices (first occurrence on ties). TOPK_V2 takes ``[input, k]`` and gives
+the k largest values along the last axis, in decreasing order (lower index first on ties),
+and their indices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, to_real
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+
+def _axes(call: OpCall, axes: np.ndarray, rank: int, i: int = 1) -> tuple[int, ...]:
+    """Sorted, deduplicated non-negative axes; fails on an axis outside [-rank, rank)."""
+    out: set[int] = set()
+    for a in np.asarray(axes).reshape(-1).tolist():
+        if not -rank <= a < rank:
+            call.fail(f"input {i}: axis {a} is out of range for rank {rank}")
+        out.add(a % rank)
+    return tuple(sorted(out))
+
+
+def _axis(call: OpCall, axis: int, rank: int, i: int = 1) -> int:
+    if not -rank <= axis < rank:
+        call.fail(f"input {i}: axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _check_const_axes(call: OpCall) -> None:
+    """Validate constant axes at preparation when the input's rank is known."""
+    axes = call.const(1)
+    rank = len(call.inputs[0].dimensions)
+    if axes is not None and rank:
+        _axes(call, axes, rank)
+
+
+def _at_least_1d(x: np.ndarray) -> np.ndarray:
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+# -- MEAN and REDUCE_* --------------------------------------------------------------------
+
+_REDUCE_TYPES: dict[Op, tuple[T, ...]] = {
+    Op.MEAN: (*FLOAT_TYPES, *QUANT8_TYPES),
+    Op.REDUCE_ALL: (T.TENSOR_BOOL8,),
+    Op.REDUCE_ANY: (T.TENSOR_BOOL8,),
+    Op.REDUCE_MAX: (*FLOAT_TYPES, *QUANT8_TYPES),
+    Op.REDUCE_MIN: (*FLOAT_TYPES, *QUANT8_TYPES),
+    Op.REDUCE_PROD: FLOAT_TYPES,
+    Op.REDUCE_SUM: FLOAT_TYPES,
+}
+_REDUCERS: dict[Op, Callable[..., np.ndarray]] = {
+    Op.MEAN: np.mean,
+    Op.REDUCE_ALL: np.all,
+    Op.REDUCE_ANY: np.any,
+    Op.REDUCE_MAX: np.max,
+    Op.REDUCE_MIN: np.min,
+    Op.REDUCE_PROD: np.prod,
+    Op.REDUCE_SUM: np.sum,
+}
+
+
+@kernel(*_REDUCE_TYPES)
+def prepare_reduce(call: OpCall) -> Kernel:
+    call.expect_counts(3, 1)
+    t = call.expect_type(0, *_REDUCE_TYPES[call.type])
+    call.expect_same_type(0, outputs=[0])
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 1)
+    call.expect_type(2, T.INT32 if call.type is Op.MEAN else T.BOOL)
+    _check_const_axes(call)
+    reducer = _REDUCERS[call.type]
+    in_op, out_op = call.inputs[0], call.outputs[0]
+    accumulate = call.type in (Op.MEAN, Op.REDUCE_PROD, Op.REDUCE_SUM)
+    same_quant = in_op.scale == out_op.scale and in_op.zero_point == out_op.zero_point
+
+    def run(x: np.ndarray, axes: np.ndarray, keep_dims: int | bool) -> np.ndarray:
+        ax = _axes(call, axes, x.ndim)
+        keep = bool(keep_dims)
+        if t.is_quantized:
+            if not accumulate and same_quant:  # MAX/MIN of the stored values
+                return _at_least_1d(np.asarray(reducer(x, axis=ax, keepdims=keep)))
+            real = reducer(to_real(x, in_op, np.float64), axis=ax, keepdims=keep)
+            return _at_least_1d(from_real(np.asarray(real, dtype=np.float64), out_op))
+        if accumulate:
+            wide = np.float64 if t is T.TENSOR_FLOAT32 else np.float32
+            real = reducer(x.astype(wide), axis=ax, keepdims=keep)
+            return _at_least_1d(np.asarray(real).astype(out_op.type.dtype))
+        return _at_least_1d(np.asarray(reducer(x, axis=ax, keepdims=keep)))
+
+    return run
+
+
+# -- ARGMAX, ARGMIN -----------------------------------------------------------------------
+
+
+@kernel(Op.ARGMAX, Op.ARGMIN)
+def prepare_arg(call: OpCall) -> Kernel:
+    call.expect_counts(2, 1)
+    call.expect_type(0, *FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
+    call.expect_type(1, T.INT32)
+    call.expect_output_type(0, T.TENSOR_INT32)
+    axis = call.const(1)
+    rank = len(call.inputs[0].dimensions)
+    if axis is not None and rank:
+        _axis(call, axis, rank)
+    fn = np.argmax if call.type is Op.ARGMAX else np.argmin
+
+    def run(x: np.ndarray, axis: int) -> np.ndarray:
+        # Stored quantized values order like their real values (positive scale).
+        return _at_least_1d(np.asarray(fn(x, axis=_axis(call, axis, x.ndim))).astype(np.int32))
+
+    return run
+
+
+# -- TOPK_V2 ------------------------------------------------------------------------------
+
+
+@kernel(Op.TOPK_V2)
+def prepare_topk(call: OpCall) -> Kernel:
+    call.expect_counts(2, 2)
+    call.expect_type(0, *FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
+    call.expect_type(1, T.INT32)
+    call.expect_same_type(0, outputs=[0])
+    call.expect_output_type(1, T.TENSOR_INT32)
+    in_op, out_op = call.inputs[0], call.outputs[0]
+    if in_op.type.is_quantized and (in_op.scale != out_op.scale or in_op.zero_point != out_op.zero_point):
+        call.fail("output 0 must have the input's scale and zero point")
+    k_const = call.const(1)
+    if k_const is not None and (k_const < 1 or (in_op.dimensions and 0 < in_op.dimensions[-1] < k_const)):
+        call.fail(f"input 1: k = {k_const} is out of range")
+
+    def run(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if x.ndim == 0:
+            call.fail("input 0 must have rank at least 1")
+        n = x.shape[-1]
+        if not 1 <= k <= n:
+            call.fail(f"input 1: k = {k} is out of range for a last dimension of {n}")
+        # A stable ascending sort of the reversed row, read backwards: decreasing values,
+        # lower original index first among equal values.
+        order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :k]
+        indices = (n - 1 - order).astype(np.int32)
+        values = np.take_along_axis(x, indices, axis=-1)
+        return values, indices
+
+    return run
