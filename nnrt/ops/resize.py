@@ -1,1 +1,121 @@
-"""Kernels of the resize family (to be written)."""
+"""Image resizing kernels: RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR.
+
+Signature (NNAPI): ``[input (4-D), width, height, nchw?, align_corners?, half_pixel_centers?]``.
+``width``/``height`` are either the output size (two INT32) or scale factors (two FLOAT32, or
+FLOAT16 for a float16 tensor), in which case the output size is ``floor(input size * scale)``.
+The layout flag is optional for RESIZE_BILINEAR (FL3) and required for RESIZE_NEAREST_NEIGHBOR;
+the corner flags are optional (FL4) and may not both be true. Sampling follows TensorFlow
+Lite's reference kernels, in float32 as they do: the ratio is ``in / out``, or
+``(in - 1) / (out - 1)`` with align_corners; half-pixel centers shift by 0.5. Bilinear clamps
+its two source rows/columns to the image; nearest neighbour floors (rounds half away from zero
+with align_corners). Quantized tensors are interpolated in real numbers and requantized.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nnrt.ops._common import from_nchw, from_real, round_half_away, to_nchw, to_real
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+_F32 = np.float32
+
+
+def _out_size(call: OpCall, in_size: int, value: Any, by_scale: bool, i: int) -> int:
+    """Output size along one axis from an INT32 size or a float scale (input ``i``)."""
+    if by_scale:
+        scale = float(value)
+        if not scale > 0:
+            call.fail(f"input {i}: scale {scale} must be positive")
+        size = int(np.floor(_F32(in_size) * _F32(scale)))
+    else:
+        size = int(value)
+    if size <= 0:
+        call.fail(f"input {i}: output size {size} must be positive")
+    return size
+
+
+def _ratio(in_size: int, out_size: int, align: bool) -> np.float32:
+    if align and out_size > 1:
+        return _F32(in_size - 1) / _F32(out_size - 1)
+    return _F32(in_size) / _F32(out_size)
+
+
+def _bilinear_axis(in_size: int, out_size: int, align: bool, half: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lower index, upper index, weight of upper) per output position along one axis."""
+    pos = np.arange(out_size, dtype=_F32)
+    ratio = _ratio(in_size, out_size, align)
+    src = (pos + _F32(0.5)) * ratio - _F32(0.5) if half else pos * ratio
+    lo = np.maximum(np.floor(src).astype(np.int64), 0)
+    hi = np.minimum(np.ceil(src).astype(np.int64), in_size - 1)
+    return lo, hi, (src - lo.astype(_F32)).astype(_F32)
+
+
+def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool) -> np.ndarray:
+    pos = np.arange(out_size, dtype=_F32)
+    src = (pos + _F32(0.5 if half else 0.0)) * _ratio(in_size, out_size, align)
+    idx = (round_half_away(src) if align else np.floor(src)).astype(np.int64)
+    idx = np.minimum(idx, in_size - 1)
+    return np.maximum(idx, 0) if half else idx
+
+
+def _bilinear(x: np.ndarray, oh: int, ow: int, align: bool, half: bool) -> np.ndarray:
+    """Bilinear resize of a float32 NHWC array."""
+    _, h, w, _ = x.shape
+    y0, y1, dy = _bilinear_axis(h, oh, align, half)
+    x0, x1, dx = _bilinear_axis(w, ow, align, half)
+    dy = dy[None, :, None, None]
+    dx = dx[None, None, :, None]
+    top, bottom = x[:, y0], x[:, y1]
+    top = top[:, :, x0] * (1 - dx) + top[:, :, x1] * dx
+    bottom = bottom[:, :, x0] * (1 - dx) + bottom[:, :, x1] * dx
+    out: np.ndarray = top * (1 - dy) + bottom * dy
+    return out
+
+
+def _nearest(x: np.ndarray, oh: int, ow: int, align: bool, half: bool) -> np.ndarray:
+    _, h, w, _ = x.shape
+    return x[:, _nearest_axis(h, oh, align, half)][:, :, _nearest_axis(w, ow, align, half)]
+
+
+@kernel(Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR)
+def prepare_resize(call: OpCall) -> Kernel:
+    nearest = call.type is Op.RESIZE_NEAREST_NEIGHBOR
+    call.expect_counts((4, 5, 6) if nearest else (3, 4, 5, 6), 1)
+    t = call.expect_type(0, *_TYPES)
+    call.expect_same_type(0, outputs=[0])
+    call.expect_rank(0, 4)
+    scale_type = T.FLOAT16 if t is T.TENSOR_FLOAT16 else T.FLOAT32
+    by_scale = call.expect_type(1, T.INT32, scale_type) is not T.INT32
+    call.expect_type(2, call.inputs[1].type)
+    for i in range(3, len(call.inputs)):
+        if call.has_input(i):
+            call.expect_type(i, T.BOOL)
+    if call.has_input(4) and call.has_input(5) and call.const(4) and call.const(5):
+        call.fail("align_corners (input 4) and half_pixel_centers (input 5) cannot both be true")
+    src, dst = call.inputs[0], call.outputs[0]
+    same_quant = src.scale == dst.scale and src.zero_point == dst.zero_point
+
+    def run(x: np.ndarray, width: Any, height: Any, *flags: Any) -> np.ndarray:
+        if x.ndim != 4:
+            call.fail(f"input 0 has rank {x.ndim}; expected 4")
+        nchw, align, half = ([f is not None and bool(f) for f in flags] + [False] * 3)[:3]
+        if align and half:
+            call.fail("align_corners (input 4) and half_pixel_centers (input 5) cannot both be true")
+        img = from_nchw(x) if nchw else x
+        oh = _out_size(call, img.shape[1], height, by_scale, 2)
+        ow = _out_size(call, img.shape[2], width, by_scale, 1)
+        if nearest and same_quant:  # a pure gather: stays in the tensor's own type
+            y = _nearest(img, oh, ow, align, half)
+            return (to_nchw(y) if nchw else y).astype(dst.type.dtype, order="C")
+        y = (_nearest if nearest else _bilinear)(to_real(img, src), oh, ow, align, half)
+        return from_real(np.ascontiguousarray(to_nchw(y) if nchw else y), dst)
+
+    return run
