@@ -18,7 +18,7 @@ import numpy as np
 
 from nnrt.ops._common import from_nchw, to_nchw
 from nnrt.ops._registry import Kernel, OpCall, kernel
-from nnrt.ops.shape import DATA_TYPES, axis_index, int_list, known_dims, requantize
+from nnrt.ops.shape import DATA_TYPES, axis_index, int_list, known_dims, requantize, require_inputs
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
@@ -28,6 +28,7 @@ __all__: list[str] = []
 def _prepare_4d(call: OpCall, n_params: int) -> None:
     """Common checks: input 0 a 4-D data tensor, output of its type, optional layout BOOL last."""
     call.expect_counts((1 + n_params, 2 + n_params), 1)
+    require_inputs(call, 1 + n_params)
     call.expect_type(0, *DATA_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_rank(0, 4)
@@ -195,6 +196,7 @@ def _shuffle_plan(call: OpCall, shape: Sequence[int], groups: Any, axis: Any) ->
 @kernel(Op.CHANNEL_SHUFFLE)
 def prepare_channel_shuffle(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
+    require_inputs(call)
     call.expect_type(0, *DATA_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_type(1, T.INT32)

@@ -26,7 +26,16 @@ from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__ = ["axis_index", "int_list", "known_dims", "requantize", "DATA_TYPES", "DATA_INT_TYPES"]
+__all__ = [
+    "DATA_INT_TYPES",
+    "DATA_TYPES",
+    "axis_index",
+    "int_list",
+    "known_dims",
+    "output_values",
+    "requantize",
+    "require_inputs",
+]
 
 #: Float and 8-bit asymmetric quantized tensors: what most data-movement ops accept.
 DATA_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -42,6 +51,16 @@ def requantize(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
     if src.type.is_quantized and (src.scale != dst.scale or src.zero_point != dst.zero_point):
         return from_real(to_real(x, src, np.float64), dst)
     return x.astype(dst.type.dtype, order="C")
+
+
+def output_values(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
+    """``x`` as ``dst``'s values; ``x`` itself (not a copy) when no requantization is needed.
+
+    For kernels whose next numpy call makes a fresh array anyway (concatenate, pad, tile...).
+    """
+    if src.type.is_quantized and (src.scale != dst.scale or src.zero_point != dst.zero_point):
+        return from_real(to_real(x, src, np.float64), dst)
+    return x
 
 
 def known_dims(op: Operand) -> tuple[int, ...] | None:
@@ -68,6 +87,13 @@ def axis_index(call: OpCall, axis: Any, rank: int, i: int) -> int:
     if not -rank <= a < rank:
         call.fail(f"input {i}: axis {a} is out of range for rank {rank}")
     return a + rank if a < 0 else a
+
+
+def require_inputs(call: OpCall, *optional: int) -> None:
+    """Every input but the ``optional`` ones must be present (not omitted)."""
+    for i in range(len(call.inputs)):
+        if i not in optional and not call.has_input(i):
+            call.fail(f"input {i} ({call.inputs[i].label}) is required but omitted")
 
 
 def _const_ok(call: OpCall, *inputs: int) -> bool:
@@ -102,6 +128,7 @@ def _reshape_plan(call: OpCall, size: int, shape: Any) -> tuple[int, ...]:
 @kernel(Op.RESHAPE)
 def prepare_reshape(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
@@ -138,6 +165,7 @@ def _concat_plan(call: OpCall, shapes: Sequence[Sequence[int]], axis: Any) -> in
 def prepare_concatenation(call: OpCall) -> Kernel:
     n = len(call.inputs) - 1
     call.expect_counts(max(n + 1, 2), 1)
+    require_inputs(call)
     _same_io(call, DATA_TYPES, n)
     call.expect_type(n, T.INT32)
     srcs, dst = call.inputs[:n], call.outputs[0]
@@ -149,7 +177,7 @@ def prepare_concatenation(call: OpCall) -> Kernel:
     def run(*args: Any) -> np.ndarray:
         xs: tuple[np.ndarray, ...] = args[:n]
         ax = _concat_plan(call, [x.shape for x in xs], args[n])
-        return np.concatenate([requantize(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
+        return np.concatenate([output_values(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
 
     return run
 
@@ -173,6 +201,7 @@ def _squeeze_plan(call: OpCall, shape: Sequence[int], axes: Any) -> tuple[int, .
 @kernel(Op.SQUEEZE)
 def prepare_squeeze(call: OpCall) -> Kernel:
     call.expect_counts((1, 2), 1)
+    require_inputs(call, 1)
     _same_io(call, DATA_TYPES)
     if call.has_input(1):
         call.expect_type(1, T.TENSOR_INT32)
@@ -191,6 +220,7 @@ def prepare_squeeze(call: OpCall) -> Kernel:
 @kernel(Op.EXPAND_DIMS)
 def prepare_expand_dims(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     src, dst = call.inputs[0], call.outputs[0]
@@ -220,6 +250,7 @@ def _transpose_plan(call: OpCall, rank: int, perm: Any) -> tuple[int, ...]:
 @kernel(Op.TRANSPOSE)
 def prepare_transpose(call: OpCall) -> Kernel:
     call.expect_counts((1, 2), 1)
+    require_inputs(call, 1)
     _same_io(call, DATA_TYPES)
     if call.has_input(1):
         call.expect_type(1, T.TENSOR_INT32)
@@ -254,6 +285,7 @@ def _slice_plan(call: OpCall, shape: Sequence[int], begin: Any, size: Any) -> tu
 @kernel(Op.SLICE)
 def prepare_slice(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_type(2, T.TENSOR_INT32)
@@ -308,6 +340,7 @@ def _strided_plan(
 @kernel(Op.STRIDED_SLICE)
 def prepare_strided_slice(call: OpCall) -> Kernel:
     call.expect_counts(7, 1)
+    require_inputs(call)
     _same_io(call, DATA_TYPES)
     for i in (1, 2, 3):
         call.expect_type(i, T.TENSOR_INT32)
@@ -345,6 +378,7 @@ def _split_plan(call: OpCall, shape: Sequence[int], axis: Any, num: Any) -> int:
 @kernel(Op.SPLIT)
 def prepare_split(call: OpCall) -> Kernel:
     call.expect_counts(3, max(len(call.outputs), 1))
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     call.expect_type(2, T.INT32)
@@ -364,6 +398,7 @@ def prepare_split(call: OpCall) -> Kernel:
 def prepare_pack(call: OpCall) -> Kernel:
     n = len(call.inputs) - 1
     call.expect_counts(max(n + 1, 2), 1)
+    require_inputs(call)
     call.expect_type(0, T.INT32)
     call.expect_type(1, *DATA_INT_TYPES)
     call.expect_same_type(1, *range(2, n + 1), outputs=[0])
@@ -376,7 +411,7 @@ def prepare_pack(call: OpCall) -> Kernel:
             if x.shape != xs[0].shape:
                 call.fail(f"input {k} has shape {list(x.shape)}; input 1 has {list(xs[0].shape)}")
         ax = axis_index(call, axis, xs[0].ndim + 1, 0)
-        return np.stack([requantize(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
+        return np.stack([output_values(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
 
     return run
 
@@ -387,6 +422,7 @@ def prepare_pack(call: OpCall) -> Kernel:
 @kernel(Op.TILE)
 def prepare_tile(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
@@ -402,7 +438,7 @@ def prepare_tile(call: OpCall) -> Kernel:
         reps_of(len(src.dimensions), call.const(1))
 
     def run(x: np.ndarray, multiples: np.ndarray) -> np.ndarray:
-        return np.tile(requantize(x, src, dst), reps_of(x.ndim, multiples))
+        return np.tile(output_values(x, src, dst), reps_of(x.ndim, multiples))
 
     return run
 
@@ -410,6 +446,7 @@ def prepare_tile(call: OpCall) -> Kernel:
 @kernel(Op.REVERSE)
 def prepare_reverse(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
@@ -433,6 +470,7 @@ def prepare_reverse(call: OpCall) -> Kernel:
 @kernel(Op.GATHER)
 def prepare_gather(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     call.expect_type(2, T.TENSOR_INT32)
@@ -445,7 +483,7 @@ def prepare_gather(call: OpCall) -> Kernel:
         idx = np.asarray(indices)
         if idx.size and (idx.min() < 0 or idx.max() >= x.shape[ax]):
             call.fail(f"input 2: indices must be in [0, {x.shape[ax]}) for axis {ax}")
-        return requantize(np.take(x, idx, axis=ax), src, dst)
+        return output_values(np.take(x, idx, axis=ax), src, dst)
 
     return run
 
@@ -458,6 +496,7 @@ _FILL_VALUE_TYPES = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16, T
 @kernel(Op.FILL)
 def prepare_fill(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
+    require_inputs(call)
     call.expect_type(0, T.TENSOR_INT32)
     call.expect_rank(0, 1)
     t = call.expect_output_type(0, *_FILL_VALUE_TYPES)
@@ -482,6 +521,7 @@ def prepare_fill(call: OpCall) -> Kernel:
 @kernel(Op.RANK)
 def prepare_rank(call: OpCall) -> Kernel:
     call.expect_counts(1, 1)
+    require_inputs(call)
     if not call.inputs[0].type.is_tensor:
         call.fail(f"input 0 has type {call.inputs[0].type.name}; expected a tensor")
     call.expect_output_type(0, T.INT32)
@@ -514,6 +554,7 @@ def _pad_plan(call: OpCall, shape: Sequence[int], paddings: Any, limit: int | No
 def prepare_pad(call: OpCall) -> Kernel:
     v2 = call.type is Op.PAD_V2
     call.expect_counts(3 if v2 else 2, 1)
+    require_inputs(call)
     t = call.expect_type(0, *DATA_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_type(1, T.TENSOR_INT32)
@@ -533,7 +574,7 @@ def prepare_pad(call: OpCall) -> Kernel:
         fill = default if value is None else value
         if t.is_quantized and not qmin <= int(fill) <= qmax:
             call.fail(f"input 2: pad value {fill} is out of range for {t.name}")
-        return np.pad(requantize(x, src, dst), pads, mode="constant", constant_values=fill)
+        return np.pad(output_values(x, src, dst), pads, mode="constant", constant_values=fill)
 
     return run
 
@@ -544,6 +585,7 @@ _MIRROR_MODES = {0: ("reflect", 1), 1: ("symmetric", 0)}
 @kernel(Op.MIRROR_PAD)
 def prepare_mirror_pad(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
+    require_inputs(call)
     _same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 2)
@@ -562,7 +604,7 @@ def prepare_mirror_pad(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, paddings: np.ndarray, mode: int) -> np.ndarray:
         pads, name = plan(x.shape, paddings, mode)
-        y = requantize(x, src, dst)
+        y = output_values(x, src, dst)
         return np.pad(y, pads, mode="reflect") if name == "reflect" else np.pad(y, pads, mode="symmetric")
 
     return run
