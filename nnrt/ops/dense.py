@@ -139,10 +139,13 @@ def _fc_float32(call: OpCall, const_act: int | None) -> Kernel:
 
 def _fc_float16(call: OpCall) -> Kernel:
     out_dtype = call.outputs[0].type.dtype
+    w_const = call.const(1)
+    wt_const = np.ascontiguousarray(w_const.astype(np.float32).T) if w_const is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
         input_size = _fc_runtime_checks(call, x, w, b)
-        out = x.reshape(-1, input_size).astype(np.float32) @ w.astype(np.float32).T
+        wt = wt_const if wt_const is not None else w.astype(np.float32).T
+        out = x.reshape(-1, input_size).astype(np.float32) @ wt
         out += b.astype(np.float32)
         return apply_activation(out, check_activation(call, act, 3)).astype(out_dtype)
 
