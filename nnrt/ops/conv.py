@@ -26,6 +26,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import (
+    ACT_NONE,
     apply_activation,
     check_activation,
     from_nchw,
@@ -296,47 +297,66 @@ def _padded(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
     return xp
 
 
-def conv_nhwc(x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry) -> np.ndarray:
-    """Convolution of real NHWC ``x`` with ``wmat`` [k_h*k_w*Cin, Cout] (taps in (kh, kw, c) order).
+def conv_nhwc(x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry) -> np.ndarray:
+    """Convolution plus bias of real NHWC ``x``; returns a fresh, writable [N, out_h, out_w, Cout].
 
-    Returns a fresh, writable [N, out_h, out_w, Cout] array.
+    ``waug`` is [k_h*k_w*Cin + 1, Cout]: the filter taps in (kh, kw, c) order, then the bias row
+    (the gathered taps get a row of ones, so the matrix product adds the bias).
     """
     n, _, _, c = x.shape
     oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
-    cout = wmat.shape[1]
+    cout = waug.shape[1]
     p = n * oh * ow
+    k = k_h * k_w * c
     if k_h == 1 and k_w == 1:
         xp = _padded(x, g, 1, 1)
         src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
-        out: np.ndarray = np.matmul(src.reshape(p, c), wmat)
+        out: np.ndarray = np.matmul(src.reshape(p, c), waug[:k])
+        out += waug[k]
         return out.reshape(n, oh, ow, cout)
-    xp = _padded(x, g, k_h, k_w)
-    taps = [
-        xp[:, i * g.dil_h : i * g.dil_h + (oh - 1) * sh + 1 : sh, j * g.dil_w : j * g.dil_w + (ow - 1) * sw + 1 : sw]
-        for i in range(k_h)
-        for j in range(k_w)
-    ]
+    rows_h = [slice(i * g.dil_h, i * g.dil_h + (oh - 1) * sh + 1, sh) for i in range(k_h)]
+    cols_w = [slice(j * g.dil_w, j * g.dil_w + (ow - 1) * sw + 1, sw) for j in range(k_w)]
     if c <= _PLANES_MAX_CHANNELS:
-        # [taps, C, N, OH, OW] planes; BLAS multiplies with the transposed view.
-        planes = np.empty((k_h * k_w, c, n, oh, ow), dtype=x.dtype)
-        for t, src in enumerate(taps):
-            planes[t] = src.transpose(3, 0, 1, 2)
-        out = np.matmul(planes.reshape(k_h * k_w * c, p).T, wmat)
+        # Channel-major padded copy, then one [C, N, OH, OW] block per tap; BLAS multiplies
+        # the [K+1, P] planes through a transposed view.
+        xc = _padded_cnhw(x, g, k_h, k_w)
+        planes = np.empty((k + 1, n, oh, ow), dtype=x.dtype)
+        for i, rs in enumerate(rows_h):
+            for j, cs in enumerate(cols_w):
+                t = (i * k_w + j) * c
+                planes[t : t + c] = xc[:, :, rs, cs]
+        planes[k] = 1
+        out = np.matmul(planes.reshape(k + 1, p).T, waug)
     else:
-        cols = np.empty((n, oh, ow, k_h * k_w, c), dtype=x.dtype)
-        for t, src in enumerate(taps):
-            cols[:, :, :, t] = src
-        out = np.matmul(cols.reshape(p, k_h * k_w * c), wmat)
+        xp = _padded(x, g, k_h, k_w)
+        cols = np.empty((p, k + 1), dtype=x.dtype)
+        taps = cols[:, :k].reshape(n, oh, ow, k_h * k_w, c)
+        for i, rs in enumerate(rows_h):
+            for j, cs in enumerate(cols_w):
+                taps[:, :, :, i * k_w + j] = xp[:, rs, cs]
+        cols[:, k] = 1
+        out = np.matmul(cols, waug)
     return out.reshape(n, oh, ow, cout)
 
 
+def _padded_cnhw(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
+    """``x`` (NHWC) as a zero-padded channel-major [C, N, H', W'] copy covering every tap."""
+    n, h, w, c = x.shape
+    need_h = max((g.out_h - 1) * g.stride_h + (k_h - 1) * g.dil_h + 1, g.top + h)
+    need_w = max((g.out_w - 1) * g.stride_w + (k_w - 1) * g.dil_w + 1, g.left + w)
+    xc = np.zeros((c, n, need_h, need_w), dtype=x.dtype)
+    xc[:, :, g.top : g.top + h, g.left : g.left + w] = x.transpose(3, 0, 1, 2)
+    return xc
+
+
 def depthwise_nhwc(
-    x: np.ndarray, rows: Callable[[int], np.ndarray], bias: np.ndarray, k_h: int, k_w: int, g: Geometry
+    x: np.ndarray, rows: Callable[[int], np.ndarray], bias: np.ndarray, k_h: int, k_w: int, g: Geometry, act: int
 ) -> np.ndarray:
     """Depthwise convolution of real NHWC ``x`` (channels already repeated by the multiplier).
 
     ``rows(out_w)`` gives the per-tap weights tiled to a full output row, [k_h*k_w, out_w*C];
-    ``bias`` is [C]. Returns a fresh [N, out_h, out_w, C] array (bias added, no activation).
+    ``bias`` is [C]. Returns a fresh [N, out_h, out_w, C] array with the bias added and the
+    fused activation ``act`` applied (pass ACT_NONE when requantizing applies it later).
     """
     n, _, _, c = x.shape
     oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
@@ -368,16 +388,20 @@ def depthwise_nhwc(
                 for j in range(k_w):
                     np.multiply(srcs[j][b, h0:h1:sh], wrows[i * k_w + j], out=t)
                     np.add(acc, t, out=acc)
+            apply_activation(acc, act)
     return out.reshape(n, oh, ow, c)
 
 
 # -- CONV_2D --------------------------------------------------------------------------------
 
 
-def _conv_matrix(w: np.ndarray) -> np.ndarray:
-    """Filter [Cout, KH, KW, Cin] -> [KH*KW*Cin, Cout], contiguous."""
+def _conv_matrix(w: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Filter [Cout, KH, KW, Cin] and bias [Cout] -> [KH*KW*Cin + 1, Cout] (bias last), contiguous."""
     cout = w.shape[0]
-    return np.ascontiguousarray(w.reshape(cout, -1).T)
+    out = np.empty((w[0].size + 1, cout), dtype=w.dtype)
+    out[:-1] = w.reshape(cout, -1).T
+    out[-1] = bias
+    return out
 
 
 @kernel(Op.CONV_2D)
@@ -393,8 +417,9 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             call.fail(f"filter has {fd[3]} input channels, the input has {cin}")
 
     const_w, const_b = call.const(1), call.const(2)
-    wmat0 = _conv_matrix(real_filter(const_w, call, types)) if const_w is not None else None
-    bias0 = real_bias(const_b, call, types) if const_b is not None else None
+    wmat0 = None
+    if const_w is not None and const_b is not None:
+        wmat0 = _conv_matrix(real_filter(const_w, call, types), real_bias(const_b, call, types))
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         args = (x, w, b, *params)
@@ -406,10 +431,11 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
-        wmat = wmat0 if wmat0 is not None else _conv_matrix(real_filter(w, call, types))
-        bias = bias0 if bias0 is not None else real_bias(b, call, types)
+        if wmat0 is not None:
+            wmat = wmat0
+        else:
+            wmat = _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
         out = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g)
-        out += bias
         return finish_output(call, out, g)
 
     return run
@@ -458,6 +484,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
 
     const_w, const_b = call.const(1), call.const(2)
     rows0 = _tiled_rows(real_filter(const_w, call, types)) if const_w is not None else None
+    fused = types.input is T.TENSOR_FLOAT32  # activation applied per block, in cache
     bias0 = real_bias(const_b, call, types) if const_b is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
@@ -479,7 +506,10 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
         xr = input_nhwc(call, x, g, types)
         if g.extra > 1:
             xr = np.repeat(xr, g.extra, axis=3)
-        out = depthwise_nhwc(xr, rows, bias, w.shape[1], w.shape[2], g)
+        if fused:
+            out = depthwise_nhwc(xr, rows, bias, w.shape[1], w.shape[2], g, g.act)
+            return np.ascontiguousarray(to_nchw(out)) if g.nchw else out
+        out = depthwise_nhwc(xr, rows, bias, w.shape[1], w.shape[2], g, ACT_NONE)
         return finish_output(call, out, g)
 
     return run
@@ -503,9 +533,9 @@ def prepare_grouped_conv2d(call: OpCall) -> Kernel:
     bias0 = real_bias(const_b, call, types) if const_b is not None else None
     mats: dict[int, list[np.ndarray]] = {}
 
-    def group_mats(wreal: np.ndarray, groups: int) -> list[np.ndarray]:
+    def group_mats(wreal: np.ndarray, bias: np.ndarray, groups: int) -> list[np.ndarray]:
         per = wreal.shape[0] // groups
-        return [_conv_matrix(wreal[k * per : (k + 1) * per]) for k in range(groups)]
+        return [_conv_matrix(wreal[k * per : (k + 1) * per], bias[k * per : (k + 1) * per]) for k in range(groups)]
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         args = (x, w, b, *params)
@@ -521,18 +551,16 @@ def prepare_grouped_conv2d(call: OpCall) -> Kernel:
             )
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], cout, g)
-        if wreal0 is not None:
+        if wreal0 is not None and bias0 is not None:
             if groups not in mats:
-                mats[groups] = group_mats(wreal0, groups)
+                mats[groups] = group_mats(wreal0, bias0, groups)
             gm = mats[groups]
         else:
-            gm = group_mats(real_filter(w, call, types), groups)
-        bias = bias0 if bias0 is not None else real_bias(b, call, types)
+            gm = group_mats(real_filter(w, call, types), real_bias(b, call, types), groups)
         xr = input_nhwc(call, x, g, types)
         cg = w.shape[3]
         parts = [conv_nhwc(xr[..., k * cg : (k + 1) * cg], gm[k], w.shape[1], w.shape[2], g) for k in range(groups)]
         out = np.concatenate(parts, axis=3) if groups > 1 else parts[0]
-        out += bias
         return finish_output(call, out, g)
 
     return run
