@@ -1,0 +1,195 @@
+"""Shape, layout and resize kernels through the public API: numpy formulas, run-time shapes,
+requantization, fresh outputs, and bad signatures rejected with INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import nnrt
+from nnrt import ErrorStatus, Model
+from nnrt import OperandType as T
+from nnrt import OperationType as Op
+
+Arg = tuple[T, Sequence[int] | None, object]  # (type, dims, constant value or None for a model input)
+
+
+def build(op: Op, args: Sequence[Arg], outs: Sequence[tuple[T, Sequence[int]]],
+          quant: dict[int, tuple[float, int]] | None = None) -> tuple[Model, list[int]]:
+    """One-operation model; ``quant`` maps operand positions (inputs then outputs) to (scale, zp)."""
+    quant = quant or {}
+    m = Model()
+    ins, model_inputs = [], []
+    for k, (t, dims, value) in enumerate(args):
+        i = m.add_operand(t, dims, *quant.get(k, (0.0, 0)))
+        if value is None:
+            model_inputs.append(i)
+        else:
+            m.set_operand_value(i, value)
+        ins.append(i)
+    outputs = [m.add_operand(t, dims, *quant.get(len(args) + j, (0.0, 0))) for j, (t, dims) in enumerate(outs)]
+    m.add_operation(op, ins, outputs)
+    m.identify_inputs_and_outputs(model_inputs, outputs)
+    m.finish()
+    return m, model_inputs
+
+
+def run(device: nnrt.CpuDevice, m: Model, *xs: object) -> list[np.ndarray]:
+    return list(device.prepare_model_sync(m).execute_sync(list(xs)).outputs)
+
+
+def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
+    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
+        device.prepare_model_sync(m)
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+def i32(*v: int) -> np.ndarray:
+    return np.array(v, dtype=np.int32)
+
+
+F32 = T.TENSOR_FLOAT32
+
+
+def test_reshape_minus_one_and_runtime_shape(device: nnrt.CpuDevice) -> None:
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    m, _ = build(Op.RESHAPE, [(F32, [2, 3, 4], None), (T.TENSOR_INT32, [2], i32(-1, 6))], [(F32, [4, 6])])
+    (y,) = run(device, m, x)
+    np.testing.assert_array_equal(y, x.reshape(4, 6))
+    # The shape is a model input: the output's dimensions are only known at run time.
+    m, _ = build(Op.RESHAPE, [(F32, [2, 3, 4], None), (T.TENSOR_INT32, [3], None)], [(F32, [0, 0, 0])])
+    (y,) = run(device, m, x, i32(3, -1, 2))
+    assert y.shape == (3, 4, 2)
+    np.testing.assert_array_equal(y, x.reshape(3, 4, 2))
+    y[...] = -1  # the result is the caller's own array, not a view of the input
+    assert x[0, 0, 0] == 0
+
+
+def test_reshape_bad_shape_rejected(device: nnrt.CpuDevice) -> None:
+    m, _ = build(Op.RESHAPE, [(F32, [2, 3], None), (T.TENSOR_INT32, [2], i32(4, 2))], [(F32, [4, 2])])
+    rejected(device, m, "elements")
+    m, _ = build(Op.RESHAPE, [(F32, [2, 3], None), (T.TENSOR_INT32, [2], i32(-1, -1))], [(F32, [0, 0])])
+    rejected(device, m, "more than one -1")
+
+
+def test_concat_requantizes_to_output(device: nnrt.CpuDevice) -> None:
+    a = np.array([[0, 10, 20]], dtype=np.uint8)  # scale 0.5, zp 0 -> 0, 5, 10
+    b = np.array([[4, 6, 8]], dtype=np.uint8)  # scale 1.0, zp 4 -> 0, 2, 4
+    q8 = T.TENSOR_QUANT8_ASYMM
+    m, _ = build(Op.CONCATENATION, [(q8, [1, 3], None), (q8, [1, 3], None), (T.INT32, None, 0)], [(q8, [2, 3])],
+                 quant={0: (0.5, 0), 1: (1.0, 4), 3: (0.25, 10)})
+    (y,) = run(device, m, a, b)
+    np.testing.assert_array_equal(y, [[10, 30, 50], [10, 18, 26]])
+
+
+def test_concat_bad_signatures_rejected(device: nnrt.CpuDevice) -> None:
+    dims5 = [1, 1, 1, 1, 2]
+    m, _ = build(Op.CONCATENATION, [(F32, dims5, None), (F32, dims5, None), (T.INT32, None, 4)],
+                 [(F32, [1, 1, 1, 1, 4])])
+    rejected(device, m, "ranks up to 4")
+    m, _ = build(Op.CONCATENATION, [(F32, [2, 2], None), (F32, [3, 3], None), (T.INT32, None, 0)], [(F32, [5, 2])])
+    rejected(device, m, "dimension 1")
+    m, _ = build(Op.CONCATENATION, [(F32, [2, 2], None), (T.TENSOR_FLOAT16, [2, 2], None), (T.INT32, None, 0)],
+                 [(F32, [4, 2])])
+    rejected(device, m, "type")
+
+
+def test_pad_quant_uses_zero_point(device: nnrt.CpuDevice) -> None:
+    q8 = T.TENSOR_QUANT8_ASYMM_SIGNED
+    m, _ = build(Op.PAD, [(q8, [1, 2], None), (T.TENSOR_INT32, [2, 2], i32(0, 0, 1, 1))], [(q8, [1, 4])],
+                 quant={0: (0.5, -3), 2: (0.5, -3)})
+    (y,) = run(device, m, np.array([[5, 7]], dtype=np.int8))
+    np.testing.assert_array_equal(y, [[-3, 5, 7, -3]])
+
+
+def test_strided_slice_shrink_must_select_one(device: nnrt.CpuDevice) -> None:
+    params: list[Arg] = [(T.TENSOR_INT32, [2], i32(0, 0)), (T.TENSOR_INT32, [2], i32(2, 3)),
+                         (T.TENSOR_INT32, [2], i32(1, 1)), (T.INT32, None, 0), (T.INT32, None, 0), (T.INT32, None, 1)]
+    m, _ = build(Op.STRIDED_SLICE, [(F32, [2, 3], None), *params], [(F32, [3])])
+    rejected(device, m, "shrink")
+
+
+def test_strided_slice_negative_stride(device: nnrt.CpuDevice) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    params: list[Arg] = [(T.TENSOR_INT32, [2], i32(-1, 3)), (T.TENSOR_INT32, [2], i32(-4, -5)),
+                         (T.TENSOR_INT32, [2], i32(-1, -2)), (T.INT32, None, 0), (T.INT32, None, 0), (T.INT32, None, 0)]
+    m, _ = build(Op.STRIDED_SLICE, [(F32, [3, 4], None), *params], [(F32, [0, 0])])
+    (y,) = run(device, m, x)
+    np.testing.assert_array_equal(y, x[::-1, ::-2])
+
+
+@settings(max_examples=25, deadline=None)
+@given(hnp.arrays(np.float32, hnp.array_shapes(min_dims=1, max_dims=4, max_side=4),
+                  elements=st.floats(-100, 100, width=32)), st.randoms(use_true_random=False))
+def test_transpose_matches_numpy(device: nnrt.CpuDevice, x: np.ndarray, rnd: object) -> None:
+    perm = list(range(x.ndim))
+    rnd.shuffle(perm)  # type: ignore[attr-defined]
+    m, _ = build(Op.TRANSPOSE, [(F32, list(x.shape), None), (T.TENSOR_INT32, [x.ndim], None)], [(F32, [0] * x.ndim)])
+    (y,) = run(device, m, x, i32(*perm))
+    np.testing.assert_array_equal(y, x.transpose(perm))
+
+
+def test_depth_space_round_trip_nchw(device: nnrt.CpuDevice) -> None:
+    x = np.arange(2 * 8 * 2 * 3, dtype=np.float32).reshape(2, 8, 2, 3)  # NCHW, C = 8
+    m, _ = build(Op.DEPTH_TO_SPACE, [(F32, [2, 8, 2, 3], None), (T.INT32, None, 2), (T.BOOL, None, True)],
+                 [(F32, [2, 2, 4, 6])])
+    (y,) = run(device, m, x)
+    m2, _ = build(Op.SPACE_TO_DEPTH, [(F32, [2, 2, 4, 6], None), (T.INT32, None, 2), (T.BOOL, None, True)],
+                  [(F32, [2, 8, 2, 3])])
+    (z,) = run(device, m2, y)
+    np.testing.assert_array_equal(z, x)
+
+
+def test_space_batch_round_trip(device: nnrt.CpuDevice) -> None:
+    x = np.arange(1 * 4 * 6 * 2, dtype=np.float32).reshape(1, 4, 6, 2)
+    m, _ = build(Op.SPACE_TO_BATCH_ND, [(F32, [1, 4, 6, 2], None), (T.TENSOR_INT32, [2], i32(2, 3)),
+                                        (T.TENSOR_INT32, [2, 2], i32(0, 0, 0, 0))], [(F32, [6, 2, 2, 2])])
+    (y,) = run(device, m, x)
+    m2, _ = build(Op.BATCH_TO_SPACE_ND, [(F32, [6, 2, 2, 2], None), (T.TENSOR_INT32, [2], i32(2, 3))],
+                  [(F32, [1, 4, 6, 2])])
+    (z,) = run(device, m2, y)
+    np.testing.assert_array_equal(z, x)
+
+
+def test_resize_nearest_integer_upscale(device: nnrt.CpuDevice) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(1, 2, 3, 1)
+    m, _ = build(Op.RESIZE_NEAREST_NEIGHBOR, [(F32, [1, 2, 3, 1], None), (T.INT32, None, 6), (T.INT32, None, 4),
+                                              (T.BOOL, None, False)], [(F32, [1, 4, 6, 1])])
+    (y,) = run(device, m, x)
+    np.testing.assert_array_equal(y, x.repeat(2, axis=1).repeat(2, axis=2))
+
+
+def test_resize_bilinear_by_scale_align_corners(device: nnrt.CpuDevice) -> None:
+    x = np.array([0, 3], dtype=np.float32).reshape(1, 1, 2, 1)
+    args: list[Arg] = [(F32, [1, 1, 2, 1], None), (T.FLOAT32, None, 2.0), (T.FLOAT32, None, 1.0),
+                       (T.BOOL, None, False), (T.BOOL, None, True), (T.BOOL, None, False)]
+    m, _ = build(Op.RESIZE_BILINEAR, args, [(F32, [1, 1, 4, 1])])
+    (y,) = run(device, m, x)
+    np.testing.assert_allclose(y.ravel(), [0, 1, 2, 3])
+
+
+def test_resize_rejects_both_corner_flags(device: nnrt.CpuDevice) -> None:
+    args: list[Arg] = [(F32, [1, 2, 2, 1], None), (T.INT32, None, 4), (T.INT32, None, 4),
+                       (T.BOOL, None, False), (T.BOOL, None, True), (T.BOOL, None, True)]
+    m, _ = build(Op.RESIZE_BILINEAR, args, [(F32, [1, 4, 4, 1])])
+    rejected(device, m, "cannot both be true")
+
+
+def test_split_and_gather(device: nnrt.CpuDevice) -> None:
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    ti = T.TENSOR_INT32
+    m, _ = build(Op.SPLIT, [(ti, [3, 4], None), (T.INT32, None, -1), (T.INT32, None, 2)], [(ti, [3, 2]), (ti, [3, 2])])
+    a, b = run(device, m, x)
+    np.testing.assert_array_equal(a, x[:, :2])
+    np.testing.assert_array_equal(b, x[:, 2:])
+    m, _ = build(Op.GATHER, [(ti, [3, 4], None), (T.INT32, None, 1), (ti, [2, 2], i32(3, 0, 1, 1).reshape(2, 2))],
+                 [(ti, [3, 2, 2])])
+    (g,) = run(device, m, x)
+    np.testing.assert_array_equal(g, np.take(x, [[3, 0], [1, 1]], axis=1))
+    m, _ = build(Op.SPLIT, [(ti, [3, 4], None), (T.INT32, None, 0), (T.INT32, None, 2)], [(ti, [0, 4]), (ti, [0, 4])])
+    rejected(device, m, "cannot be split")
