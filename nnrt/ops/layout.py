@@ -1,7 +1,13 @@
-"""Re-layout kernels: DEPTH_TO_SPACE, SPACE_TO_DEPTH, BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND and
-CHANNEL_SHUFFLE. Part of the shape family (``shape`` imports this module so it registers).
+"""Padding and re-layout kernels: PAD, PAD_V2, MIRROR_PAD, DEPTH_TO_SPACE, SPACE_TO_DEPTH,
+BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND and CHANNEL_SHUFFLE. Part of the shape family (``shape``
+imports this module so it registers, and holds the helpers both share).
 
-The first four take a 4-D NHWC tensor, or NCHW when their optional trailing BOOL is true
+PAD pads with a real 0 (the output's zero point when quantized); PAD_V2 with its pad value
+(FLOAT32/FLOAT16 for float tensors, a raw quantized INT32 for quantized ones); MIRROR_PAD
+reflects (mode 0, REFLECT: at most dim - 1 per side) or mirrors (mode 1, SYMMETRIC: at most
+dim per side).
+
+The four space/depth/batch ops take a 4-D NHWC tensor, or NCHW when their optional trailing BOOL is true
 (FL3); they compute in NHWC and are each one reshape/transpose/reshape of the input, in its
 own dtype. SPACE_TO_BATCH_ND pads with a real 0 (the zero point when quantized) before
 re-laying. Quantized outputs are requantized when their scale or zero point differ from
@@ -16,9 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import from_nchw, to_nchw
+from nnrt.ops._common import ACT_NONE, from_nchw, quant_range, to_nchw
 from nnrt.ops._registry import Kernel, OpCall, kernel
-from nnrt.ops.shape import DATA_TYPES, axis_index, int_list, known_dims, requantize, require_inputs
+from nnrt.ops.shape import (
+    DATA_INT_TYPES,
+    DATA_TYPES,
+    all_const,
+    axis_index,
+    int_list,
+    known_dims,
+    output_values,
+    requantize,
+    require_inputs,
+    same_io,
+)
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
@@ -178,6 +195,84 @@ def prepare_space_to_batch(call: OpCall) -> Kernel:
     if dims is not None and call.const(1) is not None and call.const(2) is not None:
         body(np.empty(dims, call.inputs[0].type.dtype), call.const(1), call.const(2))
     return _nhwc_kernel(call, body, 2)
+
+
+# -- PAD / PAD_V2 / MIRROR_PAD -----------------------------------------------------------------
+
+
+def _pad_plan(call: OpCall, shape: Sequence[int], paddings: Any, limit: int | None = None) -> list[tuple[int, int]]:
+    """Paddings ([rank, 2], non-negative) as (before, after) pairs; at most ``dim - limit`` per side."""
+    rank = len(shape)
+    arr = np.asarray(paddings)
+    if arr.shape != (rank, 2):
+        call.fail(f"input 1 has shape {list(arr.shape)}; expected [{rank}, 2]")
+    pads = [(int(a), int(b)) for a, b in arr.tolist()]
+    for d, (a, b) in enumerate(pads):
+        if a < 0 or b < 0:
+            call.fail(f"input 1: paddings {[a, b]} of axis {d} must not be negative")
+        if limit is not None and max(a, b) > shape[d] - limit:
+            call.fail(f"input 1: paddings {[a, b]} of axis {d} are too large for dimension {shape[d]}")
+    return pads
+
+
+@kernel(Op.PAD, Op.PAD_V2)
+def prepare_pad(call: OpCall) -> Kernel:
+    v2 = call.type is Op.PAD_V2
+    call.expect_counts(3 if v2 else 2, 1)
+    require_inputs(call)
+    t = call.expect_type(0, *DATA_TYPES)
+    call.expect_same_type(0, outputs=[0])
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 2)
+    if v2:
+        call.expect_type(2, {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}.get(t, T.INT32))
+    call.expect_rank(0, 1, 2, 3, 4)
+    src, dst = call.inputs[0], call.outputs[0]
+    if src.dimensions and all_const(call, 1):
+        _pad_plan(call, src.dimensions, call.const(1))
+    # PAD pads with a real 0: the output's zero point when quantized.
+    default = dst.zero_point if t.is_quantized else 0
+    qmin, qmax = quant_range(ACT_NONE, dst.scale, dst.zero_point, t) if t.is_quantized else (0, 0)
+
+    def run(x: np.ndarray, paddings: np.ndarray, value: Any = None) -> np.ndarray:
+        pads = _pad_plan(call, x.shape, paddings)
+        fill = default if value is None else value
+        if t.is_quantized and not qmin <= int(fill) <= qmax:
+            call.fail(f"input 2: pad value {fill} is out of range for {t.name}")
+        return np.pad(output_values(x, src, dst), pads, mode="constant", constant_values=fill)
+
+    return run
+
+
+_MIRROR_MODES = {0: ("reflect", 1), 1: ("symmetric", 0)}
+
+
+@kernel(Op.MIRROR_PAD)
+def prepare_mirror_pad(call: OpCall) -> Kernel:
+    call.expect_counts(3, 1)
+    require_inputs(call)
+    same_io(call, DATA_INT_TYPES)
+    call.expect_type(1, T.TENSOR_INT32)
+    call.expect_rank(1, 2)
+    call.expect_type(2, T.INT32)
+    src, dst = call.inputs[0], call.outputs[0]
+
+    def plan(shape: Sequence[int], paddings: Any, mode: Any) -> tuple[list[tuple[int, int]], str]:
+        if int(mode) not in _MIRROR_MODES:
+            call.fail(f"input 2: mode {mode} is not REFLECT (0) or SYMMETRIC (1)")
+        name, limit = _MIRROR_MODES[int(mode)]
+        return _pad_plan(call, shape, paddings, limit), name
+
+    dims = known_dims(src)
+    if dims is not None and all_const(call, 1, 2):
+        plan(dims, call.const(1), call.const(2))
+
+    def run(x: np.ndarray, paddings: np.ndarray, mode: int) -> np.ndarray:
+        pads, name = plan(x.shape, paddings, mode)
+        y = output_values(x, src, dst)
+        return np.pad(y, pads, mode="reflect") if name == "reflect" else np.pad(y, pads, mode="symmetric")
+
+    return run
 
 
 # -- CHANNEL_SHUFFLE ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Shape and data-movement kernels: RESHAPE, CONCATENATION, SQUEEZE, EXPAND_DIMS, TRANSPOSE,
-SLICE, STRIDED_SLICE, SPLIT, TILE, PACK, REVERSE, GATHER, FILL, RANK, PAD, PAD_V2, MIRROR_PAD.
+SLICE, STRIDED_SLICE, SPLIT, TILE, PACK, REVERSE, GATHER, FILL, RANK.
 
 These operations move values without arithmetic, so every type computes in its own dtype.
 Quantized outputs whose scale or zero point differ from an input's are requantized through
@@ -8,8 +8,9 @@ real numbers (CONCATENATION of inputs with different scales is the CTS case). Pa
 checks them against the input's shape and computes the output: it runs at preparation when
 everything is known (so NNAPI's validation failures surface there) and again in the kernel.
 Kernels always return fresh arrays; a result that would have rank 0 (everything squeezed or
-shrunk) has shape [1], as NNAPI tensors have rank >= 1. The space/depth/batch re-layouts and
-CHANNEL_SHUFFLE are in ``layout``, imported at the bottom so they register with this family.
+shrunk) has shape [1], as NNAPI tensors have rank >= 1. The paddings (PAD, PAD_V2,
+MIRROR_PAD), the space/depth/batch re-layouts and CHANNEL_SHUFFLE are in ``layout``, imported
+at the bottom so they register with this family; it shares this module's helpers.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import ACT_NONE, from_real, quant_range, to_real
+from nnrt.ops._common import from_real, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -29,12 +30,14 @@ from nnrt.types import OperationType as Op
 __all__ = [
     "DATA_INT_TYPES",
     "DATA_TYPES",
+    "all_const",
     "axis_index",
     "int_list",
     "known_dims",
     "output_values",
     "requantize",
     "require_inputs",
+    "same_io",
 ]
 
 #: Float and 8-bit asymmetric quantized tensors: what most data-movement ops accept.
@@ -96,12 +99,13 @@ def require_inputs(call: OpCall, *optional: int) -> None:
             call.fail(f"input {i} ({call.inputs[i].label}) is required but omitted")
 
 
-def _const_ok(call: OpCall, *inputs: int) -> bool:
+def all_const(call: OpCall, *inputs: int) -> bool:
     """True when every listed input is a constant or an omitted optional input."""
     return all(call.const(i) is not None or not call.has_input(i) for i in inputs)
 
 
-def _same_io(call: OpCall, types: Sequence[T], n_in: int = 1) -> None:
+def same_io(call: OpCall, types: Sequence[T], n_in: int = 1) -> None:
+    """Input 0 has one of ``types``; inputs 1..n_in-1 and every output have its type."""
     call.expect_type(0, *types)
     call.expect_same_type(0, *range(1, n_in), outputs=range(len(call.outputs)))
 
@@ -129,12 +133,12 @@ def _reshape_plan(call: OpCall, size: int, shape: Any) -> tuple[int, ...]:
 def prepare_reshape(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
+    same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
     src, dst = call.inputs[0], call.outputs[0]
     dims = known_dims(src)
-    if dims is not None and _const_ok(call, 1):
+    if dims is not None and all_const(call, 1):
         _reshape_plan(call, math.prod(dims), call.const(1))
 
     def run(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
@@ -166,10 +170,10 @@ def prepare_concatenation(call: OpCall) -> Kernel:
     n = len(call.inputs) - 1
     call.expect_counts(max(n + 1, 2), 1)
     require_inputs(call)
-    _same_io(call, DATA_TYPES, n)
+    same_io(call, DATA_TYPES, n)
     call.expect_type(n, T.INT32)
     srcs, dst = call.inputs[:n], call.outputs[0]
-    if all(op.dimensions for op in srcs) and _const_ok(call, n):
+    if all(op.dimensions for op in srcs) and all_const(call, n):
         _concat_plan(call, [op.dimensions for op in srcs], call.const(n))
     if dst.dimensions and len(dst.dimensions) > 4:
         call.fail(f"output 0 has rank {len(dst.dimensions)}; CONCATENATION supports ranks up to 4")
@@ -202,13 +206,13 @@ def _squeeze_plan(call: OpCall, shape: Sequence[int], axes: Any) -> tuple[int, .
 def prepare_squeeze(call: OpCall) -> Kernel:
     call.expect_counts((1, 2), 1)
     require_inputs(call, 1)
-    _same_io(call, DATA_TYPES)
+    same_io(call, DATA_TYPES)
     if call.has_input(1):
         call.expect_type(1, T.TENSOR_INT32)
         call.expect_rank(1, 1)
     src, dst = call.inputs[0], call.outputs[0]
     dims = known_dims(src)
-    if dims is not None and _const_ok(call, 1):
+    if dims is not None and all_const(call, 1):
         _squeeze_plan(call, dims, call.const(1) if call.has_input(1) else None)
 
     def run(x: np.ndarray, axes: Any = None) -> np.ndarray:
@@ -221,10 +225,10 @@ def prepare_squeeze(call: OpCall) -> Kernel:
 def prepare_expand_dims(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
+    same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     src, dst = call.inputs[0], call.outputs[0]
-    if src.dimensions and _const_ok(call, 1):
+    if src.dimensions and all_const(call, 1):
         axis_index(call, call.const(1), len(src.dimensions) + 1, 1)
 
     def run(x: np.ndarray, axis: int) -> np.ndarray:
@@ -251,12 +255,12 @@ def _transpose_plan(call: OpCall, rank: int, perm: Any) -> tuple[int, ...]:
 def prepare_transpose(call: OpCall) -> Kernel:
     call.expect_counts((1, 2), 1)
     require_inputs(call, 1)
-    _same_io(call, DATA_TYPES)
+    same_io(call, DATA_TYPES)
     if call.has_input(1):
         call.expect_type(1, T.TENSOR_INT32)
         call.expect_rank(1, 1)
     src, dst = call.inputs[0], call.outputs[0]
-    if src.dimensions and _const_ok(call, 1):
+    if src.dimensions and all_const(call, 1):
         _transpose_plan(call, len(src.dimensions), call.const(1) if call.has_input(1) else None)
 
     def run(x: np.ndarray, perm: Any = None) -> np.ndarray:
@@ -286,12 +290,12 @@ def _slice_plan(call: OpCall, shape: Sequence[int], begin: Any, size: Any) -> tu
 def prepare_slice(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
     require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
+    same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_type(2, T.TENSOR_INT32)
     src, dst = call.inputs[0], call.outputs[0]
     dims = known_dims(src)
-    if dims is not None and _const_ok(call, 1, 2):
+    if dims is not None and all_const(call, 1, 2):
         _slice_plan(call, dims, call.const(1), call.const(2))
 
     def run(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -341,7 +345,7 @@ def _strided_plan(
 def prepare_strided_slice(call: OpCall) -> Kernel:
     call.expect_counts(7, 1)
     require_inputs(call)
-    _same_io(call, DATA_TYPES)
+    same_io(call, DATA_TYPES)
     for i in (1, 2, 3):
         call.expect_type(i, T.TENSOR_INT32)
         call.expect_rank(i, 1)
@@ -349,7 +353,7 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
         call.expect_type(i, T.INT32)
     src, dst = call.inputs[0], call.outputs[0]
     dims = known_dims(src)
-    if dims is not None and _const_ok(call, 1, 2, 3, 4, 5, 6):
+    if dims is not None and all_const(call, 1, 2, 3, 4, 5, 6):
         masks = (call.const(4), call.const(5), call.const(6))
         _, shape = _strided_plan(call, dims, call.const(1), call.const(2), call.const(3), masks)
         if dst.dimensions and len(dst.dimensions) != len(shape):
@@ -379,12 +383,12 @@ def _split_plan(call: OpCall, shape: Sequence[int], axis: Any, num: Any) -> int:
 def prepare_split(call: OpCall) -> Kernel:
     call.expect_counts(3, max(len(call.outputs), 1))
     require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
+    same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     call.expect_type(2, T.INT32)
     src, dsts = call.inputs[0], call.outputs
     dims = known_dims(src)
-    if dims is not None and _const_ok(call, 1, 2):
+    if dims is not None and all_const(call, 1, 2):
         _split_plan(call, dims, call.const(1), call.const(2))
 
     def run(x: np.ndarray, axis: int, num: int) -> tuple[np.ndarray, ...]:
@@ -403,7 +407,7 @@ def prepare_pack(call: OpCall) -> Kernel:
     call.expect_type(1, *DATA_INT_TYPES)
     call.expect_same_type(1, *range(2, n + 1), outputs=[0])
     srcs, dst = call.inputs[1:], call.outputs[0]
-    if srcs[0].dimensions and _const_ok(call, 0):
+    if srcs[0].dimensions and all_const(call, 0):
         axis_index(call, call.const(0), len(srcs[0].dimensions) + 1, 0)
 
     def run(axis: int, *xs: np.ndarray) -> np.ndarray:
@@ -423,7 +427,7 @@ def prepare_pack(call: OpCall) -> Kernel:
 def prepare_tile(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
+    same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
     src, dst = call.inputs[0], call.outputs[0]
@@ -434,7 +438,7 @@ def prepare_tile(call: OpCall) -> Kernel:
             call.fail(f"input 1: multiples {reps} must not be negative")
         return reps
 
-    if src.dimensions and _const_ok(call, 1):
+    if src.dimensions and all_const(call, 1):
         reps_of(len(src.dimensions), call.const(1))
 
     def run(x: np.ndarray, multiples: np.ndarray) -> np.ndarray:
@@ -447,7 +451,7 @@ def prepare_tile(call: OpCall) -> Kernel:
 def prepare_reverse(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
+    same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
     src, dst = call.inputs[0], call.outputs[0]
@@ -458,7 +462,7 @@ def prepare_reverse(call: OpCall) -> Kernel:
             call.fail(f"input 1 has {len(got)} axes; REVERSE takes exactly one")
         return got
 
-    if src.dimensions and _const_ok(call, 1):
+    if src.dimensions and all_const(call, 1):
         axes_of(len(src.dimensions), call.const(1))
 
     def run(x: np.ndarray, axes: np.ndarray) -> np.ndarray:
@@ -471,11 +475,11 @@ def prepare_reverse(call: OpCall) -> Kernel:
 def prepare_gather(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
     require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
+    same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     call.expect_type(2, T.TENSOR_INT32)
     src, dst = call.inputs[0], call.outputs[0]
-    if src.dimensions and _const_ok(call, 1):
+    if src.dimensions and all_const(call, 1):
         axis_index(call, call.const(1), len(src.dimensions), 1)
 
     def run(x: np.ndarray, axis: int, indices: np.ndarray) -> np.ndarray:
@@ -509,7 +513,7 @@ def prepare_fill(call: OpCall) -> Kernel:
             call.fail(f"input 0: dimensions {shape} must not be negative")
         return shape
 
-    if _const_ok(call, 0):
+    if all_const(call, 0):
         shape_of(call.const(0))
 
     def run(dims: np.ndarray, value: Any) -> np.ndarray:
@@ -528,84 +532,6 @@ def prepare_rank(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray) -> np.ndarray:
         return np.array(np.ndim(x), dtype=np.int32)
-
-    return run
-
-
-# -- PAD / PAD_V2 / MIRROR_PAD -----------------------------------------------------------------
-
-
-def _pad_plan(call: OpCall, shape: Sequence[int], paddings: Any, limit: int | None = None) -> list[tuple[int, int]]:
-    """Paddings ([rank, 2], non-negative) as (before, after) pairs; at most ``dim - limit`` per side."""
-    rank = len(shape)
-    arr = np.asarray(paddings)
-    if arr.shape != (rank, 2):
-        call.fail(f"input 1 has shape {list(arr.shape)}; expected [{rank}, 2]")
-    pads = [(int(a), int(b)) for a, b in arr.tolist()]
-    for d, (a, b) in enumerate(pads):
-        if a < 0 or b < 0:
-            call.fail(f"input 1: paddings {[a, b]} of axis {d} must not be negative")
-        if limit is not None and max(a, b) > shape[d] - limit:
-            call.fail(f"input 1: paddings {[a, b]} of axis {d} are too large for dimension {shape[d]}")
-    return pads
-
-
-@kernel(Op.PAD, Op.PAD_V2)
-def prepare_pad(call: OpCall) -> Kernel:
-    v2 = call.type is Op.PAD_V2
-    call.expect_counts(3 if v2 else 2, 1)
-    require_inputs(call)
-    t = call.expect_type(0, *DATA_TYPES)
-    call.expect_same_type(0, outputs=[0])
-    call.expect_type(1, T.TENSOR_INT32)
-    call.expect_rank(1, 2)
-    if v2:
-        call.expect_type(2, {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}.get(t, T.INT32))
-    call.expect_rank(0, 1, 2, 3, 4)
-    src, dst = call.inputs[0], call.outputs[0]
-    if src.dimensions and _const_ok(call, 1):
-        _pad_plan(call, src.dimensions, call.const(1))
-    # PAD pads with a real 0: the output's zero point when quantized.
-    default = dst.zero_point if t.is_quantized else 0
-    qmin, qmax = quant_range(ACT_NONE, dst.scale, dst.zero_point, t) if t.is_quantized else (0, 0)
-
-    def run(x: np.ndarray, paddings: np.ndarray, value: Any = None) -> np.ndarray:
-        pads = _pad_plan(call, x.shape, paddings)
-        fill = default if value is None else value
-        if t.is_quantized and not qmin <= int(fill) <= qmax:
-            call.fail(f"input 2: pad value {fill} is out of range for {t.name}")
-        return np.pad(output_values(x, src, dst), pads, mode="constant", constant_values=fill)
-
-    return run
-
-
-_MIRROR_MODES = {0: ("reflect", 1), 1: ("symmetric", 0)}
-
-
-@kernel(Op.MIRROR_PAD)
-def prepare_mirror_pad(call: OpCall) -> Kernel:
-    call.expect_counts(3, 1)
-    require_inputs(call)
-    _same_io(call, DATA_INT_TYPES)
-    call.expect_type(1, T.TENSOR_INT32)
-    call.expect_rank(1, 2)
-    call.expect_type(2, T.INT32)
-    src, dst = call.inputs[0], call.outputs[0]
-
-    def plan(shape: Sequence[int], paddings: Any, mode: Any) -> tuple[list[tuple[int, int]], str]:
-        if int(mode) not in _MIRROR_MODES:
-            call.fail(f"input 2: mode {mode} is not REFLECT (0) or SYMMETRIC (1)")
-        name, limit = _MIRROR_MODES[int(mode)]
-        return _pad_plan(call, shape, paddings, limit), name
-
-    dims = known_dims(src)
-    if dims is not None and _const_ok(call, 1, 2):
-        plan(dims, call.const(1), call.const(2))
-
-    def run(x: np.ndarray, paddings: np.ndarray, mode: int) -> np.ndarray:
-        pads, name = plan(x.shape, paddings, mode)
-        y = output_values(x, src, dst)
-        return np.pad(y, pads, mode="reflect") if name == "reflect" else np.pad(y, pads, mode="symmetric")
 
     return run
 
