@@ -99,10 +99,16 @@ def _reduce_axis(
     """Reduce ``k``-wide windows along ``axis`` (padded with ``pad_value``) -> ``out_n`` positions."""
     n = x.shape[axis]
     need = (out_n - 1) * stride + k
+    if before == 0 and out_n * k <= n and (stride == k or out_n == 1):
+        # Non-overlapping windows (global pooling included): one reduction over a reshaped view.
+        view = _window_view(x, 0, out_n * k, 1, axis)
+        split = (*x.shape[:axis], out_n, k, *x.shape[axis + 1 :])
+        red: np.ndarray = ufunc.reduce(view.reshape(split), axis=axis + 1)
+        return red
     if before or need > n:
-        shape = list(x.shape)
-        shape[axis] = need
-        xp = np.full(shape, pad_value, dtype=x.dtype)
+        padded = list(x.shape)
+        padded[axis] = need
+        xp = np.full(padded, pad_value, dtype=x.dtype)
         m = min(n, need - before)
         dst: list[slice] = [slice(None)] * x.ndim
         src: list[slice] = [slice(None)] * x.ndim
