@@ -1,0 +1,182 @@
+"""CONV_2D, DEPTHWISE_CONV_2D, GROUPED_CONV_2D and TRANSPOSE_CONV_2D through the public API:
+straightforward numpy formulas (Hypothesis), per-channel quantization, and the bad signatures
+NNAPI rejects with INVALID_ARGUMENT at preparation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import nnrt
+from nnrt import ErrorStatus, Model
+from nnrt import OperandType as T
+from nnrt import OperationType as Op
+
+ACT_BOUNDS = {0: (-np.inf, np.inf), 1: (0.0, np.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
+
+
+def build(op: Op, x_dims: list[int], tensors: list[np.ndarray], scalars: list[Any], *, t: T = T.TENSOR_FLOAT32) -> Model:
+    """``op(x, *tensors, *scalars)`` with one float output of unknown shape; ints/bools typed."""
+    m = Model()
+    x = m.add_operand(t, x_dims)
+    ins = [x]
+    for v in tensors:
+        i = m.add_operand(t, list(v.shape))
+        m.set_operand_value(i, v)
+        ins.append(i)
+    for s in scalars:
+        i = m.add_operand(T.BOOL if isinstance(s, bool) else T.INT32)
+        m.set_operand_value(i, s)
+        ins.append(i)
+    y = m.add_operand(t, [0, 0, 0, 0])
+    m.add_operation(op, ins, [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
+    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
+        device.prepare_model_sync(m)
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+def ref_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, pads: tuple[int, int, int, int], s: tuple[int, int],
+             d: tuple[int, int], groups: int = 1) -> np.ndarray:
+    """NHWC x, filter [Cout, KH, KW, Cin/groups]; pads (left, right, top, bottom), s/d (w, h)."""
+    left, right, top, bottom = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (top, bottom), (left, right), (0, 0)))
+    cout, kh, kw, cg = w.shape
+    oh = (xp.shape[1] - (kh - 1) * d[1] - 1) // s[1] + 1
+    ow = (xp.shape[2] - (kw - 1) * d[0] - 1) // s[0] + 1
+    out: np.ndarray = np.zeros((x.shape[0], oh, ow, cout)) + b
+    per = cout // groups
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, i * d[1] : i * d[1] + (oh - 1) * s[1] + 1 : s[1], j * d[0] : j * d[0] + (ow - 1) * s[0] + 1 : s[0]]
+            for g in range(groups):
+                o = slice(g * per, (g + 1) * per)
+                out[..., o] += win[..., g * cg : (g + 1) * cg] @ w[o, i, j].T.astype(np.float64)
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    cin=st.sampled_from([1, 3, 5]), cout=st.integers(1, 4), k=st.sampled_from([(1, 1), (3, 3), (2, 3)]),
+    stride=st.integers(1, 2), dil=st.integers(1, 2), pad=st.integers(0, 1), nchw=st.booleans(),
+    act=st.sampled_from([0, 1, 2, 3]), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_conv2d_explicit_matches_numpy(
+    device: nnrt.CpuDevice, cin: int, cout: int, k: tuple[int, int], stride: int, dil: int, pad: int, nchw: bool,
+    act: int, seed: int,
+) -> None:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 6, 7, cin)).astype(np.float32)
+    w = rng.standard_normal((cout, *k, cin)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    pads = (pad, pad + 1, pad, 0)
+    xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+    scalars = [*pads, stride, stride + 1, act, nchw, dil, dil]
+    m = build(Op.CONV_2D, list(xin.shape), [w, b], scalars)
+    out = device.prepare_model_sync(m).execute_sync([xin]).outputs[0]
+    want = np.clip(ref_conv(x, w, b, pads, (stride, stride + 1), (dil, dil)), *ACT_BOUNDS[act])
+    np.testing.assert_allclose(out.transpose(0, 2, 3, 1) if nchw else out, want, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    c=st.integers(1, 4), mult=st.integers(1, 2), stride=st.integers(1, 2), dil=st.integers(1, 2),
+    scheme=st.sampled_from([1, 2]), act=st.sampled_from([0, 3]), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_depthwise_implicit_matches_numpy(
+    device: nnrt.CpuDevice, c: int, mult: int, stride: int, dil: int, scheme: int, act: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 7, 6, c)).astype(np.float32)
+    w = rng.standard_normal((1, 3, 3, c * mult)).astype(np.float32)
+    b = rng.standard_normal(c * mult).astype(np.float32)
+    m = build(Op.DEPTHWISE_CONV_2D, list(x.shape), [w, b], [scheme, stride, stride, mult, act, False, dil, dil])
+    out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    # Same as a grouped conv with one group per input channel; SAME padding as NNAPI computes it.
+    pads = [0, 0, 0, 0]
+    if scheme == 1:
+        for axis, size in ((0, 6), (2, 7)):
+            total = max(((size + stride - 1) // stride - 1) * stride + 2 * dil + 1 - size, 0)
+            pads[axis], pads[axis + 1] = total // 2, total - total // 2
+    wg = w[0].transpose(2, 0, 1)[..., None]  # [C*mult, 3, 3, 1]
+    want = ref_conv(x, wg, b, (pads[0], pads[1], pads[2], pads[3]), (stride, stride), (dil, dil), groups=c)
+    np.testing.assert_allclose(out, np.clip(want, *ACT_BOUNDS[act]), rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_conv2d(device: nnrt.CpuDevice) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 5, 5, 4)).astype(np.float32)
+    w = rng.standard_normal((6, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    m = build(Op.GROUPED_CONV_2D, [1, 5, 5, 4], [w, b], [1, 1, 1, 1, 1, 1, 2, 0, False])
+    out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    np.testing.assert_allclose(out, ref_conv(x, w, b, (1, 1, 1, 1), (1, 1), (1, 1), groups=2), rtol=1e-4, atol=1e-4)
+
+
+def test_transpose_conv2d_is_the_adjoint_of_conv2d(device: nnrt.CpuDevice) -> None:
+    # <conv(x), y> == <x, transpose_conv(y)> with the same filter (no bias, VALID padding).
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 7, 7, 3)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)  # conv: 3 -> 2 channels
+    y = rng.standard_normal((1, 3, 3, 2)).astype(np.float32)
+    conv_x = ref_conv(x, w, np.zeros(2, np.float32), (0, 0, 0, 0), (2, 2), (1, 1))
+    wt = np.ascontiguousarray(w.transpose(3, 1, 2, 0))  # transpose conv: 2 -> 3 channels
+    m = build(Op.TRANSPOSE_CONV_2D, [1, 3, 3, 2], [wt, np.zeros(3, np.float32)], [0, 0, 0, 0, 2, 2, 0, False])
+    ty = device.prepare_model_sync(m).execute_sync([y]).outputs[0]
+    assert ty.shape == (1, 7, 7, 3)
+    np.testing.assert_allclose(np.sum(conv_x * y), np.sum(x * ty), rtol=1e-4)
+
+
+def test_conv2d_per_channel_quant8(device: nnrt.CpuDevice) -> None:
+    m = Model()
+    x = m.add_operand(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 1], 0.5, 128)
+    w = m.add_operand(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [2, 1, 1, 1])
+    m.set_operand_symm_per_channel_quant_params(w, 0, [0.5, 0.25])
+    m.set_operand_value(w, np.array([2, 4], np.int8).reshape(2, 1, 1, 1))  # real 1.0 and 1.0
+    b = m.add_operand(T.TENSOR_INT32, [2])
+    m.set_operand_value(b, np.array([4, 8], np.int32))  # scales 0.25, 0.125 -> real 1.0 both
+    ins = [x, w, b]
+    for v in (2, 1, 1, 0):
+        i = m.add_operand(T.INT32)
+        m.set_operand_value(i, v)
+        ins.append(i)
+    y = m.add_operand(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 2], 1.0, 100)
+    m.add_operation(Op.CONV_2D, ins, [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    xq = np.array([130, 132, 126, 140], np.uint8).reshape(1, 2, 2, 1)  # real 1, 2, -1, 6
+    out = device.prepare_model_sync(m).execute_sync([xq]).outputs[0]
+    want = np.array([1, 2, -1, 6], np.float64) + 1.0 + 100
+    np.testing.assert_array_equal(out[..., 0].ravel(), want)
+    np.testing.assert_array_equal(out[..., 1].ravel(), want)
+
+
+def test_conv2d_rejects_rank3_input(device: nnrt.CpuDevice) -> None:
+    w, b = np.ones((1, 2, 2, 1), np.float32), np.zeros(1, np.float32)
+    m = build(Op.CONV_2D, [1, 3, 3], [w, b], [0, 0, 0, 0, 1, 1, 0])
+    rejected(device, m, "rank 3")
+
+
+def test_depthwise_rejects_filter_dim0_not_1(device: nnrt.CpuDevice) -> None:
+    w, b = np.zeros((2, 2, 2, 4), np.float32), np.zeros(4, np.float32)
+    m = build(Op.DEPTHWISE_CONV_2D, [1, 3, 3, 2], [w, b], [0, 0, 0, 0, 1, 1, 2, 0, False])
+    rejected(device, m, "dimension 0 must be 1")
+
+
+def test_bad_signatures_are_rejected(device: nnrt.CpuDevice) -> None:
+    w, b = np.ones((1, 2, 2, 1), np.float32), np.zeros(1, np.float32)
+    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1]), "takes")  # 6 inputs
+    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [3, 1, 1, 0]), "padding scheme")
+    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 0, 1, 0]), ">= 1")  # stride 0
+    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 7]), "fused activation")
+    rejected(device, build(Op.CONV_2D, [1, 3, 3, 2], [w, b], [1, 1, 1, 0]), "input channels")
+    rejected(device, build(Op.GROUPED_CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 1, 0]), "takes")  # no layout
