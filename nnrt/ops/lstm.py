@@ -334,3 +334,4 @@ def prepare_bidirectional_lstm(call: OpCall) -> Kernel:
         return result[0] if len(result) == 1 else result
 
     return run
+from nnrt.ops import lstm_quant as _lstm_quant  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""QUANTIZED_LSTM (in progress)."""
