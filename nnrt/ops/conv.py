@@ -358,21 +358,25 @@ def depthwise_nhwc(
     ``bias`` is [C]. Returns a fresh [N, out_h, out_w, C] array with the bias added and the
     fused activation ``act`` applied (pass ACT_NONE when requantizing applies it later).
     """
-    n, _, _, c = x.shape
+    x = np.ascontiguousarray(x)
+    n, h, w, c = x.shape
     oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
-    xp = _padded(x, g, k_h, k_w)
-    hp = xp.shape[1]
     wrows = rows(ow)
     brow = np.tile(bias.astype(x.dtype, copy=False), ow)
     rowlen = ow * c
-    if sw == 1:
-        flat = xp.reshape(n, hp, xp.shape[2] * c)
-        srcs = [flat[:, :, j * g.dil_w * c : j * g.dil_w * c + rowlen] for j in range(k_w)]
-    else:
-        srcs = [
-            np.ascontiguousarray(xp[:, :, j * g.dil_w : j * g.dil_w + (ow - 1) * sw + 1 : sw]).reshape(n, hp, rowlen)
-            for j in range(k_w)
-        ]
+    # No padded copy: each tap touches only the output columns/rows whose input is real.
+    cols: list[tuple[int, int, np.ndarray] | None] = []
+    for j in range(k_w):
+        off = j * g.dil_w - g.left
+        c_lo, c_hi = _valid_range(ow, w, sw, off)
+        if c_lo >= c_hi:
+            cols.append(None)
+        elif sw == 1:
+            cols.append((c_lo * c, c_hi * c, x.reshape(n, h, w * c)[:, :, (c_lo + off) * c : (c_hi + off) * c]))
+        else:
+            src = x[:, :, c_lo * sw + off : (c_hi - 1) * sw + off + 1 : sw]
+            cols.append((c_lo * c, c_hi * c, np.ascontiguousarray(src).reshape(n, h, (c_hi - c_lo) * c)))
+    row_ranges = [(i * g.dil_h - g.top, *_valid_range(oh, h, sh, i * g.dil_h - g.top)) for i in range(k_h)]
     out = np.empty((n, oh, rowlen), dtype=x.dtype)
     block = max(1, _DW_BLOCK_ELEMENTS // max(rowlen, 1))
     tmp = np.empty((min(block, oh), rowlen), dtype=x.dtype)
@@ -380,16 +384,27 @@ def depthwise_nhwc(
         for r0 in range(0, oh, block):
             r1 = min(oh, r0 + block)
             acc = out[b, r0:r1]
-            t = tmp[: r1 - r0]
             np.copyto(acc, brow)
-            for i in range(k_h):
-                h0 = i * g.dil_h + r0 * sh
-                h1 = i * g.dil_h + (r1 - 1) * sh + 1
-                for j in range(k_w):
-                    np.multiply(srcs[j][b, h0:h1:sh], wrows[i * k_w + j], out=t)
-                    np.add(acc, t, out=acc)
+            for i, (off, r_lo, r_hi) in enumerate(row_ranges):
+                lo_r, hi_r = max(r0, r_lo), min(r1, r_hi)
+                if lo_r >= hi_r:
+                    continue
+                h0, h1 = lo_r * sh + off, (hi_r - 1) * sh + off + 1
+                for j, col in enumerate(cols):
+                    if col is None:
+                        continue
+                    lo, hi, src = col
+                    t = tmp[: hi_r - lo_r, lo:hi]
+                    np.multiply(src[b, h0:h1:sh], wrows[i * k_w + j, lo:hi], out=t)
+                    dst = acc[lo_r - r0 : hi_r - r0, lo:hi]
+                    np.add(dst, t, out=dst)
             apply_activation(acc, act)
     return out.reshape(n, oh, ow, c)
+
+
+def _valid_range(out_n: int, in_n: int, stride: int, offset: int) -> tuple[int, int]:
+    """Output positions ``o`` in [0, out_n) whose input ``o * stride + offset`` is in [0, in_n)."""
+    return max(0, (stride - 1 - offset) // stride), min(out_n, (in_n - 1 - offset) // stride + 1)
 
 
 # -- CONV_2D --------------------------------------------------------------------------------
