@@ -266,14 +266,17 @@ def input_nhwc(call: OpCall, x: np.ndarray, g: Geometry, types: ConvTypes) -> np
     return from_nchw(r) if g.nchw else r
 
 
-def finish_output(call: OpCall, out: np.ndarray, g: Geometry) -> np.ndarray:
-    """Real NHWC result (owned by the kernel) -> output operand values in its layout."""
+def finish_output(call: OpCall, out: np.ndarray, g: Geometry, in_layout: bool = False) -> np.ndarray:
+    """Real result (owned by the kernel) -> output operand values in its layout.
+
+    ``out`` is NHWC, or already in the operation's layout when ``in_layout`` is set.
+    """
     op: Operand = call.outputs[0]
     if op.type is T.TENSOR_FLOAT32:
         res = apply_activation(out.astype(np.float32, copy=False), g.act)
     else:
         res = from_real(out, op, g.act)
-    return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
+    return np.ascontiguousarray(to_nchw(res)) if g.nchw and not in_layout else res
 
 
 def empty_output(call: OpCall, n: int, c: int, g: Geometry) -> np.ndarray:
@@ -297,23 +300,32 @@ def _padded(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
     return xp
 
 
-def conv_nhwc(x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry) -> np.ndarray:
-    """Convolution plus bias of real NHWC ``x``; returns a fresh, writable [N, out_h, out_w, Cout].
+def conv_nhwc(
+    x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry, nchw_out: bool = False
+) -> tuple[np.ndarray, bool]:
+    """Convolution plus bias of real NHWC ``x`` (may be a view of NCHW data).
 
     ``waug`` is [k_h*k_w*Cin + 1, Cout]: the filter taps in (kh, kw, c) order, then the bias row
-    (the gathered taps get a row of ones, so the matrix product adds the bias).
+    (the gathered taps get a row of ones, so the matrix product adds the bias). Returns a
+    fresh, writable result and whether it is NCHW: [N, Cout, out_h, out_w] when ``nchw_out``
+    asks for it and the formulation gives it for free, else [N, out_h, out_w, Cout].
     """
-    n, _, _, c = x.shape
+    n, h, w, c = x.shape
     oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
     cout = waug.shape[1]
     p = n * oh * ow
     k = k_h * k_w * c
+    if nchw_out and k_h == 1 and k_w == 1 and sh == sw == 1 and (oh, ow) == (h, w) and g.top == g.left == 0:
+        # NCHW pointwise: out[n] = W^T @ x[n] as [Cin, H*W] planes, no transposes.
+        res: np.ndarray = np.matmul(waug[:k].T, x.transpose(0, 3, 1, 2).reshape(n, c, h * w))
+        res += waug[k][:, None]
+        return res.reshape(n, cout, oh, ow), True
     if k_h == 1 and k_w == 1:
         xp = _padded(x, g, 1, 1)
         src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
         out: np.ndarray = np.matmul(src.reshape(p, c), waug[:k])
         out += waug[k]
-        return out.reshape(n, oh, ow, cout)
+        return out.reshape(n, oh, ow, cout), False
     rows_h = [slice(i * g.dil_h, i * g.dil_h + (oh - 1) * sh + 1, sh) for i in range(k_h)]
     cols_w = [slice(j * g.dil_w, j * g.dil_w + (ow - 1) * sw + 1, sw) for j in range(k_w)]
     if c <= _PLANES_MAX_CHANNELS:
@@ -326,6 +338,9 @@ def conv_nhwc(x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry) 
                 t = (i * k_w + j) * c
                 planes[t : t + c] = xc[:, :, rs, cs]
         planes[k] = 1
+        if nchw_out and n == 1:
+            out = np.matmul(waug.T, planes.reshape(k + 1, p))
+            return out.reshape(1, cout, oh, ow), True
         out = np.matmul(planes.reshape(k + 1, p).T, waug)
     else:
         xp = _padded(x, g, k_h, k_w)
@@ -336,7 +351,7 @@ def conv_nhwc(x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry) 
                 taps[:, :, :, i * k_w + j] = xp[:, rs, cs]
         cols[:, k] = 1
         out = np.matmul(cols, waug)
-    return out.reshape(n, oh, ow, cout)
+    return out.reshape(n, oh, ow, cout), False
 
 
 def _padded_cnhw(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
@@ -450,8 +465,8 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             wmat = wmat0
         else:
             wmat = _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
-        out = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g)
-        return finish_output(call, out, g)
+        out, in_layout = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g, g.nchw)
+        return finish_output(call, out, g, in_layout)
 
     return run
 
@@ -574,7 +589,7 @@ def prepare_grouped_conv2d(call: OpCall) -> Kernel:
             gm = group_mats(real_filter(w, call, types), real_bias(b, call, types), groups)
         xr = input_nhwc(call, x, g, types)
         cg = w.shape[3]
-        parts = [conv_nhwc(xr[..., k * cg : (k + 1) * cg], gm[k], w.shape[1], w.shape[2], g) for k in range(groups)]
+        parts = [conv_nhwc(xr[..., k * cg : (k + 1) * cg], gm[k], w.shape[1], w.shape[2], g)[0] for k in range(groups)]
         out = np.concatenate(parts, axis=3) if groups > 1 else parts[0]
         return finish_output(call, out, g)
 
