@@ -25,7 +25,14 @@ from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__ = ["fixed_logistic", "fixed_tanh", "multiply_by_quantized_multiplier", "quantize_multiplier"]
+__all__ = [
+    "fixed_logistic",
+    "fixed_tanh",
+    "multiply_by_quantized_multiplier",
+    "quantize_multiplier",
+    "rounding_divide_by_pot",
+    "wrap16",
+]
 
 I64 = np.int64
 
@@ -51,6 +58,9 @@ def _wrap16(x: np.ndarray) -> np.ndarray:
     return ((x + 32768) & 0xFFFF) - 32768
 
 
+wrap16 = _wrap16
+
+
 def _sat(x: np.ndarray, bits: int) -> np.ndarray:
     out: np.ndarray = np.clip(x, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
     return out
@@ -64,6 +74,9 @@ def _rdpot(x: np.ndarray, exponent: int) -> np.ndarray:
     remainder = x & mask
     threshold = (mask >> 1) + (x < 0)
     return (x >> exponent) + (remainder > threshold)
+
+
+rounding_divide_by_pot = _rdpot
 
 
 def _srdhm(a: np.ndarray, b: np.ndarray | int, bits: int) -> np.ndarray:
