@@ -4,16 +4,17 @@
 All three share NNAPI's signature shape: ``[input, filter, bias, padding..., stride_w, stride_h,
 (depth multiplier | groups), activation, (layout), (dilation_w, dilation_h)]`` where padding is
 either one implicit scheme (SAME/VALID) or four explicit values (left, right, top, bottom). The
-kernels compute in NHWC (NCHW inputs are viewed as NHWC and the output transposed back) and in
-real numbers: float32 for float32/float16/relaxed models, float64 for quantized ones (inputs
+kernels compute in NHWC (NCHW inputs are viewed as NHWC; outputs are transposed back unless the
+formulation yields NCHW directly) and in real numbers: float32 for float32/float16/relaxed models, float64 for quantized ones (inputs
 dequantized with ``to_real``, per-channel filters included; the int32 bias is scaled by
 ``input_scale * filter_scale[c]``), requantized by ``from_real``.
 
-Speed: constant filters are re-laid once at preparation. CONV_2D is one matrix product: 1x1
-convolutions multiply the input directly, others gather the filter taps first (as strided
-planes when the input has few channels, as im2col rows otherwise). DEPTHWISE_CONV_2D views
-NHWC rows as flat ``[W*C]`` vectors and accumulates one tiled weight row per tap, a block of
-output rows at a time so the accumulator stays in cache.
+Speed: constant filters (and biases) are re-laid once at preparation. CONV_2D is one matrix
+product: 1x1 convolutions multiply the input directly, others gather the filter taps first (as
+channel-major planes when the input has few channels, as im2col rows otherwise) plus a row of
+ones so the product adds the bias. DEPTHWISE_CONV_2D views NHWC rows as flat ``[W*C]`` vectors
+and accumulates one tiled weight row per tap (clipped at the borders, so no padded copy), a
+block of output rows at a time so the accumulator stays in cache, fused activation included.
 """
 
 from __future__ import annotations
