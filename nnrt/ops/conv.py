@@ -5,9 +5,10 @@ All three share NNAPI's signature shape: ``[input, filter, bias, padding..., str
 (depth multiplier | groups), activation, (layout), (dilation_w, dilation_h)]`` where padding is
 either one implicit scheme (SAME/VALID) or four explicit values (left, right, top, bottom). The
 kernels compute in NHWC (NCHW inputs are viewed as NHWC; outputs are transposed back unless the
-formulation yields NCHW directly) and in real numbers: float32 for float32/float16/relaxed models, float64 for quantized ones (inputs
-dequantized with ``to_real``, per-channel filters included; the int32 bias is scaled by
-``input_scale * filter_scale[c]``), requantized by ``from_real``.
+formulation yields NCHW directly) and in real numbers: float32 for float32/float16/relaxed
+models, float64 for quantized ones (inputs dequantized with ``to_real``, per-channel filters
+included; the int32 bias is scaled by ``input_scale * filter_scale[c]``), requantized by
+``from_real``.
 
 Speed: constant filters (and biases) are re-laid once at preparation. CONV_2D is one matrix
 product: 1x1 convolutions multiply the input directly, others gather the filter taps first (as
