@@ -1,0 +1,23 @@
+"""The scheduler: per-app priority queues, admission, deadlines and preemption decisions.
+
+``Policy`` is the pure core (no ``await``, no I/O, no clock reads: every call takes ``now``);
+an async layer carries out its decisions. ``Job`` is one execution as the policy sees it.
+"""
+
+from nnrt.sched._job import Job, JobState
+from nnrt.sched._policy import ADMITTED, CONTINUE, Action, Actions, Admission, Decision, Policy
+from nnrt.sched._stats import ClassStatistics, SchedulerStatistics
+
+__all__ = [
+    "ADMITTED",
+    "CONTINUE",
+    "Action",
+    "Actions",
+    "Admission",
+    "ClassStatistics",
+    "Decision",
+    "Job",
+    "JobState",
+    "Policy",
+    "SchedulerStatistics",
+]
