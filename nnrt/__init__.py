@@ -22,7 +22,8 @@ from nnrt.errors import (
     OutputInsufficientSizeError,
     ResourceExhaustedError,
 )
-from nnrt.execution import ExecutionResult, PreparedModel
+from nnrt.execution import ExecutionResult, FencedExecutionCallback, FencedExecutionInfo, PreparedModel
+from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, from_future
 from nnrt.memory import Memory
 from nnrt.model import Model
 from nnrt.types import (
@@ -53,6 +54,9 @@ __all__ = [
     "ErrorStatus",
     "ExecutionPreference",
     "ExecutionResult",
+    "FenceState",
+    "FencedExecutionCallback",
+    "FencedExecutionInfo",
     "GeneralFailureError",
     "InternalError",
     "InvalidArgumentError",
@@ -70,9 +74,14 @@ __all__ = [
     "PreparedModel",
     "Priority",
     "ResourceExhaustedError",
+    "SyncFence",
     "Timing",
     "VirtualClock",
     "__version__",
+    "all_of",
+    "any_of",
     "deadline_after",
+    "from_awaitable",
+    "from_future",
     "get_devices",
 ]

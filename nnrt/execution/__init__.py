@@ -5,6 +5,7 @@ drives the interpreter (inline, on a worker thread, under a scheduler) through t
 ``Driver`` protocol.
 """
 
+from nnrt.execution._fenced import FencedExecutionCallback, FencedExecutionInfo
 from nnrt.execution._interpreter import INTERRUPTED, OFFLOAD, ExecContext, run_plan
 from nnrt.execution._plan import Plan, Step, compile_plan
 from nnrt.execution._prepared import Driver, ExecutionResult, PreparedModel, resolve_loop_timeout
@@ -15,6 +16,8 @@ __all__ = [
     "Driver",
     "ExecContext",
     "ExecutionResult",
+    "FencedExecutionCallback",
+    "FencedExecutionInfo",
     "Plan",
     "PreparedModel",
     "Step",

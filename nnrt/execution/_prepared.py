@@ -11,6 +11,7 @@ has its own slots; constants are shared and never written.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,7 +22,9 @@ from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, OutputInsufficientSizeError
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
+from nnrt.execution._fenced import FencedExecutionCallback, execute_fenced
 from nnrt.execution._plan import Plan
+from nnrt.fences import SyncFence
 from nnrt.model import Model, Operand
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Priority, Timing
 
@@ -93,6 +96,9 @@ class PreparedModel:
         self._inputs = [_InputSpec(k, model.operands[i]) for k, i in enumerate(model.input_indexes)]
         self._outputs = [model.operands[i] for i in model.output_indexes]
         self._n_executions = 0
+        # Fenced executions run as tasks owned by the prepared model (kept here so they are
+        # neither garbage-collected nor lost while running).
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<PreparedModel {self.model.name or hex(id(self.model))} priority={self.priority.name} app={self.app!r}>"
@@ -118,6 +124,31 @@ class PreparedModel:
         ctx = self._context(deadline, loop_timeout)
         results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan)
         return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+
+    async def execute_fenced(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[np.ndarray | None] | None = None,
+        *,
+        wait_for: Sequence[SyncFence] = (),
+        measure_timing: bool = False,
+        deadline: float | None = None,
+        loop_timeout: float | None = None,
+        timeout_after_fence: float | None = None,
+    ) -> tuple[SyncFence, FencedExecutionCallback]:
+        """Start an execution once every fence in ``wait_for`` has signaled.
+
+        Returns at once with ``(fence, callback)``: ``await fence`` waits for the outputs
+        (written into ``outputs`` when given, else ``callback.result.outputs``). The request is
+        validated now; see ``nnrt.execution._fenced`` for the rules.
+        """
+        return await execute_fenced(
+            self, inputs, outputs, wait_for, measure_timing, deadline, loop_timeout, timeout_after_fence
+        )
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def execute_sync(
         self,

@@ -1,0 +1,154 @@
+"""Fenced execution: ``fence, callback = await prepared.execute_fenced(...)``.
+
+NNAPI's ``executeFenced`` (digest section 3), made Pythonic. The request is validated at the
+call, synchronously: a bad request, an output whose size is unknown, a wait-for fence already
+in error, or a deadline already passed raise at once. Otherwise the execution becomes a task
+owned by the prepared model, and the call returns a ``SyncFence`` that signals when the
+outputs are written, plus a ``FencedExecutionCallback``.
+
+The task first awaits every wait-for fence, holding no device compute; a wait-for fence that
+fails puts the returned fence in error (GENERAL_FAILURE) at once, without running the model.
+Once they have signaled, ``timeout_after_fence`` starts counting: the effective deadline is the
+earlier of it and ``deadline``, and missing it puts the fence in error with MISSED_DEADLINE_*.
+Cancelling the execution (``callback.cancel()``) puts its fence in error; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nnrt.clock import perf_ns
+from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError
+from nnrt.execution._interpreter import run_plan
+from nnrt.fences import FenceState, SyncFence, all_of
+from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, Timing
+
+if TYPE_CHECKING:
+    from nnrt.execution._prepared import ExecutionResult, PreparedModel
+
+__all__ = ["FencedExecutionCallback", "FencedExecutionInfo", "execute_fenced"]
+
+
+@dataclass(frozen=True, slots=True)
+class FencedExecutionInfo:
+    """NNAPI's ``getExecutionInfo``: the status and the two timings of a fenced execution.
+
+    ``timing_launched`` covers the call to the fence signaling; ``timing_fenced`` covers the
+    wait-for fences signaling to the fence signaling. Both are unavailable unless timing was
+    asked for and the status is NONE.
+    """
+
+    status: ErrorStatus
+    timing_launched: Timing = TIMING_UNAVAILABLE
+    timing_fenced: Timing = TIMING_UNAVAILABLE
+
+
+class FencedExecutionCallback:
+    """The handle a fenced execution returns beside its fence (no public constructor)."""
+
+    __slots__ = ("_fence", "_info", "_result", "_task")
+
+    def __init__(self, fence: SyncFence) -> None:
+        self._fence = fence
+        self._info: FencedExecutionInfo | None = None
+        self._result: ExecutionResult | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def fence(self) -> SyncFence:
+        return self._fence
+
+    def get_execution_info(self) -> FencedExecutionInfo:
+        """Status and timings; GENERAL_FAILURE while the fence has not resolved yet."""
+        if self._info is None:
+            raise GeneralFailureError("get_execution_info: the execution's fence has not signaled yet")
+        return self._info
+
+    @property
+    def result(self) -> ExecutionResult:
+        """The ``ExecutionResult`` (outputs, shapes, timing) once the fence has signaled."""
+        if self._result is None:
+            raise GeneralFailureError("the fenced execution has not completed successfully")
+        return self._result
+
+    def cancel(self) -> bool:
+        """Cancel the execution if it has not finished; its fence goes into error."""
+        return self._task is not None and self._task.cancel()
+
+
+def _check_fences(wait_for: Sequence[SyncFence]) -> tuple[SyncFence, ...]:
+    fences = tuple(wait_for)
+    for k, fence in enumerate(fences):
+        if not isinstance(fence, SyncFence):
+            raise InvalidArgumentError(f"wait_for[{k}]: {type(fence).__name__} is not a SyncFence")
+        if fence.state is FenceState.ERROR:
+            raise InvalidArgumentError(f"wait_for[{k}] is already in error ({fence.status.name if fence.status else '?'})")
+    return fences
+
+
+async def execute_fenced(
+    prepared: PreparedModel,
+    inputs: Sequence[Any],
+    outputs: Sequence[np.ndarray | None] | None,
+    wait_for: Sequence[SyncFence],
+    measure_timing: bool,
+    deadline: float | None,
+    loop_timeout: float | None,
+    timeout_after_fence: float | None,
+) -> tuple[SyncFence, FencedExecutionCallback]:
+    t_call = perf_ns()
+    args, bufs = prepared._validate_request(inputs, outputs)
+    for j, op in enumerate(prepared._outputs):
+        if not op.fully_specified and (bufs is None or bufs[j] is None):
+            raise InvalidArgumentError(
+                f"output {j} ({op.label}) has unspecified dimensions {list(op.dimensions)}: a fenced execution "
+                "needs fully specified outputs (or an output buffer)"
+            )
+    fences = _check_fences(wait_for)
+    if timeout_after_fence is not None and (not isinstance(timeout_after_fence, (int, float)) or not timeout_after_fence >= 0):
+        raise InvalidArgumentError(f"timeout_after_fence must be a non-negative number of seconds, got {timeout_after_fence!r}")
+    ctx = prepared._context(deadline, loop_timeout)  # raises MISSED_DEADLINE_PERSISTENT if already late
+    fence = SyncFence._derived()
+    callback = FencedExecutionCallback(fence)
+
+    async def run() -> None:
+        core = fence._core
+        try:
+            if fences:
+                try:
+                    await (fences[0] if len(fences) == 1 else all_of(fences))
+                except NnrtError as err:
+                    raise GeneralFailureError(f"a wait-for fence failed: {err}") from err
+            t_fenced = perf_ns()
+            if timeout_after_fence is not None:
+                limit = prepared._driver.clock.now() + timeout_after_fence
+                ctx.deadline = limit if ctx.deadline is None else min(ctx.deadline, limit)
+            results, device_ns = await prepared._driver.drive(run_plan(prepared.plan, args, ctx), ctx, prepared.plan)
+            result = prepared._finish(results, bufs, args, measure_timing, t_call, device_ns)
+        except NnrtError as err:
+            callback._info = FencedExecutionInfo(err.status)
+            core.try_fail(err.status, str(err))
+        except asyncio.CancelledError:
+            callback._info = FencedExecutionInfo(ErrorStatus.GENERAL_FAILURE)
+            core.try_fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
+            raise
+        else:
+            end = perf_ns()
+            if measure_timing:
+                launched = Timing(min(device_ns, end - t_call), end - t_call)
+                fenced = Timing(min(device_ns, end - t_fenced), end - t_fenced)
+                callback._info = FencedExecutionInfo(ErrorStatus.NONE, launched, fenced)
+            else:
+                callback._info = FencedExecutionInfo(ErrorStatus.NONE)
+            callback._result = result
+            core.try_signal()
+
+    task = asyncio.get_running_loop().create_task(run())
+    callback._task = task
+    prepared._track(task)
+    return fence, callback

@@ -1,0 +1,179 @@
+"""``execute_fenced``: validation at the call, waiting for fences without running, failure
+propagation, deadlines counted from the fences, timing info, chaining and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+import nnrt
+from nnrt import ErrorStatus, SyncFence, zoo
+
+
+def ones(*shape: int) -> np.ndarray:
+    return np.ones(shape, np.float32)
+
+
+async def spin(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def spy_on_first_step(prepared: nnrt.PreparedModel) -> list[int]:
+    calls: list[int] = []
+    step = prepared.plan.steps[0]
+    fn = step.fn
+    assert fn is not None
+
+    def spy(*args: object) -> object:
+        calls.append(1)
+        return fn(*args)
+
+    step.fn = spy
+    return calls
+
+
+async def test_fenced_execution_signals_with_outputs(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)])
+    await fence
+    assert fence.status is ErrorStatus.NONE
+    assert callback.result.outputs[0].tolist() == [[2, 2, 2, 2]]
+    info = callback.get_execution_info()
+    assert info.status is ErrorStatus.NONE
+    assert not info.timing_launched.available and not info.timing_fenced.available
+    await spin()
+    assert not prepared._tasks  # the task is released once done
+
+
+async def test_timing_info_when_measured(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    gate = SyncFence()
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[gate], measure_timing=True)
+    with pytest.raises(nnrt.GeneralFailureError, match="not signaled yet"):
+        callback.get_execution_info()
+    await spin()
+    gate.signal()
+    await fence
+    info = callback.get_execution_info()
+    launched, fenced = info.timing_launched, info.timing_fenced
+    assert launched.time_in_driver_ns is not None and fenced.time_in_driver_ns is not None
+    assert fenced.time_in_driver_ns <= launched.time_in_driver_ns
+    assert launched.time_on_device_ns is not None and launched.time_on_device_ns <= launched.time_in_driver_ns
+
+
+async def test_waits_for_every_fence_before_running(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    calls = spy_on_first_step(prepared)
+    a, b = SyncFence(), SyncFence()
+    fence, _ = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[a, b])
+    await spin()
+    a.signal()
+    await spin()
+    assert not calls and not fence.done()
+    b.signal()
+    await fence
+    assert calls == [1]
+
+
+async def test_fence_signaled_from_another_thread(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    gate = SyncFence()
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[gate])
+    threading.Timer(0.01, gate.signal).start()
+    assert await fence.wait(5.0)
+    assert callback.result.outputs[0][0, 0] == 2
+
+
+async def test_failing_wait_for_fence_fails_without_running(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    calls = spy_on_first_step(prepared)
+    gate = SyncFence()
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[gate])
+    await spin()
+    gate.signal_error(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "upstream late")
+    with pytest.raises(nnrt.GeneralFailureError, match="wait-for fence failed"):
+        await fence
+    assert fence.status is ErrorStatus.GENERAL_FAILURE
+    assert callback.get_execution_info().status is ErrorStatus.GENERAL_FAILURE
+    assert not calls
+
+
+async def test_validation_is_synchronous(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    with pytest.raises(nnrt.InvalidArgumentError, match="already in error"):
+        await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[SyncFence.failed(ErrorStatus.GENERAL_FAILURE)])
+    with pytest.raises(nnrt.InvalidArgumentError, match="not a SyncFence"):
+        await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[object()])  # type: ignore[list-item]
+    with pytest.raises(nnrt.InvalidArgumentError, match="2 inputs"):
+        await prepared.execute_fenced([ones(1, 4)])
+    with pytest.raises(nnrt.InvalidArgumentError, match="timeout_after_fence"):
+        await prepared.execute_fenced([ones(1, 4), ones(1, 4)], timeout_after_fence=-1.0)
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await prepared.execute_fenced([ones(1, 4), ones(1, 4)], deadline=nnrt.deadline_after(-1.0, device.clock))
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT
+
+
+async def test_unspecified_outputs_need_a_buffer(device: nnrt.CpuDevice) -> None:
+    from tests.integration.test_execute import unknown_shape_add
+
+    prepared = await device.prepare_model(unknown_shape_add())
+    with pytest.raises(nnrt.InvalidArgumentError, match="unspecified dimensions"):
+        await prepared.execute_fenced([ones(3, 2), ones(3, 2)])
+    out = np.zeros((3, 2), np.float32)
+    fence, _ = await prepared.execute_fenced([ones(3, 2), ones(3, 2)], outputs=[out])
+    await fence
+    assert out.tolist() == [[2, 2]] * 3
+
+
+async def test_timeout_after_fence_counts_from_the_fences() -> None:
+    clock = nnrt.VirtualClock(100.0)
+    dev = nnrt.CpuDevice(clock=clock)
+    prepared = await dev.prepare_model(zoo.one_add())
+    gate = SyncFence()
+    # A generous budget from the fence: waiting long before the fence does not count.
+    fence, _ = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[gate], timeout_after_fence=1.0)
+    clock.advance(50.0)
+    gate.signal()
+    await fence
+    # A zero budget is already spent when the execution starts.
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], timeout_after_fence=0.0)
+    with pytest.raises(nnrt.MissedDeadlineError):
+        await fence
+    assert callback.get_execution_info().status is ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    # The absolute deadline still applies when it is earlier.
+    gate = SyncFence()
+    fence, _ = await prepared.execute_fenced(
+        [ones(1, 4), ones(1, 4)], wait_for=[gate], deadline=clock.now() + 1.0, timeout_after_fence=10.0
+    )
+    clock.advance(2.0)
+    gate.signal()
+    with pytest.raises(nnrt.MissedDeadlineError):
+        await fence
+    dev.close()
+
+
+async def test_cancel_puts_the_fence_in_error(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    gate = SyncFence()
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[gate])
+    await spin()
+    assert callback.cancel()
+    with pytest.raises(nnrt.GeneralFailureError, match="cancelled"):
+        await fence
+    await spin()
+    assert not prepared._tasks
+
+
+async def test_three_stage_chain_awaits_only_the_last_fence(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    x = ones(1, 4)
+    a, b, c = (np.zeros((1, 4), np.float32) for _ in range(3))
+    f1, _ = await prepared.execute_fenced([x, x], outputs=[a])
+    f2, _ = await prepared.execute_fenced([a, x], outputs=[b], wait_for=[f1])
+    f3, _ = await prepared.execute_fenced([b, x], outputs=[c], wait_for=[f2])
+    await f3
+    assert c.tolist() == [[4, 4, 4, 4]]
