@@ -27,15 +27,14 @@ from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import nnrt  # noqa: E402
-from nnrt import zoo  # noqa: E402
-from nnrt.model import dims_product  # noqa: E402
-from nnrt.types import OperandLifeTime  # noqa: E402
+import nnrt
+from nnrt import zoo
+from nnrt.model import dims_product
+from nnrt.types import OperandLifeTime
 
 try:
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 except ImportError:  # pragma: no cover - optional
@@ -124,7 +123,7 @@ def line(name: str, value: float, unit: str = "us") -> None:
 
 
 def ratio(name: str, value: float, target: float | None = None) -> None:
-    verdict = "" if target is None else ("  (target <= %.2fx: %s)" % (target, "met" if value <= target else "NOT met"))
+    verdict = "" if target is None else f"  (target <= {target:.2f}x: {'met' if value <= target else 'NOT met'})"
     sys.stdout.write(f"  {name:48} {value:10.2f}x{verdict}\n")
 
 

@@ -21,8 +21,8 @@ import numpy as np
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, OutputInsufficientSizeError
-from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._fenced import FencedExecutionCallback, execute_fenced
+from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._plan import Plan
 from nnrt.fences import SyncFence
 from nnrt.model import Model, Operand
