@@ -163,10 +163,13 @@ class CpuDevice(Device):
 
     # -- Driver protocol ----------------------------------------------------------------------
 
+    def runs_inline(self, plan: Plan) -> bool:
+        return not plan.has_control_flow and plan.cost_ns <= self.inline_limit_ns
+
     async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan) -> tuple[list[Any], int]:
         device_ns = 0
         reason = OFFLOAD
-        if not plan.has_control_flow and plan.cost_ns <= self.inline_limit_ns:
+        if self.runs_inline(plan):
             ctx.on_loop = True
             t = perf_ns()
             token = fp_errors_ignored()

@@ -11,11 +11,13 @@ fails puts the returned fence in error (GENERAL_FAILURE) at once, without runnin
 Once they have signaled, ``timeout_after_fence`` starts counting: the effective deadline is the
 earlier of it and ``deadline``, and missing it puts the fence in error with MISSED_DEADLINE_*.
 Cancelling the execution (``callback.cancel()``) puts its fence in error; nothing waits forever.
+Cheap plans run eagerly, without a task, the moment their fences signal (see ``_FencedRun``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,8 +26,9 @@ import numpy as np
 
 from nnrt.clock import perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError
-from nnrt.execution._interpreter import run_plan
+from nnrt.execution._interpreter import ExecContext, run_plan
 from nnrt.fences import FenceState, SyncFence, all_of
+from nnrt.fences._state import FenceCore
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, Timing
 
 if TYPE_CHECKING:
@@ -51,13 +54,14 @@ class FencedExecutionInfo:
 class FencedExecutionCallback:
     """The handle a fenced execution returns beside its fence (no public constructor)."""
 
-    __slots__ = ("_fence", "_info", "_result", "_task")
+    __slots__ = ("_fence", "_info", "_result", "_run", "_task")
 
     def __init__(self, fence: SyncFence) -> None:
         self._fence = fence
         self._info: FencedExecutionInfo | None = None
         self._result: ExecutionResult | None = None
         self._task: asyncio.Task[None] | None = None
+        self._run: _FencedRun | None = None
 
     @property
     def fence(self) -> SyncFence:
@@ -78,6 +82,8 @@ class FencedExecutionCallback:
 
     def cancel(self) -> bool:
         """Cancel the execution if it has not finished; its fence goes into error."""
+        if self._run is not None:
+            return self._run.cancel()
         return self._task is not None and self._task.cancel()
 
 
@@ -115,40 +121,130 @@ async def execute_fenced(
     ctx = prepared._context(deadline, loop_timeout)  # raises MISSED_DEADLINE_PERSISTENT if already late
     fence = SyncFence._derived()
     callback = FencedExecutionCallback(fence)
+    run = _FencedRun(prepared, args, bufs, ctx, measure_timing, timeout_after_fence, t_call, fence, callback)
+    if prepared._driver.runs_inline(prepared.plan):
+        run.start_eagerly(fences)
+    else:
+        task = asyncio.get_running_loop().create_task(run.run_task(fences))
+        callback._task = task
+        prepared._track(task)
+    return fence, callback
 
-    async def run() -> None:
-        core = fence._core
+
+class _FencedRun:
+    """One fenced execution: waits for its fences, runs, resolves its fence and callback.
+
+    Two ways to run. A plan the device runs inline (cheap, no control flow) starts *eagerly*:
+    a listener on the wait-for fences runs it synchronously the moment they signal on the loop
+    thread (or schedules it there when they signal from another thread), so a chain of fenced
+    stages runs back to back with no task switch. Other plans run as a task that awaits the
+    fences and then the device.
+    """
+
+    __slots__ = ("prepared", "args", "bufs", "ctx", "measure", "after_fence", "t_call", "fence", "callback",
+                 "loop", "thread", "handle", "gate")
+
+    def __init__(
+        self,
+        prepared: PreparedModel,
+        args: list[Any],
+        bufs: Sequence[np.ndarray | None] | None,
+        ctx: ExecContext,
+        measure: bool,
+        after_fence: float | None,
+        t_call: int,
+        fence: SyncFence,
+        callback: FencedExecutionCallback,
+    ) -> None:
+        self.prepared, self.args, self.bufs, self.ctx = prepared, args, bufs, ctx
+        self.measure, self.after_fence, self.t_call = measure, after_fence, t_call
+        self.fence, self.callback = fence, callback
+        self.loop = asyncio.get_running_loop()
+        self.thread = threading.get_ident()
+        self.handle: int | None = None
+        self.gate: SyncFence | None = None
+
+    # -- outcome --------------------------------------------------------------------------------
+
+    def _fail(self, status: ErrorStatus, message: str) -> None:
+        self.callback._info = FencedExecutionInfo(status)
+        self.fence._core.try_fail(status, message)
+
+    def _succeed(self, result: ExecutionResult, device_ns: int, t_fenced: int) -> None:
+        end = perf_ns()
+        if self.measure:
+            launched = Timing(min(device_ns, end - self.t_call), end - self.t_call)
+            fenced = Timing(min(device_ns, end - t_fenced), end - t_fenced)
+            self.callback._info = FencedExecutionInfo(ErrorStatus.NONE, launched, fenced)
+        else:
+            self.callback._info = FencedExecutionInfo(ErrorStatus.NONE)
+        self.callback._result = result
+        self.fence._core.try_signal()
+
+    def _fences_signaled(self) -> int:
+        if self.after_fence is not None:
+            limit = self.prepared._driver.clock.now() + self.after_fence
+            self.ctx.deadline = limit if self.ctx.deadline is None else min(self.ctx.deadline, limit)
+        return perf_ns()
+
+    # -- eager path (inline plans) ----------------------------------------------------------------
+
+    def start_eagerly(self, fences: tuple[SyncFence, ...]) -> None:
+        self.callback._run = self
+        if not fences:
+            self._run_inline()
+            return
+        self.gate = fences[0] if len(fences) == 1 else all_of(fences)
+        self.handle = self.gate._core.add_listener(self._on_gate)
+
+    def _on_gate(self, core: FenceCore) -> None:
+        if core.state is FenceState.ERROR:
+            self._fail(ErrorStatus.GENERAL_FAILURE, f"a wait-for fence failed: {core.status.name if core.status else '?'}"
+                       f" {core.message}".rstrip())
+        elif threading.get_ident() == self.thread:
+            self._run_inline()
+        else:
+            self.loop.call_soon_threadsafe(self._run_inline)
+
+    def _run_inline(self) -> None:
+        if self.fence.done():  # cancelled meanwhile
+            return
+        t_fenced = self._fences_signaled()
+        prepared = self.prepared
+        try:
+            results, device_ns = prepared._driver.drive_sync(run_plan(prepared.plan, self.args, self.ctx), self.ctx)
+            result = prepared._finish(results, self.bufs, self.args, self.measure, self.t_call, device_ns)
+        except NnrtError as err:
+            self._fail(err.status, str(err))
+        else:
+            self._succeed(result, device_ns, t_fenced)
+
+    def cancel(self) -> bool:
+        if self.fence.done():
+            return False
+        if self.gate is not None:
+            self.gate._core.remove_listener(self.handle)
+        self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
+        return True
+
+    # -- task path --------------------------------------------------------------------------------
+
+    async def run_task(self, fences: tuple[SyncFence, ...]) -> None:
+        prepared = self.prepared
         try:
             if fences:
                 try:
                     await (fences[0] if len(fences) == 1 else all_of(fences))
                 except NnrtError as err:
                     raise GeneralFailureError(f"a wait-for fence failed: {err}") from err
-            t_fenced = perf_ns()
-            if timeout_after_fence is not None:
-                limit = prepared._driver.clock.now() + timeout_after_fence
-                ctx.deadline = limit if ctx.deadline is None else min(ctx.deadline, limit)
-            results, device_ns = await prepared._driver.drive(run_plan(prepared.plan, args, ctx), ctx, prepared.plan)
-            result = prepared._finish(results, bufs, args, measure_timing, t_call, device_ns)
+            t_fenced = self._fences_signaled()
+            results, device_ns = await prepared._driver.drive(run_plan(prepared.plan, self.args, self.ctx), self.ctx,
+                                                             prepared.plan)
+            result = prepared._finish(results, self.bufs, self.args, self.measure, self.t_call, device_ns)
         except NnrtError as err:
-            callback._info = FencedExecutionInfo(err.status)
-            core.try_fail(err.status, str(err))
+            self._fail(err.status, str(err))
         except asyncio.CancelledError:
-            callback._info = FencedExecutionInfo(ErrorStatus.GENERAL_FAILURE)
-            core.try_fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
+            self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
             raise
         else:
-            end = perf_ns()
-            if measure_timing:
-                launched = Timing(min(device_ns, end - t_call), end - t_call)
-                fenced = Timing(min(device_ns, end - t_fenced), end - t_fenced)
-                callback._info = FencedExecutionInfo(ErrorStatus.NONE, launched, fenced)
-            else:
-                callback._info = FencedExecutionInfo(ErrorStatus.NONE)
-            callback._result = result
-            core.try_signal()
-
-    task = asyncio.get_running_loop().create_task(run())
-    callback._task = task
-    prepared._track(task)
-    return fence, callback
+            self._succeed(result, device_ns, t_fenced)

@@ -51,7 +51,13 @@ class Driver(Protocol):
         """Run the interpreter generator to completion; return (outputs, ns spent computing)."""
         ...
 
-    def drive_sync(self, gen: Generator[int, None, list[Any]], ctx: ExecContext) -> tuple[list[Any], int]: ...
+    def drive_sync(self, gen: Generator[int, None, list[Any]], ctx: ExecContext) -> tuple[list[Any], int]:
+        """Run the interpreter on the calling thread."""
+        ...
+
+    def runs_inline(self, plan: Plan) -> bool:
+        """True when ``plan`` is cheap enough to run on the event loop thread."""
+        ...
 
 
 def resolve_loop_timeout(loop_timeout: float | None) -> float:

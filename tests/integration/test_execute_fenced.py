@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import nnrt
 from nnrt import ErrorStatus, SyncFence, zoo
+
+
+@pytest.fixture(scope="module", params=["eager", "task"])
+def device(request: pytest.FixtureRequest) -> Iterator[nnrt.CpuDevice]:
+    """Cheap plans run eagerly on the loop; with no inline budget they run as worker-thread tasks."""
+    dev = nnrt.CpuDevice(inline_limit_ns=1e6 if request.param == "eager" else 0)
+    yield dev
+    dev.close()
 
 
 def ones(*shape: int) -> np.ndarray:
@@ -129,9 +138,9 @@ async def test_unspecified_outputs_need_a_buffer(device: nnrt.CpuDevice) -> None
     assert out.tolist() == [[2, 2]] * 3
 
 
-async def test_timeout_after_fence_counts_from_the_fences() -> None:
+async def test_timeout_after_fence_counts_from_the_fences(device: nnrt.CpuDevice) -> None:
     clock = nnrt.VirtualClock(100.0)
-    dev = nnrt.CpuDevice(clock=clock)
+    dev = nnrt.CpuDevice(clock=clock, inline_limit_ns=device.inline_limit_ns)
     prepared = await dev.prepare_model(zoo.one_add())
     gate = SyncFence()
     # A generous budget from the fence: waiting long before the fence does not count.

@@ -1,0 +1,140 @@
+"""Fenced execution costs, in one run (asyncio and uvloop):
+
+(a) a chain of 3 models executed with fences, awaiting only the last fence, against the same
+    three awaited one after the other with ``execute``: one-ADD models and the MLP
+    784-256-256-10 (targets: <= 1.2x and <= 1.0x);
+(b) fence signal to the waiting execution's first kernel starting, against one asyncio future
+    round trip (create_future + call_soon(set_result) + await) (target: <= 2x).
+
+Run: python benchmarks/fenced.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import nnrt  # noqa: E402
+from nnrt import zoo  # noqa: E402
+
+
+async def timed(fn: Callable[[], Awaitable[object]], number: int, repeat: int = 7) -> float:
+    """Median microseconds per call."""
+    await fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(number):
+            await fn()
+        times.append((time.perf_counter() - t) / number * 1e6)
+    return statistics.median(times)
+
+
+async def chain_ratio(device: nnrt.CpuDevice, model: nnrt.Model, number: int) -> tuple[float, float]:
+    prepared = [await device.prepare_model(model) for _ in range(3)]
+    x = zoo.example_inputs(model)
+    if len(x) == 2:  # one-ADD: each stage adds a constant input to the previous output
+        shape, extra = x[0].shape, [x[1]]
+    else:
+        shape, extra = x[0].shape, []
+    out_shape = tuple(model.operands[model.output_indexes[0]].dimensions)
+    bufs = [np.zeros(out_shape, np.float32) for _ in range(3)]
+    first = x[0]
+    same_shape = out_shape == shape
+
+    async def sequential() -> None:
+        cur = first
+        for k, p in enumerate(prepared):
+            inp = cur if (same_shape or k == 0) else first
+            cur = (await p.execute([inp, *extra])).outputs[0]
+
+    async def fenced() -> None:
+        fence: nnrt.SyncFence | None = None
+        for k, p in enumerate(prepared):
+            inp = (bufs[k - 1] if k else first) if same_shape else first
+            fence, _ = await p.execute_fenced([inp, *extra], [bufs[k]], wait_for=[fence] if fence else [])
+        assert fence is not None
+        await fence
+
+    return await timed(sequential, number), await timed(fenced, number)
+
+
+async def signal_to_start(device: nnrt.CpuDevice, number: int) -> tuple[float, float]:
+    prepared = await device.prepare_model(zoo.one_add())
+    step = prepared.plan.steps[0]
+    fn = step.fn
+    assert fn is not None
+    started: list[int] = []
+
+    def stamp(*args: object) -> object:
+        started.append(time.perf_counter_ns())
+        return fn(*args)
+
+    step.fn = stamp
+    x = np.ones((1, 4), np.float32)
+    gaps = []
+    for _ in range(number):
+        gate = nnrt.SyncFence()
+        fence, _ = await prepared.execute_fenced([x, x], wait_for=[gate])
+        await asyncio.sleep(0)
+        t0 = time.perf_counter_ns()
+        gate.signal()
+        await fence
+        gaps.append((started[-1] - t0) / 1e3)
+    loop = asyncio.get_running_loop()
+
+    async def round_trip() -> None:
+        fut = loop.create_future()
+        loop.call_soon(fut.set_result, None)
+        await fut
+
+    return statistics.median(gaps), await timed(round_trip, number * 10)
+
+
+def report(name: str, value: float, unit: str = "us") -> None:
+    sys.stdout.write(f"  {name:56} {value:9.2f} {unit}\n")
+
+
+def ratio(name: str, value: float, target: float) -> None:
+    sys.stdout.write(f"  {name:56} {value:9.2f}x  (target <= {target:.1f}x: {'met' if value <= target else 'NOT met'})\n")
+
+
+async def main(quick: bool, loop_name: str) -> None:
+    device = nnrt.CpuDevice(blas_threads=1)
+    n = 100 if quick else 500
+    sys.stdout.write(f"[{loop_name}]\n")
+    seq, fen = await chain_ratio(device, zoo.one_add(), n)
+    report("3 one-ADD models, sequential await execute", seq)
+    report("3 one-ADD models, fenced chain, await last fence", fen)
+    ratio("fenced / sequential (one-ADD)", fen / seq, 1.2)
+    seq, fen = await chain_ratio(device, zoo.mlp(), n // 5)
+    report("3 MLPs, sequential await execute", seq)
+    report("3 MLPs, fenced chain", fen)
+    ratio("fenced / sequential (MLP)", fen / seq, 1.0)
+    gap, rt = await signal_to_start(device, n)
+    report("fence signal -> execution's first kernel (median)", gap)
+    report("asyncio future round trip", rt)
+    ratio("signal-to-start / future round trip", gap / rt, 2.0)
+    device.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, "asyncio"))
+    try:
+        import uvloop
+    except ImportError:
+        pass
+    else:
+        uvloop.run(main(args.quick, "uvloop"))
