@@ -21,10 +21,10 @@ from collections.abc import Awaitable, Callable
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import nnrt  # noqa: E402
-from nnrt import zoo  # noqa: E402
+import nnrt
+from nnrt import zoo
 
 
 async def timed(fn: Callable[[], Awaitable[object]], number: int, repeat: int = 7) -> float:

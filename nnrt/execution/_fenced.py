@@ -141,8 +141,21 @@ class _FencedRun:
     fences and then the device.
     """
 
-    __slots__ = ("prepared", "args", "bufs", "ctx", "measure", "after_fence", "t_call", "fence", "callback",
-                 "loop", "thread", "handle", "gate")
+    __slots__ = (
+        "after_fence",
+        "args",
+        "bufs",
+        "callback",
+        "ctx",
+        "fence",
+        "gate",
+        "handle",
+        "loop",
+        "measure",
+        "prepared",
+        "t_call",
+        "thread",
+    )
 
     def __init__(
         self,
