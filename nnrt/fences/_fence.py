@@ -17,8 +17,9 @@ thread. When the fence resolves, the core calls every listener in the resolving 
   is only ever touched from its own thread. A loop that has already closed has no waiters left
   to wake, and the post is dropped.
 
-anyio's ``Event`` would cost several times more per wakeup and ``anyio.from_thread`` needs a
-portal, hence the two direct implementations. Waiting with a timeout uses the loop's own timer
+An anyio ``Event`` per waiter would add its own layer (an ``asyncio.Event`` or ``trio.Event``
+underneath) and could not be set from a foreign thread without an ``anyio.from_thread`` portal,
+hence the two direct implementations. Waiting with a timeout uses the loop's own timer
 (``call_later`` / ``trio.move_on_after``): a wait suspends on the loop, so only the loop's clock
 can wake it. A cancelled or timed-out waiter removes its listener and never touches the fence.
 """
