@@ -7,10 +7,12 @@ behaviour is deterministic and needs no sleeping.
 
 from __future__ import annotations
 
+import heapq
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "MonotonicClock", "VirtualClock", "deadline_after", "default_clock", "set_default_clock"]
+__all__ = ["Clock", "MonotonicClock", "TimerHandle", "VirtualClock", "deadline_after", "default_clock", "set_default_clock"]
 
 
 @runtime_checkable
@@ -30,27 +32,67 @@ class MonotonicClock:
         return "MonotonicClock()"
 
 
-class VirtualClock:
-    """A clock that stands still until ``advance`` or ``set`` moves it."""
+class TimerHandle:
+    """A callback armed on a clock; ``cancel()`` disarms it."""
 
-    __slots__ = ("_now",)
+    __slots__ = ("callback", "cancelled", "when")
+
+    def __init__(self, when: float, callback: Callable[[], object]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __lt__(self, other: TimerHandle) -> bool:
+        return self.when < other.when
+
+
+class VirtualClock:
+    """A clock that stands still until ``advance`` or ``set`` moves it.
+
+    ``call_at(when, callback)`` arms a timer on virtual time: moving the clock past ``when``
+    runs the callback (in time order, on the thread that moves the clock).
+    """
+
+    __slots__ = ("_now", "_timers")
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = float(start)
+        self._timers: list[TimerHandle] = []
 
     def now(self) -> float:
         return self._now
 
+    def call_at(self, when: float, callback: Callable[[], object]) -> TimerHandle:
+        handle = TimerHandle(float(when), callback)
+        heapq.heappush(self._timers, handle)
+        return handle
+
     def advance(self, seconds: float) -> float:
         if seconds < 0:
             raise ValueError(f"a clock does not go back ({seconds} s)")
-        self._now += seconds
+        self._move(self._now + seconds)
         return self._now
 
     def set(self, when: float) -> None:
         if when < self._now:
             raise ValueError(f"a clock does not go back (from {self._now} to {when})")
-        self._now = float(when)
+        self._move(float(when))
+
+    def next_timer(self) -> float | None:
+        """When the earliest armed timer fires (None: none armed)."""
+        while self._timers and self._timers[0].cancelled:
+            heapq.heappop(self._timers)
+        return self._timers[0].when if self._timers else None
+
+    def _move(self, target: float) -> None:
+        while (when := self.next_timer()) is not None and when <= target:
+            handle = heapq.heappop(self._timers)
+            self._now = max(self._now, handle.when)
+            handle.callback()
+        self._now = target
 
     def __repr__(self) -> str:
         return f"VirtualClock(now={self._now})"

@@ -15,19 +15,20 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Generator, Hashable, Mapping
+from typing import Any, Literal
 
 import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, default_clock, perf_ns
 from nnrt.devices._device import Device, DeviceType, check_preparation_args
-from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError
+from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
 from nnrt.model import Model, Operand
+from nnrt.sched import Action, Job, Scheduler, SchedulerStatistics
 from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
 
 __all__ = ["CpuDevice"]
@@ -65,6 +66,11 @@ class CpuDevice(Device):
         blas_threads: int | None = 1,
         inline_limit_ns: float = DEFAULT_INLINE_LIMIT_NS,
         calibrate: bool = True,
+        fairness: Literal["round_robin", "weighted"] = "round_robin",
+        app_weights: Mapping[Hashable, float] | None = None,
+        aging: bool = True,
+        aging_s: float = 0.25,
+        max_queued_per_app: int = 256,
     ) -> None:
         self.name = name
         self.type = DeviceType.CPU
@@ -78,8 +84,22 @@ class CpuDevice(Device):
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._capabilities: Capabilities | None = None
+        #: The QoS scheduler every execution of this device goes through.
+        self.scheduler = Scheduler(
+            self.clock,
+            self.compute_units,
+            fairness=fairness,
+            app_weights=app_weights,
+            aging=aging,
+            aging_s=aging_s,
+            max_queued_per_app=max_queued_per_app,
+        )
         if blas_threads is not None:
             _pin_blas(blas_threads)
+
+    def statistics(self) -> SchedulerStatistics:
+        """Per app and priority: queued, running, completed, preemptions, failures by status."""
+        return self.scheduler.statistics()
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -166,22 +186,71 @@ class CpuDevice(Device):
     def runs_inline(self, plan: Plan) -> bool:
         return not plan.has_control_flow and plan.cost_ns <= self.inline_limit_ns
 
-    async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan) -> tuple[list[Any], int]:
+    def can_run_now(self, plan: Plan) -> bool:
+        """True when ``plan`` may run inline right now, bypassing the queue (the device is idle)."""
+        return self.runs_inline(plan) and self.scheduler.idle()
+
+    def run_now(
+        self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
+    ) -> tuple[list[Any], int]:
+        """The fast path, when ``can_run_now(plan)``: nothing is admitted, so a cheap plan runs to
+        completion on the loop thread, where nothing can arrive to preempt it. Only the
+        idle-device admission test applies (MISSED_DEADLINE_PERSISTENT if it cannot fit)."""
+        if ctx.deadline is not None:
+            cost_s = max(plan.cost_ns, plan.observed_ns) / 1e9
+            if cost_s > ctx.deadline - self.clock.now():
+                gen.close()
+                raise MissedDeadlineError(
+                    f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
+                    status=ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+                )
+        results = self.drive_sync(gen, ctx)
+        self.scheduler.ran_fast(app, priority)
+        return results
+
+    async def drive(
+        self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
+    ) -> tuple[list[Any], int]:
+        sched = self.scheduler
+        if self.runs_inline(plan) and sched.idle():
+            return self.run_now(gen, ctx, plan, app, priority)
+        cost_s = max(plan.cost_ns, plan.observed_ns) / 1e9
+        job = Job(app, priority, cost=cost_s, deadline=ctx.deadline)
+        sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
+        try:
+            await sched.wait_turn(job)
+            results, device_ns = await self._run_admitted(gen, ctx, plan, job)
+        except NnrtError as err:
+            gen.close()
+            sched.finish(job, err.status)
+            raise
+        except BaseException:
+            sched.withdraw(job)
+            raise
+        status = sched.finish(job)
+        if status is not ErrorStatus.NONE:
+            raise error_for(status, "the execution completed after its deadline")
+        plan.observed_ns = device_ns if not plan.observed_ns else 0.8 * plan.observed_ns + 0.2 * device_ns
+        return results, device_ns
+
+    async def _run_admitted(self, gen: _Gen, ctx: ExecContext, plan: Plan, job: Job) -> tuple[list[Any], int]:
+        """Run a job that holds a unit: inline or on a worker, stopping where the scheduler says."""
+        sched = self.scheduler
         device_ns = 0
-        reason = OFFLOAD
-        if self.runs_inline(plan):
-            ctx.on_loop = True
-            t = perf_ns()
-            token = fp_errors_ignored()
-            try:
-                reason = next(gen)
-            except StopIteration as stop:
-                return stop.value, perf_ns() - t
-            finally:
-                fp_errors_restored(token)
-            device_ns += perf_ns() - t
+        on_loop = self.runs_inline(plan)
         while True:
-            if reason == OFFLOAD:
+            if on_loop:
+                ctx.on_loop = True
+                t = perf_ns()
+                token = fp_errors_ignored()
+                try:
+                    reason = next(gen)
+                except StopIteration as stop:
+                    return stop.value, device_ns + perf_ns() - t
+                finally:
+                    fp_errors_restored(token)
+                device_ns += perf_ns() - t
+            else:
                 ctx.on_loop = False
                 cf = self._workers.submit(_resume, gen)
                 try:
@@ -196,9 +265,16 @@ class CpuDevice(Device):
                 if done:
                     return value, device_ns
                 reason = value
-            else:  # INTERRUPTED: nobody but cancellation interrupts yet; carry on.
-                ctx.interrupt = False
-                reason = OFFLOAD
+            if reason == OFFLOAD:
+                on_loop = False
+                continue
+            # INTERRUPTED: the scheduler raised the flag; ask it what to do here.
+            remaining = max(0.0, job.cost - device_ns / 1e9)
+            decision = sched.checkpoint(job, remaining)
+            if decision.action is Action.ABORT:
+                raise MissedDeadlineError("aborted at a checkpoint: the deadline cannot be met", status=decision.status)
+            if decision.action is Action.YIELD:
+                await sched.wait_turn(job)
 
     def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
         t = perf_ns()

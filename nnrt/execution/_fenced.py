@@ -222,10 +222,18 @@ class _FencedRun:
     def _run_inline(self) -> None:
         if self.fence.done():  # cancelled meanwhile
             return
-        t_fenced = self._fences_signaled()
         prepared = self.prepared
+        if not prepared._driver.can_run_now(prepared.plan):
+            # The device is busy: queue like any other execution (fences already signaled).
+            task = self.loop.create_task(self.run_task(()))
+            self.callback._run = None  # cancel() now cancels the task
+            self.callback._task = task
+            prepared._track(task)
+            return
+        t_fenced = self._fences_signaled()
         try:
-            results, device_ns = prepared._driver.drive_sync(run_plan(prepared.plan, self.args, self.ctx), self.ctx)
+            gen = run_plan(prepared.plan, self.args, self.ctx)
+            results, device_ns = prepared._driver.run_now(gen, self.ctx, prepared.plan, prepared.app, prepared.priority)
             result = prepared._finish(results, self.bufs, self.args, self.measure, self.t_call, device_ns)
         except NnrtError as err:
             self._fail(err.status, str(err))
@@ -251,8 +259,8 @@ class _FencedRun:
                 except NnrtError as err:
                     raise GeneralFailureError(f"a wait-for fence failed: {err}") from err
             t_fenced = self._fences_signaled()
-            results, device_ns = await prepared._driver.drive(run_plan(prepared.plan, self.args, self.ctx), self.ctx,
-                                                             prepared.plan)
+            gen = run_plan(prepared.plan, self.args, self.ctx)
+            results, device_ns = await prepared._driver.drive(gen, self.ctx, prepared.plan, prepared.app, prepared.priority)
             result = prepared._finish(results, self.bufs, self.args, self.measure, self.t_call, device_ns)
         except NnrtError as err:
             self._fail(err.status, str(err))

@@ -66,6 +66,8 @@ class Plan:
     outputs: tuple[int, ...]
     steps: list[Step]
     has_control_flow: bool = False
+    #: Device time of recent executions (an exponential average, ns): refines the cost model.
+    observed_ns: float = 0.0
 
     @property
     def output_operands(self) -> list[Operand]:

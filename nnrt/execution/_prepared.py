@@ -12,7 +12,7 @@ has its own slots; constants are shared and never written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,8 +47,21 @@ class Driver(Protocol):
 
     clock: Clock
 
-    async def drive(self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan) -> tuple[list[Any], int]:
-        """Run the interpreter generator to completion; return (outputs, ns spent computing)."""
+    async def drive(
+        self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority
+    ) -> tuple[list[Any], int]:
+        """Run the interpreter generator to completion under the device's scheduler; return
+        (outputs, ns spent computing)."""
+        ...
+
+    def can_run_now(self, plan: Plan) -> bool:
+        """True when ``plan`` may run inline at once (cheap, and the device is idle)."""
+        ...
+
+    def run_now(
+        self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority
+    ) -> tuple[list[Any], int]:
+        """Run a plan for which ``can_run_now`` holds, synchronously, on the loop thread."""
         ...
 
     def drive_sync(self, gen: Generator[int, None, list[Any]], ctx: ExecContext) -> tuple[list[Any], int]:
@@ -128,7 +141,7 @@ class PreparedModel:
         t0 = perf_ns()
         args, bufs = self._validate_request(inputs, outputs)
         ctx = self._context(deadline, loop_timeout)
-        results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan)
+        results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan, self.app, self.priority)
         return self._finish(results, bufs, args, measure_timing, t0, device_ns)
 
     async def execute_fenced(
