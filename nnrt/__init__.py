@@ -24,7 +24,7 @@ from nnrt.errors import (
 )
 from nnrt.execution import ExecutionResult, FencedExecutionCallback, FencedExecutionInfo, PreparedModel
 from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, from_future
-from nnrt.memory import Memory
+from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, Memory, MemoryLocation
 from nnrt.model import Model
 from nnrt.types import (
     TIMING_UNAVAILABLE,
@@ -44,11 +44,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "TIMING_UNAVAILABLE",
+    "BufferDesc",
+    "BufferRole",
+    "BufferToken",
     "Capabilities",
     "Clock",
     "CpuDevice",
     "DeadObjectError",
     "Device",
+    "DeviceBuffer",
     "DeviceType",
     "DeviceUnavailableError",
     "ErrorStatus",
@@ -61,6 +65,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "Memory",
+    "MemoryLocation",
     "MissedDeadlineError",
     "Model",
     "MonotonicClock",

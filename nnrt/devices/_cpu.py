@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Generator, Hashable, Mapping
+from collections.abc import Generator, Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -27,6 +27,7 @@ from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, er
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
+from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, allocate_buffer
 from nnrt.model import Model, Operand
 from nnrt.sched import Action, Job, Scheduler, SchedulerStatistics
 from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
@@ -169,6 +170,16 @@ class CpuDevice(Device):
         """``prepare_model`` for code without an event loop."""
         pref, prio = check_preparation_args(model, preference, priority)
         return PreparedModel(self, model, self._compile(model), preference=pref, priority=prio, app=app)
+
+    def allocate(
+        self,
+        desc: BufferDesc | Sequence[int],
+        prepared_models: Sequence[PreparedModel],
+        input_roles: Sequence[BufferRole] = (),
+        output_roles: Sequence[BufferRole] = (),
+    ) -> tuple[DeviceBuffer, BufferToken]:
+        """A device buffer in host memory (memory domains; rules in ``nnrt.memory._domain``)."""
+        return allocate_buffer(self, desc, prepared_models, input_roles, output_roles)
 
     def _compile(self, model: Model) -> Plan:
         t = perf_ns()

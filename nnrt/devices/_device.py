@@ -10,6 +10,11 @@ Contract, following NNAPI's ``IDevice``:
   operation's signature; a bad model, preference or priority is INVALID_ARGUMENT), refuses a
   deadline already passed (MISSED_DEADLINE_PERSISTENT), and returns a ``PreparedModel``.
   A preparation once started is never aborted.
+* ``allocate(desc, prepared_models, input_roles, output_roles)`` (memory domains) returns a
+  ``DeviceBuffer`` and its positive ``BufferToken``; the allocation and use rules and their
+  statuses are digest section 5, implemented for host-memory devices by
+  ``nnrt.memory.allocate_buffer``. A device without memory domains keeps the default, which
+  fails with GENERAL_FAILURE, as NNAPI drivers do for unsupported allocations.
 * Executions of one prepared model may run concurrently from any number of tasks; a device
   is used from one event loop at a time, and ``execute_sync`` may be called from any thread.
 """
@@ -18,9 +23,11 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
-from nnrt.errors import InvalidArgumentError
+from nnrt.errors import GeneralFailureError, InvalidArgumentError
 from nnrt.execution import PreparedModel
+from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer
 from nnrt.model import Model
 from nnrt.types import Capabilities, ExecutionPreference, Priority
 
@@ -65,6 +72,16 @@ class Device(ABC):
         app: str = "default",
     ) -> PreparedModel:
         """Prepare ``model`` for execution on this device."""
+
+    def allocate(
+        self,
+        desc: BufferDesc | Sequence[int],
+        prepared_models: Sequence[PreparedModel],
+        input_roles: Sequence[BufferRole] = (),
+        output_roles: Sequence[BufferRole] = (),
+    ) -> tuple[DeviceBuffer, BufferToken]:
+        """Allocate a device buffer for the given roles (memory domains; see the module doc)."""
+        raise GeneralFailureError(f"allocate: {self.name} does not support memory domains")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.version} FL{self.feature_level}>"

@@ -24,6 +24,7 @@ from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlin
 from nnrt.execution._fenced import FencedExecutionCallback, execute_fenced
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._plan import Plan
+from nnrt.execution._request import ResolvedOutputs, is_pool_arg, resolve_request
 from nnrt.fences import SyncFence
 from nnrt.model import Model, Operand
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Priority, Timing
@@ -212,6 +213,8 @@ class PreparedModel:
                 args.append(None)
                 continue
             if not isinstance(x, np.ndarray) or x.dtype != spec.dtype:
+                if is_pool_arg(x):  # a memory location or device buffer: nnrt.execution._request
+                    return resolve_request(self, inputs, outputs)
                 x = self._coerce_input(spec, x)
             if spec.scalar:
                 if x.size != 1:
@@ -231,8 +234,8 @@ class PreparedModel:
                             f"input {spec.k} ({spec.operand.label}) has shape {list(shape)}; the model says {list(dims)}"
                         )
             args.append(x)
-        if outputs is not None:
-            self._validate_outputs(outputs)
+        if outputs is not None and not self._validate_outputs(outputs):
+            return resolve_request(self, inputs, outputs)
         return args, outputs
 
     @staticmethod
@@ -251,7 +254,8 @@ class PreparedModel:
             raise InvalidArgumentError(f"{where}: values do not fit in {spec.dtype}")
         return converted
 
-    def _validate_outputs(self, outputs: Sequence[np.ndarray | None]) -> None:
+    def _validate_outputs(self, outputs: Sequence[np.ndarray | None]) -> bool:
+        """Check output arrays; False when one is a memory location or device buffer."""
         if isinstance(outputs, np.ndarray) or len(outputs) != len(self._outputs):
             raise InvalidArgumentError(f"the model has {len(self._outputs)} outputs, the request gives {len(outputs)}")
         for j, (op, buf) in enumerate(zip(self._outputs, outputs)):
@@ -259,6 +263,8 @@ class PreparedModel:
                 continue
             where = f"output {j} ({op.label})"
             if not isinstance(buf, np.ndarray):
+                if is_pool_arg(buf):
+                    return False
                 raise InvalidArgumentError(f"{where}: an output buffer must be a numpy array, got {type(buf).__name__}")
             if buf.dtype != op.type.dtype:
                 raise InvalidArgumentError(f"{where} has dtype {buf.dtype}; the model's {op.type.name} needs {op.type.dtype}")
@@ -268,6 +274,7 @@ class PreparedModel:
                 raise InvalidArgumentError(
                     f"{where}: a buffer of {buf.size} elements is too small for dimensions {list(op.dimensions)}"
                 )
+        return True
 
     def _finish(
         self,
@@ -305,6 +312,8 @@ class PreparedModel:
         if short:
             bad = [j for j, s in enumerate(shapes) if not s.is_sufficient]
             raise OutputInsufficientSizeError(f"output buffer(s) {bad} too small for the result", output_shapes=shapes)
+        if type(bufs) is ResolvedOutputs:
+            bufs.commit(outs, shapes)  # device-buffer outputs adopt their arrays
         timing = TIMING_UNAVAILABLE
         if measure_timing:
             total = perf_ns() - t0

@@ -1,5 +1,15 @@
-"""Memory pools. For now ``Memory`` wraps an array or bytes without copying."""
+"""Memory pools (arrays, shared memory, mapped files), locations in them, and device buffers."""
 
-from nnrt.memory._memory import Memory
+from nnrt.memory._domain import BufferDesc, BufferRole, BufferToken, DeviceBuffer, allocate_buffer, tracker_for
+from nnrt.memory._memory import Memory, MemoryLocation
 
-__all__ = ["Memory"]
+__all__ = [
+    "BufferDesc",
+    "BufferRole",
+    "BufferToken",
+    "DeviceBuffer",
+    "Memory",
+    "MemoryLocation",
+    "allocate_buffer",
+    "tracker_for",
+]

@@ -1,38 +1,169 @@
-"""``Memory``: a pool of bytes that constants and (later) execution data can live in.
+"""``Memory``: a pool of bytes that constants and execution data live in, and locations in it.
 
-It wraps a numpy array or a bytes-like object without copying; ``buffer`` is a flat uint8
-view of it. Model constants set with ``set_operand_value_from_memory`` stay in the pool.
+A pool is one of NNAPI's memory kinds, made Pythonic:
+
+* an existing numpy array or bytes-like object (``Memory(x)``, ``Memory.from_array``), no copy;
+* named shared memory (``Memory.from_shared_memory``, the ``ashmem`` analogue), usable from
+  another process that attaches by name;
+* a file mapped with mmap (``Memory.from_file``, the ``mmap_fd`` analogue).
+
+``buffer`` is always a flat uint8 numpy view of the pool. Model constants set with
+``set_operand_value_from_memory`` and execution arguments given as ``MemoryLocation`` are views
+of it, never copies.
+
+Lifecycle of the mapped kinds. ``close()`` releases this object's mapping; views still alive
+(a model constant, an input view, a result) keep the pages mapped until they are
+garbage-collected, so closing never invalidates data someone still reads. A shared-memory
+segment has one *owner*, the process that created it: ``unlink()`` (or leaving the ``with``
+block of an owner) removes its name, after which nobody new can attach; the pages live on until
+the last mapping goes. Attaching processes never unlink and are not tracked by Python's
+resource tracker, so their exit does not destroy the owner's segment.
 """
 
 from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import sys
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from types import TracebackType
+from typing import Any
 
 import numpy as np
 
 from nnrt.errors import InvalidArgumentError
 
-__all__ = ["Memory"]
+__all__ = ["Memory", "MemoryLocation"]
+
+
+class _Segment(shared_memory.SharedMemory):
+    """``SharedMemory`` whose finalizer tolerates views that outlive it (see the module doc)."""
+
+    def release(self) -> None:
+        try:
+            self.close()
+        except BufferError:
+            # numpy views still export the mapping: it is unmapped when they die; the file
+            # descriptor is not needed by the mapping, so release it now.
+            fd = getattr(self, "_fd", -1)
+            if fd >= 0:
+                os.close(fd)
+                self._fd = -1
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _attach(name: str) -> _Segment:
+    if sys.version_info >= (3, 13):  # pragma: no cover - newer Pythons
+        return _Segment(name=name, create=False, track=False)  # type: ignore[call-arg]
+    seg = _Segment(name=name, create=False)
+    # Before 3.13 attaching registers the segment with this process's resource tracker, which
+    # would unlink the owner's segment (and warn) when this process exits.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.unregister(seg._name, "shared_memory")  # type: ignore[attr-defined]
+    return seg
 
 
 class Memory:
-    """A memory pool over an existing array or bytes object (no copy)."""
+    """A memory pool: an array, bytes, a shared-memory segment or a mapped file (no copy)."""
 
-    __slots__ = ("_buffer", "_owner")
+    __slots__ = ("__weakref__", "_buffer", "_kind", "_map", "_owner", "_segment", "_unlinked")
 
     def __init__(self, source: np.ndarray | bytes | bytearray | memoryview) -> None:
         if isinstance(source, np.ndarray):
             if not source.flags.c_contiguous:
                 raise InvalidArgumentError("Memory: the array must be C-contiguous")
             buf = source.reshape(-1).view(np.uint8)
+            kind = "array"
         elif isinstance(source, (bytes, bytearray, memoryview)):
             buf = np.frombuffer(source, dtype=np.uint8)
+            kind = "bytes"
         else:
             raise InvalidArgumentError(f"Memory: cannot wrap {type(source).__name__}")
-        self._owner = source
+        self._owner: Any = source
         self._buffer = buf
+        self._kind = kind
+        self._segment: _Segment | None = None
+        self._map: mmap.mmap | None = None
+        self._unlinked = False
+
+    # -- factories --------------------------------------------------------------------------
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> Memory:
+        """A pool over ``array``'s bytes (C-contiguous; no copy: writes show through)."""
+        if not isinstance(array, np.ndarray):
+            raise InvalidArgumentError(f"Memory.from_array: {type(array).__name__} is not a numpy array")
         return cls(array)
+
+    @classmethod
+    def from_shared_memory(cls, name: str | None = None, size: int | None = None) -> Memory:
+        """Create a shared-memory segment of ``size`` bytes (``name=None``: a fresh name), or
+        attach to the existing segment ``name`` (``size``, if given, limits the view).
+
+        The creating call owns the segment (see ``unlink``); ``memory.name`` is what another
+        process passes here to attach.
+        """
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+            raise InvalidArgumentError(f"Memory.from_shared_memory: size must be a positive int, got {size!r}")
+        if name is None:
+            if size is None:
+                raise InvalidArgumentError("Memory.from_shared_memory: creating a segment needs a size")
+            seg = _Segment(create=True, size=size)
+            owner = True
+        else:
+            try:
+                seg = _attach(name)
+            except (FileNotFoundError, ValueError, OSError) as err:
+                raise InvalidArgumentError(f"Memory.from_shared_memory: cannot attach to {name!r}: {err}") from None
+            owner = False
+        mem = cls.__new__(cls)
+        assert seg._mmap is not None  # type: ignore[attr-defined]
+        buf = np.frombuffer(seg._mmap, dtype=np.uint8)  # type: ignore[attr-defined]
+        if size is not None:
+            if size > buf.size:
+                seg.release()
+                raise InvalidArgumentError(f"Memory.from_shared_memory: {name!r} has {buf.size} bytes, {size} asked for")
+            buf = buf[:size]
+        mem._buffer, mem._kind, mem._owner, mem._segment, mem._map = buf, "shared_memory", owner, seg, None
+        mem._unlinked = False
+        return mem
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], offset: int = 0, size: int | None = None, *,
+                  writable: bool = False) -> Memory:
+        """Map ``size`` bytes of the file at ``path`` from ``offset`` (default: to the end).
+
+        Read-only unless ``writable``; a writable mapping writes through to the file.
+        """
+        where = f"Memory.from_file({os.fspath(path)!r})"
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidArgumentError(f"{where}: offset must be a non-negative int, got {offset!r}")
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except OSError as err:
+            raise InvalidArgumentError(f"{where}: {err.strerror}") from None
+        try:
+            total = os.fstat(fd).st_size
+            if size is None:
+                size = total - offset
+            if not isinstance(size, int) or size <= 0 or offset + size > total:
+                raise InvalidArgumentError(f"{where}: offset {offset} + size {size} is outside the file of {total} bytes")
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY
+            mapped = mmap.mmap(fd, offset + size - start, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ,
+                               offset=start)
+        finally:
+            os.close(fd)
+        mem = cls.__new__(cls)
+        mem._buffer = np.frombuffer(mapped, dtype=np.uint8)[offset - start : offset - start + size]
+        mem._kind, mem._owner, mem._segment, mem._map, mem._unlinked = "file", None, None, mapped, False
+        return mem
+
+    # -- properties ---------------------------------------------------------------------------
 
     @property
     def buffer(self) -> np.ndarray:
@@ -43,5 +174,69 @@ class Memory:
     def size(self) -> int:
         return int(self._buffer.nbytes)
 
+    @property
+    def kind(self) -> str:
+        """``"array"``, ``"bytes"``, ``"shared_memory"`` or ``"file"``."""
+        return self._kind
+
+    @property
+    def writable(self) -> bool:
+        return bool(self._buffer.flags.writeable)
+
+    @property
+    def name(self) -> str | None:
+        """The shared-memory segment's name (what another process attaches with), else None."""
+        return None if self._segment is None else str(self._segment.name)
+
+    @property
+    def owner(self) -> bool:
+        """True for the creator of a shared-memory segment."""
+        return self._segment is not None and self._owner is True
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release this object's mapping (views still alive keep their pages; see the module doc)."""
+        self._buffer = np.empty(0, np.uint8)
+        if self._segment is not None:
+            self._segment.release()
+        elif self._map is not None:
+            with contextlib.suppress(BufferError):  # else unmapped when the last view dies
+                self._map.close()
+            self._map = None
+
+    def unlink(self) -> None:
+        """Remove a shared-memory segment's name (owner only; idempotent)."""
+        if self._segment is None:
+            raise InvalidArgumentError(f"Memory.unlink: a {self._kind} memory has no name to unlink")
+        if not self.owner:
+            raise InvalidArgumentError(f"Memory.unlink: this process attached to {self.name!r}; only its owner unlinks it")
+        if not self._unlinked:
+            self._unlinked = True
+            self._segment.unlink()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+        if self.owner:
+            self.unlink()
+
     def __repr__(self) -> str:
-        return f"<Memory {self.size} bytes>"
+        extra = f" {self.name!r}" if self._segment is not None else ""
+        return f"<Memory {self._kind}{extra} {self.size} bytes>"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLocation:
+    """``length`` bytes of ``memory`` from ``offset``: an execution input or output in a pool.
+
+    ``dimensions`` gives the shape when the model leaves it unspecified. A plain tuple
+    ``(memory, offset, length)`` is accepted wherever a location is.
+    """
+
+    memory: Memory
+    offset: int
+    length: int
+    dimensions: tuple[int, ...] | None = None

@@ -1,0 +1,163 @@
+"""Request arguments that live in memory pools or device buffers (the slow path of validation).
+
+``PreparedModel._validate_request`` handles plain numpy arrays itself (the fast path) and calls
+``resolve_request`` only when it meets an argument that is not one: a ``MemoryLocation`` (or a
+``(memory, offset, length)`` tuple), a ``DeviceBuffer`` or a ``BufferToken``. Each is turned into
+an array and the request is validated again, now all arrays:
+
+* a location must lie inside its pool (offset >= 0, length > 0, offset + length <= size), and its
+  length must be exactly the size implied by the operand's type and dimensions (the model's, or
+  the location's ``dimensions`` where the model leaves them unknown); an output location must be
+  writable. Inputs become zero-copy views of the pool; outputs are views the results are written
+  into. Violations are INVALID_ARGUMENT naming the argument.
+* a device buffer (digest section 5) must be known to this device and app (token 0 or unknown:
+  INVALID_ARGUMENT) and declared at allocation for this role (else INVALID_ARGUMENT); one buffer
+  may be several inputs but never an input and an output nor two outputs (INVALID_ARGUMENT); an
+  uninitialized input is GENERAL_FAILURE. An output buffer becomes uninitialized when the request
+  is accepted and initialized with the kernels' array when the execution succeeds
+  (``ResolvedOutputs.commit``, called by ``_finish``); a result of the wrong shape is
+  GENERAL_FAILURE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nnrt.errors import InvalidArgumentError
+from nnrt.memory import BufferToken, DeviceBuffer, Memory, MemoryLocation
+from nnrt.memory._domain import compatible, resolve_buffer
+from nnrt.model import Operand
+from nnrt.types import OutputShape
+
+if TYPE_CHECKING:
+    from nnrt.execution._prepared import PreparedModel
+
+__all__ = ["ResolvedOutputs", "is_pool_arg", "resolve_request"]
+
+
+def is_pool_arg(x: Any) -> bool:
+    """True for the argument kinds this module resolves."""
+    return isinstance(x, (MemoryLocation, DeviceBuffer, BufferToken)) or (
+        type(x) is tuple and 3 <= len(x) <= 4 and isinstance(x[0], Memory)
+    )
+
+
+class ResolvedOutputs(list[np.ndarray | None]):
+    """Output buffers after resolution, with the device buffers to initialize on success."""
+
+    __slots__ = ("device_buffers",)
+
+    def __init__(self, bufs: Sequence[np.ndarray | None], device_buffers: list[tuple[int, DeviceBuffer]]) -> None:
+        super().__init__(bufs)
+        self.device_buffers = device_buffers
+
+    def commit(self, outs: list[np.ndarray], shapes: Sequence[OutputShape]) -> None:
+        """Hand each device-buffer output its array; the result keeps a read-only view."""
+        for j, buf in self.device_buffers:
+            outs[j] = buf.commit(outs[j], f"output {j}")
+
+
+def resolve_request(
+    prepared: PreparedModel, inputs: Sequence[Any], outputs: Sequence[Any] | None
+) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
+    """Turn pool and device-buffer arguments into arrays, then validate the request as usual."""
+    specs = prepared._inputs
+    if len(inputs) != len(specs):
+        raise InvalidArgumentError(f"the model has {len(specs)} inputs, the request gives {len(inputs)}")
+    device, app = prepared._driver, prepared.app
+    new_inputs = list(inputs)
+    read: set[int] = set()
+    for spec, x in zip(specs, inputs):
+        where = f"input {spec.k} ({spec.operand.label})"
+        if isinstance(x, (DeviceBuffer, BufferToken)):
+            buf = resolve_buffer(device, app, x, where)
+            buf.check_role(prepared, "input", spec.k, where)
+            new_inputs[spec.k] = buf.input_view(where)
+            read.add(id(buf))
+        elif is_pool_arg(x):
+            new_inputs[spec.k] = _location_view(_location(x, where), spec.operand, where, output=False)
+    new_outputs: list[Any] | None = None
+    written: list[tuple[int, DeviceBuffer]] = []
+    if outputs is not None and not isinstance(outputs, np.ndarray):
+        ops = prepared._outputs
+        if len(outputs) != len(ops):
+            raise InvalidArgumentError(f"the model has {len(ops)} outputs, the request gives {len(outputs)}")
+        new_outputs = list(outputs)
+        for j, (op, b) in enumerate(zip(ops, outputs)):
+            where = f"output {j} ({op.label})"
+            if isinstance(b, (DeviceBuffer, BufferToken)):
+                buf = resolve_buffer(device, app, b, where)
+                buf.check_role(prepared, "output", j, where)
+                if id(buf) in read:
+                    raise InvalidArgumentError(f"{where}: device buffer {int(buf.token)} is also an input of the request")
+                if any(other is buf for _, other in written):
+                    raise InvalidArgumentError(f"{where}: device buffer {int(buf.token)} is given for two outputs")
+                written.append((j, buf))
+                new_outputs[j] = None
+            elif is_pool_arg(b):
+                new_outputs[j] = _location_view(_location(b, where), op, where, output=True)
+    args, bufs = prepared._validate_request(new_inputs, outputs if new_outputs is None else new_outputs)
+    if not written:
+        return args, bufs
+    for _, buf in written:
+        buf.begin_write()
+    assert bufs is not None
+    return args, ResolvedOutputs(bufs, written)
+
+
+def _location(x: Any, where: str) -> MemoryLocation:
+    if isinstance(x, MemoryLocation):
+        loc = x
+    else:
+        loc = MemoryLocation(*x)
+    mem, offset, length = loc.memory, loc.offset, loc.length
+    if not isinstance(mem, Memory):
+        raise InvalidArgumentError(f"{where}: {type(mem).__name__} is not a Memory")
+    for name, v in (("offset", offset), ("length", length)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise InvalidArgumentError(f"{where}: the location's {name} {v!r} is not an int")
+    if offset < 0 or length <= 0 or offset + length > mem.size:
+        raise InvalidArgumentError(f"{where}: offset {offset} + length {length} is outside the memory of {mem.size} bytes")
+    return loc
+
+
+def _location_view(loc: MemoryLocation, op: Operand, where: str, *, output: bool) -> np.ndarray:
+    dtype = op.type.dtype
+    if op.type.is_scalar:
+        dims: tuple[int, ...] | None = ()
+    elif loc.dimensions is not None:
+        try:
+            dims = tuple(int(d) for d in loc.dimensions)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{where}: dimensions {loc.dimensions!r} are not integers") from None
+        if not dims or any(d <= 0 for d in dims) or not compatible(dims, op.dimensions):
+            raise InvalidArgumentError(
+                f"{where}: the location's dimensions {list(dims)} are not fully specified or not compatible with "
+                f"the model's {list(op.dimensions)}"
+            )
+    elif op.fully_specified:
+        dims = op.dimensions
+    elif output:
+        dims = None  # the result's shape is known only after the run: a flat view
+    else:
+        raise InvalidArgumentError(
+            f"{where}: the model's dimensions {list(op.dimensions)} are not fully specified; give the location dimensions"
+        )
+    length = int(loc.length)
+    if dims is None:
+        if length % dtype.itemsize:
+            raise InvalidArgumentError(f"{where}: length {length} is not a multiple of the {dtype} item size")
+    elif length != dtype.itemsize * math.prod(dims):
+        raise InvalidArgumentError(
+            f"{where}: length {length} given, {dtype.itemsize * math.prod(dims)} bytes expected for {op.type.name} "
+            f"{list(dims)}"
+        )
+    raw = loc.memory.buffer[int(loc.offset) : int(loc.offset) + length]
+    if output and not raw.flags.writeable:
+        raise InvalidArgumentError(f"{where}: the memory is read-only")
+    view = raw.view(dtype)
+    return view if dims is None else view.reshape(dims)
