@@ -9,6 +9,7 @@ Build a ``Model`` with NNAPI's operands and operations, prepare it on a device f
 This module only re-exports; the implementation lives in the subpackages.
 """
 
+from nnrt.burst import Burst
 from nnrt.clock import Clock, MonotonicClock, VirtualClock, deadline_after
 from nnrt.devices import CpuDevice, Device, DeviceType, get_devices
 from nnrt.errors import (
@@ -47,6 +48,7 @@ __all__ = [
     "BufferDesc",
     "BufferRole",
     "BufferToken",
+    "Burst",
     "Capabilities",
     "Clock",
     "CpuDevice",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from nnrt.execution._request import ResolvedOutputs, is_pool_arg, resolve_reques
 from nnrt.fences import SyncFence
 from nnrt.model import Model, Operand
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Priority, Timing
+
+if TYPE_CHECKING:
+    from nnrt.burst import Burst
 
 __all__ = ["Driver", "ExecutionResult", "PreparedModel", "resolve_loop_timeout"]
 
@@ -169,6 +172,16 @@ class PreparedModel:
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def burst(self, *, max_in_flight: int = 64, polling_window: float | None = None) -> Burst:
+        """A burst of executions of this model (``async with prepared.burst() as b``; see ``nnrt.burst``).
+
+        ``max_in_flight`` bounds the request channel; ``polling_window`` is how long the server
+        polls for the next request before parking (default 50 us, 0 for LOW_POWER).
+        """
+        from nnrt.burst import Burst  # the burst layer sits above this one
+
+        return Burst(self, max_in_flight=max_in_flight, polling_window=polling_window)
 
     def execute_sync(
         self,

@@ -1,0 +1,490 @@
+"""``Burst``: the client side of a burst, made by ``PreparedModel.burst()``.
+
+A burst streams executions of one prepared model through a bounded request channel to a
+server task, and gets results back in order (NNAPI's burst, digest section 4)::
+
+    async with prepared.burst() as burst:
+        slot = burst.register_memory(nnrt.Memory(frames))       # once
+        x = burst.location(slot, offset, length, dimensions)     # once per region
+        result = await burst.execute([x], [y])                  # per frame
+
+Rules, and why:
+
+* **Slots.** ``register_memory`` caches a pool on the server side and returns its slot (a
+  pool already registered keeps its slot; freed slots are reused, lowest first).
+  ``release_memory(slot)`` evicts it at once: requests still queued that name it fail with
+  INVALID_ARGUMENT, like any request naming an unknown slot.
+* **Plain arrays work too.** ``execute([x, y])`` with C-contiguous arrays of the model's
+  dtypes registers them in transient slots for that one request (zero copy; outputs are
+  allocated when the model's output dimensions are known). A request that a packet cannot
+  express (lists, scalars, strided arrays, outputs of unknown size) runs as a normal
+  ``prepared.execute`` when its turn comes: after every request already submitted, before
+  any submitted later.
+* **One execution at a time, in order.** The server runs one request at a time. A second
+  concurrent ``execute`` (or ``submit``) is not refused (NNAPI's NDK may answer BAD_STATE):
+  it *waits its turn* in the request channel, which is FIFO and bounded by
+  ``max_in_flight``; a full channel makes ``submit`` wait for room (backpressure).
+* **Pipelining.** ``fut = await burst.submit(...)`` queues a request and returns a future
+  at once; a producer may have up to ``max_in_flight`` requests queued. Results resolve the
+  futures in submission order.
+* **Polling window.** After each request the server polls for the next one for
+  ``polling_window`` seconds before parking (NNAPI's sample server: 50 us; 0 when the
+  prepared model's preference is LOW_POWER). See ``_channel.py`` and ``benchmarks/burst.py``.
+* **Closing.** ``close()`` (or leaving the ``async with``, or cancelling its owner there)
+  stops the server task (an execution in progress is cancelled; outputs are never left half
+  written) and fails every request not yet answered with **DEAD_OBJECT**: the object they
+  were sent to no longer exists, and the request may or may not have run, which is what
+  DEAD_OBJECT tells NNAPI clients (GENERAL_FAILURE would claim the execution failed).
+  Using a closed burst is DEAD_OBJECT too. Slots and views are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nnrt._log import get_logger, vlog_enabled
+from nnrt.burst._channel import Channel, ChannelClosed
+from nnrt.burst._packet import Location, RequestPacket, ResultPacket
+from nnrt.burst._server import BurstServer
+from nnrt.errors import DeadObjectError, InvalidArgumentError, error_for
+from nnrt.execution import ExecutionResult
+from nnrt.memory import Memory
+from nnrt.types import ErrorStatus, ExecutionPreference, OutputShape
+
+if TYPE_CHECKING:
+    from nnrt.execution import PreparedModel
+
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "DEFAULT_POLLING_WINDOW_S", "Burst", "BurstStatistics"]
+
+_log = get_logger("burst")
+
+#: NNAPI's sample burst server polls 50 us before blocking.
+DEFAULT_POLLING_WINDOW_S = 50e-6
+DEFAULT_MAX_IN_FLIGHT = 64
+
+_NEW, _OPEN, _CLOSED = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class BurstStatistics:
+    """A snapshot of a burst's counters (``Burst.statistics()``)."""
+
+    submitted: int
+    completed: int
+    failed: int
+    fallbacks: int
+    queued: int
+    max_queue_depth: int
+    slots: int
+    poll_hits: int
+    blocking_waits: int
+    polling_window: float
+
+
+class _Pending:
+    """A submitted request waiting for its result."""
+
+    __slots__ = ("future", "outputs", "transient")
+
+    def __init__(self, future: asyncio.Future[ExecutionResult], outputs: list[np.ndarray], transient: tuple[int, ...]) -> None:
+        self.future = future
+        self.outputs = outputs
+        self.transient = transient
+
+
+class Burst:
+    """A burst of executions of one prepared model (made by ``PreparedModel.burst``)."""
+
+    def __init__(
+        self,
+        prepared: PreparedModel,
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        polling_window: float | None = None,
+    ) -> None:
+        if type(max_in_flight) is not int or max_in_flight < 1:
+            raise InvalidArgumentError(f"burst: max_in_flight must be a positive integer, got {max_in_flight!r}")
+        if polling_window is None:
+            low_power = prepared.preference is ExecutionPreference.LOW_POWER
+            polling_window = 0.0 if low_power else DEFAULT_POLLING_WINDOW_S
+        if not isinstance(polling_window, (int, float)) or not 0 <= polling_window < 1:
+            raise InvalidArgumentError(f"burst: polling_window must be in [0, 1) seconds, got {polling_window!r}")
+        self._prepared = prepared
+        self._requests: Channel[Any] = Channel(max_in_flight)
+        self._server = BurstServer(prepared, self._requests, self._on_result, float(polling_window))
+        self._task: asyncio.Task[None] | None = None
+        self._state = _NEW
+        self._pending: deque[_Pending] = deque()
+        # Client half of the slot cache: pool by slot, slot by pool identity, free slots.
+        self._pools: dict[int, Memory] = {}
+        self._slot_of: dict[int, int] = {}
+        self._free: list[int] = []
+        self._next_slot = 0
+        # (direction, index, id(location)) -> (location, view) for output locations.
+        self._out_views: dict[tuple[int, int], tuple[Location, np.ndarray]] = {}
+        self._gate: asyncio.Future[None] | None = None  # held while a fallback execution runs
+        self._idle: asyncio.Future[None] | None = None  # set when nothing is pending
+        model = prepared.model
+        self._in_ops = [model.operands[i] for i in model.input_indexes]
+        self._out_ops = [model.operands[i] for i in model.output_indexes]
+        self._submitted = self._completed = self._failed = self._fallbacks = 0
+
+    def __repr__(self) -> str:
+        state = ("new", "open", "closed")[self._state]
+        return f"<Burst of {self._prepared!r} {state} pending={len(self._pending)} slots={len(self._pools)}>"
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    @property
+    def polling_window(self) -> float:
+        """Seconds the server polls for the next request before parking."""
+        return self._server.poll_window
+
+    @property
+    def server_task(self) -> asyncio.Task[None] | None:
+        """The server task (``None`` before ``configure``); done after ``close``."""
+        return self._task
+
+    async def configure(self) -> Burst:
+        """Start the server task on the running loop (``async with`` does this)."""
+        if self._state != _NEW:
+            raise self._dead() if self._state == _CLOSED else InvalidArgumentError("burst: configure called twice")
+        self._task = asyncio.get_running_loop().create_task(self._server.run(), name=f"nnrt-burst-{id(self):x}")
+        self._task.add_done_callback(self._server_done)
+        self._state = _OPEN
+        if vlog_enabled("execution"):
+            _log.debug("burst.configured", app=self._prepared.app, polling_window=self.polling_window,
+                       max_in_flight=self._requests.capacity)
+        return self
+
+    async def close(self) -> None:
+        """Stop the server, fail unanswered requests with DEAD_OBJECT, drop every slot."""
+        if self._state == _CLOSED:
+            return
+        self._state = _CLOSED
+        self._requests.close()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        self._shut_down("the burst was closed")
+        if vlog_enabled("execution"):
+            _log.debug("burst.closed", app=self._prepared.app, completed=self._completed, failed=self._failed)
+
+    async def __aenter__(self) -> Burst:
+        return await self.configure()
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    def _server_done(self, task: asyncio.Task[None]) -> None:
+        if self._state == _OPEN:  # the server ended without close(): its loop is going away
+            self._state = _CLOSED
+            self._requests.close()
+            self._shut_down("the burst's server task ended")
+
+    def _shut_down(self, why: str) -> None:
+        self._requests.drain()
+        pending, self._pending = self._pending, deque()
+        for entry in pending:
+            fut = entry.future
+            if not fut.done():
+                fut.set_exception(DeadObjectError(f"{why} before this request was answered"))
+                fut.exception()  # the closer knows; don't log "exception never retrieved"
+        for waiter in (self._gate, self._idle):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        self._server.clear()
+        self._pools.clear()
+        self._slot_of.clear()
+        self._free.clear()
+        self._out_views.clear()
+
+    def _dead(self) -> DeadObjectError:
+        return DeadObjectError("the burst is closed")
+
+    def _check_open(self) -> None:
+        if self._state != _OPEN:
+            raise self._dead() if self._state == _CLOSED else InvalidArgumentError("burst: not configured yet")
+
+    # -- slot cache ----------------------------------------------------------------------------
+
+    def register_memory(self, memory: Memory | np.ndarray) -> int:
+        """Cache a memory pool on the server; return its slot (the same slot if already cached)."""
+        self._check_open()
+        if isinstance(memory, np.ndarray):
+            memory = Memory(memory)
+        if not isinstance(memory, Memory):
+            raise InvalidArgumentError(f"register_memory: expected an nnrt.Memory, got {type(memory).__name__}")
+        slot = self._slot_of.get(id(memory))
+        if slot is not None:
+            return slot
+        return self._add_slot(memory)
+
+    def _add_slot(self, memory: Memory) -> int:
+        if self._free:
+            slot = min(self._free)
+            self._free.remove(slot)
+        else:
+            slot = self._next_slot
+            self._next_slot += 1
+        self._pools[slot] = memory
+        self._slot_of[id(memory)] = slot
+        self._server.add_memory(slot, memory)
+        return slot
+
+    def release_memory(self, slot: int) -> None:
+        """Evict ``slot`` from the cache; requests naming it afterwards fail with INVALID_ARGUMENT."""
+        self._check_open()
+        memory = self._pools.pop(slot, None) if type(slot) is int else None
+        if memory is None:
+            raise InvalidArgumentError(f"release_memory: slot {slot!r} is not registered")
+        self._forget_slot(slot, memory)
+
+    def _forget_slot(self, slot: int, memory: Memory) -> None:
+        del self._slot_of[id(memory)]
+        self._free.append(slot)
+        self._server.free_memory(slot)
+
+    def location(self, slot: int, offset: int = 0, length: int | None = None, dimensions: Sequence[int] = ()) -> Location:
+        """A ``Location`` in a registered pool; ``length`` defaults to the rest of the pool."""
+        pool = self._pools.get(slot)
+        if pool is None:
+            raise InvalidArgumentError(f"location: slot {slot!r} is not registered")
+        if length is None:
+            length = pool.size - offset
+        return Location(slot, offset, length, tuple(int(d) for d in dimensions))
+
+    # -- executions ----------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[Any] | None = None,
+        *,
+        measure_timing: bool = False,
+        deadline: float | None = None,
+        loop_timeout: float | None = None,
+    ) -> ExecutionResult:
+        """Run one request through the burst and wait for its result (see ``submit``)."""
+        fut = await self.submit(inputs, outputs, measure_timing=measure_timing, deadline=deadline, loop_timeout=loop_timeout)
+        return await fut
+
+    async def submit(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[Any] | None = None,
+        *,
+        measure_timing: bool = False,
+        deadline: float | None = None,
+        loop_timeout: float | None = None,
+    ) -> asyncio.Future[ExecutionResult]:
+        """Queue one request; return a future for its ``ExecutionResult``.
+
+        ``inputs`` (model order) are ``Location``s in registered pools, numpy arrays, or
+        ``None`` for omitted optional inputs; ``outputs`` likewise (``None`` entries, or no
+        list, are allocated). Waits for room when ``max_in_flight`` requests are queued. The
+        future raises the ``NnrtError`` matching the result's status.
+        """
+        self._check_open()
+        while self._gate is not None:
+            await asyncio.shield(self._gate)
+            self._check_open()
+        requests = self._requests
+        if requests.full() or requests._writers:
+            try:
+                await requests.wait_for_space()
+            except ChannelClosed:
+                raise self._dead() from None
+            while self._gate is not None:  # a fallback took the turn while we waited
+                await asyncio.shield(self._gate)
+                self._check_open()
+        packed = self._pack(inputs, outputs, measure_timing, deadline, loop_timeout)
+        if packed is None:
+            return await self._fallback(inputs, outputs, measure_timing, deadline, loop_timeout)
+        packet, out_arrays, transient = packed
+        fut: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        requests.send_nowait(packet)
+        self._pending.append(_Pending(fut, out_arrays, transient))
+        self._submitted += 1
+        return fut
+
+    def _send_raw(self, item: Any) -> asyncio.Future[ExecutionResult]:
+        """Queue any object as a request packet, unchecked (tests: malformed packets)."""
+        self._check_open()
+        fut: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        self._requests.send_nowait(item)
+        self._pending.append(_Pending(fut, [], ()))
+        self._submitted += 1
+        return fut
+
+    def _pack(
+        self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
+    ) -> tuple[RequestPacket, list[np.ndarray], tuple[int, ...]] | None:
+        """The request packet, the client's output arrays and the transient slots; None: not expressible."""
+        if isinstance(inputs, np.ndarray) or len(inputs) != len(self._in_ops):
+            n = 1 if isinstance(inputs, np.ndarray) else len(inputs)
+            raise InvalidArgumentError(f"the model has {len(self._in_ops)} inputs, the request gives {n}")
+        if outputs is not None and (isinstance(outputs, np.ndarray) or len(outputs) != len(self._out_ops)):
+            n = 1 if isinstance(outputs, np.ndarray) else len(outputs)
+            raise InvalidArgumentError(f"the model has {len(self._out_ops)} outputs, the request gives {n}")
+        arrays: list[tuple[int, np.ndarray]] = []  # (position, array) to register transiently
+        in_locs: list[Location | None] = []
+        for k, x in enumerate(inputs):
+            if x is None or type(x) is Location:
+                in_locs.append(x)
+            elif self._expressible(x, self._in_ops[k]):
+                in_locs.append(None)
+                arrays.append((k, x))
+            else:
+                return None
+        n_in = len(in_locs)
+        out_locs: list[Location | None] = []
+        out_arrays: list[np.ndarray] = []
+        for j, op in enumerate(self._out_ops):
+            y = None if outputs is None else outputs[j]
+            if type(y) is Location:
+                out_locs.append(y)
+                out_arrays.append(self._client_view(j, y))
+                continue
+            if y is None:
+                if not op.fully_specified:
+                    return None
+                y = np.empty(op.dimensions, op.type.dtype)
+            elif not (self._expressible(y, op) and y.flags.writeable):
+                return None
+            out_locs.append(None)
+            out_arrays.append(y)
+            arrays.append((n_in + j, y))
+        transient: tuple[int, ...] = ()
+        if arrays:
+            slots = []
+            for pos, arr in arrays:
+                slot = self._add_slot(Memory(arr))
+                slots.append(slot)
+                loc = Location(slot, 0, arr.nbytes, arr.shape)
+                if pos < n_in:
+                    in_locs[pos] = loc
+                else:
+                    out_locs[pos - n_in] = loc
+            transient = tuple(slots)
+        packet = RequestPacket(tuple(in_locs), tuple(out_locs), measure, deadline, loop_timeout)  # type: ignore[arg-type]
+        return packet, out_arrays, transient
+
+    @staticmethod
+    def _expressible(x: Any, op: Any) -> bool:
+        return type(x) is np.ndarray and x.dtype == op.type.dtype and x.flags.c_contiguous and not op.type.is_scalar
+
+    def _client_view(self, j: int, loc: Location) -> np.ndarray:
+        hit = self._out_views.get((j, id(loc)))
+        if hit is not None and hit[0] is loc:
+            return hit[1]
+        pool = self._pools.get(loc.slot) if type(loc.slot) is int else None
+        view: np.ndarray
+        try:
+            if pool is None or loc.offset < 0 or loc.length < 0:
+                raise ValueError
+            view = pool.buffer[loc.offset : loc.offset + loc.length].view(self._out_ops[j].type.dtype)
+        except (ValueError, TypeError):
+            view = np.empty(0, self._out_ops[j].type.dtype)  # the server will refuse the request
+        else:
+            if len(self._out_views) > 1024:
+                self._out_views.clear()
+            self._out_views[j, id(loc)] = (loc, view)
+        return view
+
+    async def _fallback(
+        self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
+    ) -> asyncio.Future[ExecutionResult]:
+        """Run a request the packet cannot express as a normal execution, in its turn."""
+        loop = asyncio.get_running_loop()
+        gate = self._gate = loop.create_future()
+        fut: asyncio.Future[ExecutionResult] = loop.create_future()
+        try:
+            while self._pending:
+                idle = self._idle = loop.create_future()
+                await asyncio.shield(idle)
+                self._check_open()
+            self._fallbacks += 1
+            try:
+                result = await self._prepared.execute(
+                    inputs, outputs, measure_timing=measure, deadline=deadline, loop_timeout=loop_timeout
+                )
+            except Exception as exc:
+                self._failed += 1
+                fut.set_exception(exc)
+            else:
+                self._completed += 1
+                fut.set_result(result)
+        finally:
+            self._gate = None
+            if not gate.done():
+                gate.set_result(None)
+        return fut
+
+    # -- the result channel --------------------------------------------------------------------
+
+    def _on_result(self, result: ResultPacket) -> None:
+        """Read one result packet (called by the server as it writes it) and resolve its future."""
+        pending = self._pending
+        if not pending:  # closed under the server's feet; nothing is waiting any more
+            return
+        entry = pending.popleft()
+        for slot in entry.transient:
+            memory = self._pools.pop(slot, None)
+            if memory is not None:
+                self._forget_slot(slot, memory)
+        fut = entry.future
+        status = result.status
+        if status is ErrorStatus.NONE:
+            self._completed += 1
+            if not fut.done():
+                fut.set_result(ExecutionResult(self._outputs(entry.outputs, result.output_shapes), result.output_shapes,
+                                               result.timing))
+        else:
+            self._failed += 1
+            if not fut.done():
+                message = result.message or "the burst execution failed"
+                fut.set_exception(error_for(status, message, output_shapes=result.output_shapes))
+        if not pending and self._idle is not None:
+            idle, self._idle = self._idle, None
+            if not idle.done():
+                idle.set_result(None)
+
+    @staticmethod
+    def _outputs(arrays: list[np.ndarray], shapes: tuple[OutputShape, ...]) -> list[np.ndarray]:
+        outs = []
+        for arr, shape in zip(arrays, shapes):
+            dims = shape.dimensions
+            if arr.shape != dims:
+                n = 1
+                for d in dims:
+                    n *= d
+                arr = arr.reshape(-1)[:n].reshape(dims)
+            outs.append(arr)
+        return outs
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def statistics(self) -> BurstStatistics:
+        """Counters: requests submitted/completed/failed, fallbacks, queue, slots, polling."""
+        ch = self._requests
+        return BurstStatistics(
+            submitted=self._submitted,
+            completed=self._completed,
+            failed=self._failed,
+            fallbacks=self._fallbacks,
+            queued=len(ch),
+            max_queue_depth=ch.max_depth,
+            slots=len(self._pools),
+            poll_hits=ch.poll_hits,
+            blocking_waits=ch.blocking_waits,
+            polling_window=self.polling_window,
+        )

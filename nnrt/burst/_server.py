@@ -1,0 +1,192 @@
+"""The device side of a burst: the memory slot cache and the server task.
+
+A ``BurstServer`` owns the pools its client registered, by slot (NNAPI's ``IBurstContext``
+memory cache), and one task, ``run``, that reads request packets from the request channel,
+executes them one at a time through the prepared model's normal ``execute`` (so validation,
+deadlines, loop timeouts and the device's scheduling apply to a burst execution exactly as
+to any other), and writes one result packet per request, in order, to the result channel.
+
+Requests name their data by slot. The server resolves each ``Location`` to a zero-copy numpy
+view of its pool (input views are read-only) and caches the views per location object, so a
+stream that reuses its locations pays for slicing once: the analogue of NNAPI mapping each
+pool once rather than per request. ``free_memory(slot)`` drops the pool and its views.
+
+Failure rules (digest section 4): a packet whose form is wrong is GENERAL_FAILURE; a slot
+that is unknown or released, or a range outside its pool, is INVALID_ARGUMENT with no shapes
+and no timing; an execution failure keeps its own status (and its shapes, for
+OUTPUT_INSUFFICIENT_SIZE). Nothing a client sends can end the server: every exception other
+than cancellation becomes a result packet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nnrt._log import get_logger
+from nnrt.burst._channel import Channel, ChannelClosed
+from nnrt.burst._packet import Location, RequestPacket, ResultPacket, check_request, decode_request
+from nnrt.errors import InvalidArgumentError, NnrtError
+from nnrt.memory import Memory
+from nnrt.types import ErrorStatus
+
+if TYPE_CHECKING:
+    from nnrt.execution import PreparedModel
+
+__all__ = ["BurstServer"]
+
+_log = get_logger("burst")
+
+#: Cached views per slot before the slot's cache is cleared (a client making a new Location
+#: per request would otherwise grow it without bound).
+_MAX_VIEWS_PER_SLOT = 256
+
+
+class BurstServer:
+    """Executes a burst's request packets; made by ``Burst.configure``."""
+
+    def __init__(
+        self,
+        prepared: PreparedModel,
+        requests: Channel[Any],
+        write_result: Callable[[ResultPacket], None],
+        poll_window: float,
+    ) -> None:
+        self._prepared = prepared
+        self._requests = requests
+        self._write_result = write_result
+        self.poll_window = poll_window
+        self._pools: dict[int, Memory] = {}
+        # slot -> {(direction, operand index, id(location)): (location, view)}; keeping the
+        # location alive keeps its id from being reused while the entry exists.
+        self._views: dict[int, dict[tuple[int, int, int], tuple[Location, np.ndarray]]] = {}
+        model = prepared.model
+        self._in_ops = [model.operands[i] for i in model.input_indexes]
+        self._out_ops = [model.operands[i] for i in model.output_indexes]
+        self.served = 0
+
+    # -- slot cache ----------------------------------------------------------------------------
+
+    def add_memory(self, slot: int, memory: Memory) -> None:
+        """Cache ``memory`` under ``slot`` (replacing whatever the slot held)."""
+        self._pools[slot] = memory
+        self._views.pop(slot, None)
+
+    def free_memory(self, slot: int) -> None:
+        """Evict ``slot``; later requests naming it fail with INVALID_ARGUMENT."""
+        self._pools.pop(slot, None)
+        self._views.pop(slot, None)
+
+    @property
+    def slots(self) -> int:
+        return len(self._pools)
+
+    def clear(self) -> None:
+        self._pools.clear()
+        self._views.clear()
+
+    # -- the task ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve requests until the request channel is closed (or the task is cancelled)."""
+        receive = self._requests.receive
+        serve = self.serve
+        write = self._write_result
+        while True:
+            try:
+                item = await receive(self.poll_window)
+            except ChannelClosed:
+                return
+            result = await serve(item)
+            self.served += 1
+            write(result)
+
+    async def serve(self, item: Any) -> ResultPacket:
+        """Execute one request (a ``RequestPacket`` or its flat datum form); never raises but cancellation."""
+        try:
+            packet = check_request(item) if type(item) is RequestPacket else decode_request(item)
+            inputs, outputs = self._resolve(packet)
+        except NnrtError as exc:
+            return ResultPacket(exc.status, message=str(exc.args[0]))
+        except Exception as exc:  # a packet nobody foresaw: answer, don't die
+            return ResultPacket(ErrorStatus.GENERAL_FAILURE, message=f"bad request packet: {type(exc).__name__}: {exc}")
+        try:
+            result = await self._prepared.execute(
+                inputs,
+                outputs,
+                measure_timing=packet.measure_timing,
+                deadline=packet.deadline,
+                loop_timeout=packet.loop_timeout,
+            )
+        except NnrtError as exc:
+            return ResultPacket(exc.status, exc.output_shapes, message=str(exc.args[0]))
+        except Exception as exc:
+            _log.warning("burst.execution_failed", error=f"{type(exc).__name__}: {exc}")
+            return ResultPacket(ErrorStatus.GENERAL_FAILURE, message=f"{type(exc).__name__}: {exc}")
+        return ResultPacket(ErrorStatus.NONE, result.output_shapes, result.timing)
+
+    # -- slot resolution -----------------------------------------------------------------------
+
+    def _resolve(self, packet: RequestPacket) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
+        if len(packet.inputs) != len(self._in_ops) or len(packet.outputs) != len(self._out_ops):
+            raise InvalidArgumentError(
+                f"the model has {len(self._in_ops)} inputs and {len(self._out_ops)} outputs; "
+                f"the request gives {len(packet.inputs)} and {len(packet.outputs)}"
+            )
+        inputs: list[np.ndarray | None] = [
+            None if loc is None else self._view(0, k, loc) for k, loc in enumerate(packet.inputs)
+        ]
+        outputs = [self._view(1, j, loc) for j, loc in enumerate(packet.outputs)]
+        return inputs, outputs
+
+    def _view(self, direction: int, k: int, loc: Location) -> np.ndarray:
+        views = self._views.get(loc.slot)
+        if views is not None:
+            hit = views.get((direction, k, id(loc)))
+            if hit is not None and hit[0] is loc:
+                return hit[1]
+        view = self._make_view(direction, k, loc)
+        views = self._views.setdefault(loc.slot, {})
+        if len(views) >= _MAX_VIEWS_PER_SLOT:
+            views.clear()
+        views[direction, k, id(loc)] = (loc, view)
+        return view
+
+    def _make_view(self, direction: int, k: int, loc: Location) -> np.ndarray:
+        op = (self._out_ops if direction else self._in_ops)[k]
+        where = f"{'output' if direction else 'input'} {k} ({op.label})"
+        pool = self._pools.get(loc.slot)
+        if pool is None:
+            raise InvalidArgumentError(f"{where}: memory slot {loc.slot} is not registered (unknown or released)")
+        offset, length = loc.offset, loc.length
+        if offset < 0 or length < 0 or offset + length > pool.size:
+            raise InvalidArgumentError(
+                f"{where}: bytes [{offset}, {offset + length}) are outside the {pool.size}-byte pool in slot {loc.slot}"
+            )
+        dtype = op.type.dtype
+        itemsize = dtype.itemsize
+        if length % itemsize:
+            raise InvalidArgumentError(f"{where}: a length of {length} bytes is not a whole number of {dtype} elements")
+        raw = pool.buffer[offset : offset + length].view(dtype)
+        dims = loc.dimensions or op.dimensions
+        if direction == 0:
+            if op.type.is_scalar:
+                dims = ()
+            elif not dims or 0 in dims:
+                raise InvalidArgumentError(f"{where}: dimensions {list(dims)} are not fully specified; give them in the location")
+            need = math.prod(dims) * itemsize
+            if need != length:
+                raise InvalidArgumentError(f"{where}: dimensions {list(dims)} need {need} bytes, not {length}")
+            view = raw.reshape(dims)
+            view.flags.writeable = False
+            return view
+        if loc.dimensions:
+            if math.prod(dims) * itemsize > length:
+                raise InvalidArgumentError(f"{where}: dimensions {list(dims)} do not fit in {length} bytes")
+            return raw[: math.prod(dims)].reshape(dims)
+        if dims and 0 not in dims and math.prod(dims) * itemsize == length:
+            return raw.reshape(dims)
+        return raw
