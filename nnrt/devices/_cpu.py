@@ -21,8 +21,9 @@ from typing import Any, Literal
 import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
+from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, default_clock, perf_ns
-from nnrt.devices._device import Device, DeviceType, check_preparation_args
+from nnrt.devices._device import Device, DeviceType, check_preference_priority, check_preparation_args
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
@@ -152,12 +153,48 @@ class CpuDevice(Device):
         priority: Priority = Priority.MEDIUM,
         deadline: float | None = None,
         app: str = "default",
+        cache_dir: str | os.PathLike[str] | None = None,
+        token: bytes | None = None,
     ) -> PreparedModel:
+        """Prepare ``model``; with ``cache_dir`` and a 32-byte ``token``, through the compilation
+        cache (``nnrt.cache``): a valid entry is loaded, else the model is prepared in full and
+        the entry (re)written."""
         pref, prio = check_preparation_args(model, preference, priority)
         if deadline is not None and self.clock.now() >= deadline:
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
-        plan = await asyncio.get_running_loop().run_in_executor(None, self._compile, model)
+        loop = asyncio.get_running_loop()
+        if cache_dir is None and token is None:
+            plan = await loop.run_in_executor(None, self._compile, model)
+        else:
+            where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
+            model, plan = await loop.run_in_executor(
+                None, prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
+            )
         return PreparedModel(self, model, plan, preference=pref, priority=prio, app=app)
+
+    async def prepare_model_from_cache(
+        self,
+        cache_dir: str | os.PathLike[str],
+        token: bytes,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        app: str = "default",
+    ) -> PreparedModel:
+        """The model cached under ``token`` (with this preference and priority), without a full
+        preparation. A missing, damaged or foreign entry is GENERAL_FAILURE."""
+        pref, prio = check_preference_priority(preference, priority)
+        where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
+        model, plan = await asyncio.get_running_loop().run_in_executor(
+            None, load_from_cache, where, key, meta, self.inline_limit_ns
+        )
+        return PreparedModel(self, model, plan, preference=pref, priority=prio, app=app)
+
+    def _cache_entry(self, cache_dir: object, token: object, pref: ExecutionPreference,
+                     prio: Priority) -> tuple[str, bytes, dict[str, Any]]:
+        where, tok = check_cache_args(cache_dir, token)
+        meta = {"device": self.name, "version": self.version, "preference": int(pref), "priority": int(prio)}
+        return where, cache_key(tok, self.name, self.version, pref, prio), meta
 
     def prepare_model_sync(
         self,

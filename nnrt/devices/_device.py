@@ -10,6 +10,11 @@ Contract, following NNAPI's ``IDevice``:
   operation's signature; a bad model, preference or priority is INVALID_ARGUMENT), refuses a
   deadline already passed (MISSED_DEADLINE_PERSISTENT), and returns a ``PreparedModel``.
   A preparation once started is never aborted.
+* ``prepare_model(..., cache_dir=, token=)`` and ``prepare_model_from_cache(cache_dir, token)``
+  (compilation caching, digest section 6, ``nnrt.cache``): a 32-byte token, else
+  INVALID_ARGUMENT; loading a missing, damaged or foreign entry is GENERAL_FAILURE, while
+  ``prepare_model`` falls back to a full preparation and rewrites the entry (a cache that
+  cannot be written never changes the preparation's result).
 * ``allocate(desc, prepared_models, input_roles, output_roles)`` (memory domains) returns a
   ``DeviceBuffer`` and its positive ``BufferToken``; the allocation and use rules and their
   statuses are digest section 5, implemented for host-memory devices by
@@ -31,7 +36,7 @@ from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer
 from nnrt.model import Model
 from nnrt.types import Capabilities, ExecutionPreference, Priority
 
-__all__ = ["Device", "DeviceType", "check_preparation_args"]
+__all__ = ["Device", "DeviceType", "check_preference_priority", "check_preparation_args"]
 
 
 class DeviceType(enum.IntEnum):
@@ -93,6 +98,11 @@ def check_preparation_args(model: object, preference: object, priority: object) 
         raise InvalidArgumentError(f"prepare_model: {model!r} is not a Model")
     if not model.finished:
         raise InvalidArgumentError("prepare_model: the model is not finished (call model.finish())")
+    return check_preference_priority(preference, priority)
+
+
+def check_preference_priority(preference: object, priority: object) -> tuple[ExecutionPreference, Priority]:
+    """INVALID_ARGUMENT unless ``preference`` and ``priority`` are valid enum values."""
     try:
         pref = ExecutionPreference(preference)  # type: ignore[arg-type]
     except ValueError:

@@ -11,6 +11,7 @@ kernels' business and are checked at preparation, as NNAPI drivers do.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -218,6 +219,19 @@ class Model:
 
         walk(self)
         return list(seen.values())
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the finished model to ``path`` (format: ``nnrt.model._serialize``)."""
+        from nnrt.model._serialize import save_model
+
+        save_model(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Model:
+        """Read a model written by ``save``; constant tensors are views of the mapped file."""
+        from nnrt.model._serialize import load_model
+
+        return load_model(path)
 
     def to_dot(self) -> str:
         """A Graphviz description of the graph (operands as ellipses, operations as boxes)."""

@@ -38,6 +38,7 @@ from nnrt.ops._common import (
     to_real,
 )
 from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
@@ -451,7 +452,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     const_w, const_b = call.const(1), call.const(2)
     wmat0 = None
     if const_w is not None and const_b is not None:
-        wmat0 = _conv_matrix(real_filter(const_w, call, types), real_bias(const_b, call, types))
+        wmat0 = relaid(call, "wmat", lambda: _conv_matrix(real_filter(const_w, call, types), real_bias(const_b, call, types)))
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         args = (x, w, b, *params)

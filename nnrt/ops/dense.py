@@ -20,6 +20,7 @@ import numpy as np
 from nnrt.model import Operand
 from nnrt.ops._common import ACT_NONE, apply_activation, check_activation, from_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
@@ -105,7 +106,7 @@ def _fc_float32(call: OpCall, const_act: int | None) -> Kernel:
     w_const, b_const = call.const(1), call.const(2)
     if w_const is not None and b_const is not None:
         input_size = _check_weights_bias(call, w_const, b_const)
-        wt = np.ascontiguousarray(w_const.T)
+        wt = relaid(call, "wt", lambda: np.ascontiguousarray(w_const.T))  # from the compilation cache when there
         bias = np.array(b_const, dtype=np.float32)
 
         if const_act == ACT_NONE:
