@@ -53,7 +53,7 @@ from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._channel import Channel, ChannelClosed
 from nnrt.burst._packet import Location, RequestPacket, ResultPacket
 from nnrt.burst._server import BurstServer
-from nnrt.errors import DeadObjectError, InvalidArgumentError, error_for
+from nnrt.errors import DeadObjectError, InvalidArgumentError, NnrtError, error_for
 from nnrt.execution import ExecutionResult
 from nnrt.memory import Memory
 from nnrt.types import ErrorStatus, ExecutionPreference, OutputShape
@@ -80,6 +80,7 @@ class BurstStatistics:
     completed: int
     failed: int
     fallbacks: int
+    eager: int
     queued: int
     max_queue_depth: int
     slots: int
@@ -134,7 +135,9 @@ class Burst:
         model = prepared.model
         self._in_ops = [model.operands[i] for i in model.input_indexes]
         self._out_ops = [model.operands[i] for i in model.output_indexes]
-        self._submitted = self._completed = self._failed = self._fallbacks = 0
+        self._submitted = self._completed = self._failed = self._fallbacks = self._eagers = 0
+        #: Run ``execute`` in the caller's task when the server is idle (benchmarks turn it off).
+        self._eager = True
 
     def __repr__(self) -> str:
         state = ("new", "open", "closed")[self._state]
@@ -273,7 +276,27 @@ class Burst:
         deadline: float | None = None,
         loop_timeout: float | None = None,
     ) -> ExecutionResult:
-        """Run one request through the burst and wait for its result (see ``submit``)."""
+        """Run one request through the burst and wait for its result (see ``submit``).
+
+        When nothing is queued and the server is idle, the request runs at once in the
+        caller's task (same checks, same execution, same result packet), which saves waking
+        the server task; otherwise it queues like ``submit``.
+        """
+        if self._eager and self._state == _OPEN and not self._pending and self._gate is None:
+            server = self._server
+            packed = self._pack(inputs, outputs, measure_timing, deadline, loop_timeout)
+            if packed is not None and server.begin_eager():
+                packet, out_arrays, transient = packed
+                self._submitted += 1
+                self._eagers += 1
+                try:
+                    result = await server.serve(packet)
+                finally:
+                    server.end_eager()
+                    self._release_transient(transient)
+                return self._result(result, out_arrays)
+            if packed is not None:
+                self._release_transient(packed[2])
         fut = await self.submit(inputs, outputs, measure_timing=measure_timing, deadline=deadline, loop_timeout=loop_timeout)
         return await fut
 
@@ -437,26 +460,35 @@ class Burst:
         if not pending:  # closed under the server's feet; nothing is waiting any more
             return
         entry = pending.popleft()
-        for slot in entry.transient:
-            memory = self._pools.pop(slot, None)
-            if memory is not None:
-                self._forget_slot(slot, memory)
+        self._release_transient(entry.transient)
         fut = entry.future
-        status = result.status
-        if status is ErrorStatus.NONE:
+        if not fut.done():
+            try:
+                fut.set_result(self._result(result, entry.outputs))
+            except NnrtError as exc:
+                fut.set_exception(exc)
+        elif result.status is ErrorStatus.NONE:
             self._completed += 1
-            if not fut.done():
-                fut.set_result(ExecutionResult(self._outputs(entry.outputs, result.output_shapes), result.output_shapes,
-                                               result.timing))
         else:
             self._failed += 1
-            if not fut.done():
-                message = result.message or "the burst execution failed"
-                fut.set_exception(error_for(status, message, output_shapes=result.output_shapes))
         if not pending and self._idle is not None:
             idle, self._idle = self._idle, None
             if not idle.done():
                 idle.set_result(None)
+
+    def _release_transient(self, slots: tuple[int, ...]) -> None:
+        for slot in slots:
+            memory = self._pools.pop(slot, None)
+            if memory is not None:
+                self._forget_slot(slot, memory)
+
+    def _result(self, result: ResultPacket, arrays: list[np.ndarray]) -> ExecutionResult:
+        """The ``ExecutionResult`` of a result packet, or raise the error its status names."""
+        if result.status is ErrorStatus.NONE:
+            self._completed += 1
+            return ExecutionResult(self._outputs(arrays, result.output_shapes), result.output_shapes, result.timing)
+        self._failed += 1
+        raise error_for(result.status, result.message or "the burst execution failed", output_shapes=result.output_shapes)
 
     @staticmethod
     def _outputs(arrays: list[np.ndarray], shapes: tuple[OutputShape, ...]) -> list[np.ndarray]:
@@ -481,6 +513,7 @@ class Burst:
             completed=self._completed,
             failed=self._failed,
             fallbacks=self._fallbacks,
+            eager=self._eagers,
             queued=len(ch),
             max_queue_depth=ch.max_depth,
             slots=len(self._pools),

@@ -38,6 +38,8 @@ __all__ = [
     "MalformedPacketError",
     "RequestPacket",
     "ResultPacket",
+    "check_header",
+    "check_location",
     "check_request",
     "decode_request",
     "encode_request",
@@ -98,7 +100,8 @@ def _is_int(value: Any) -> bool:
     return type(value) is int
 
 
-def _check_location(where: str, loc: Any) -> None:
+def check_location(where: str, loc: Any) -> None:
+    """Check one ``Location``'s form; ``where`` names it in the error."""
     if type(loc) is not Location:
         raise MalformedPacketError(f"{where}: expected a Location, got {type(loc).__name__}")
     if not (_is_int(loc.slot) and _is_int(loc.offset) and _is_int(loc.length)):
@@ -108,29 +111,34 @@ def _check_location(where: str, loc: Any) -> None:
         raise MalformedPacketError(f"{where}: dimensions must be a tuple of at most {_MAX_RANK} non-negative integers")
 
 
+def check_header(packet: Any) -> RequestPacket:
+    """Check a request packet's form except its locations (the server checks each location
+    object once, when it first resolves it)."""
+    if type(packet) is not RequestPacket:
+        raise MalformedPacketError(f"a request packet must be a RequestPacket, got {type(packet).__name__}")
+    if type(packet.inputs) is not tuple or type(packet.outputs) is not tuple:
+        raise MalformedPacketError("request packet: inputs and outputs must be tuples")
+    if type(packet.measure_timing) is not bool:
+        raise MalformedPacketError("request packet: measure_timing must be a bool")
+    numbers = (int, float, type(None))
+    if type(packet.deadline) not in numbers or type(packet.loop_timeout) not in numbers:
+        raise MalformedPacketError("request packet: deadline and loop_timeout must be numbers of seconds or None")
+    return packet
+
+
 def check_request(packet: Any) -> RequestPacket:
     """Check a request packet's form; raise ``MalformedPacketError`` (GENERAL_FAILURE) if wrong.
 
     Only the form: slots, offsets and lengths may still be out of range (INVALID_ARGUMENT,
     decided by the server, which knows its pools and the model).
     """
-    if type(packet) is not RequestPacket:
-        raise MalformedPacketError(f"a request packet must be a RequestPacket, got {type(packet).__name__}")
-    inputs, outputs = packet.inputs, packet.outputs
-    if type(inputs) is not tuple or type(outputs) is not tuple:
-        raise MalformedPacketError("request packet: inputs and outputs must be tuples")
-    for k, loc in enumerate(inputs):
+    checked = check_header(packet)
+    for k, loc in enumerate(checked.inputs):
         if loc is not None:
-            _check_location(f"input {k}", loc)
-    for j, loc in enumerate(outputs):
-        _check_location(f"output {j}", loc)
-    if type(packet.measure_timing) is not bool:
-        raise MalformedPacketError("request packet: measure_timing must be a bool")
-    for name in ("deadline", "loop_timeout"):
-        value = getattr(packet, name)
-        if value is not None and type(value) not in (int, float):
-            raise MalformedPacketError(f"request packet: {name} must be a number of seconds or None")
-    return packet
+            check_location(f"input {k}", loc)
+    for j, loc in enumerate(checked.outputs):
+        check_location(f"output {j}", loc)
+    return checked
 
 
 # -- flat datum form ---------------------------------------------------------------------------

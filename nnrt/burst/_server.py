@@ -2,7 +2,7 @@
 
 A ``BurstServer`` owns the pools its client registered, by slot (NNAPI's ``IBurstContext``
 memory cache), and one task, ``run``, that reads request packets from the request channel,
-executes them one at a time through the prepared model's normal ``execute`` (so validation,
+executes them one at a time through the prepared model's normal execution (so validation,
 deadlines, loop timeouts and the device's scheduling apply to a burst execution exactly as
 to any other), and writes one result packet per request, in order, to the result channel.
 
@@ -16,11 +16,18 @@ that is unknown or released, or a range outside its pool, is INVALID_ARGUMENT wi
 and no timing; an execution failure keeps its own status (and its shapes, for
 OUTPUT_INSUFFICIENT_SIZE). Nothing a client sends can end the server: every exception other
 than cancellation becomes a result packet.
+
+Eager requests: when the server is idle and its channel empty, ``Burst.execute`` may run a
+request in the caller's task (``begin_eager`` / ``serve`` / ``end_eager``) instead of waking
+the server task and waiting for it, which saves two task switches per request; ``busy`` keeps
+the one-at-a-time rule across both paths (the server task waits for an eager request to end).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +35,7 @@ import numpy as np
 
 from nnrt._log import get_logger
 from nnrt.burst._channel import Channel, ChannelClosed
-from nnrt.burst._packet import Location, RequestPacket, ResultPacket, check_request, decode_request
+from nnrt.burst._packet import Location, RequestPacket, ResultPacket, check_header, check_location, decode_request
 from nnrt.errors import InvalidArgumentError, NnrtError
 from nnrt.memory import Memory
 from nnrt.types import ErrorStatus
@@ -66,7 +73,13 @@ class BurstServer:
         model = prepared.model
         self._in_ops = [model.operands[i] for i in model.input_indexes]
         self._out_ops = [model.operands[i] for i in model.output_indexes]
+        # id(location) per input and output -> (locations, args, bufs): see ``_prepare``.
+        self._validated: dict[tuple[int, ...], tuple[tuple[Location | None, ...], list[Any], Any]] = {}
+        self._cacheable = not any(op.type.is_scalar for op in self._in_ops)
         self.served = 0
+        #: True while a request is executing (in the server task or eagerly in a client's).
+        self.busy = False
+        self._eager_done: asyncio.Future[None] | None = None
 
     # -- slot cache ----------------------------------------------------------------------------
 
@@ -74,11 +87,13 @@ class BurstServer:
         """Cache ``memory`` under ``slot`` (replacing whatever the slot held)."""
         self._pools[slot] = memory
         self._views.pop(slot, None)
+        self._validated.clear()
 
     def free_memory(self, slot: int) -> None:
         """Evict ``slot``; later requests naming it fail with INVALID_ARGUMENT."""
         self._pools.pop(slot, None)
         self._views.pop(slot, None)
+        self._validated.clear()
 
     @property
     def slots(self) -> int:
@@ -87,6 +102,7 @@ class BurstServer:
     def clear(self) -> None:
         self._pools.clear()
         self._views.clear()
+        self._validated.clear()
 
     # -- the task ------------------------------------------------------------------------------
 
@@ -100,26 +116,42 @@ class BurstServer:
                 item = await receive(self.poll_window)
             except ChannelClosed:
                 return
-            result = await serve(item)
+            while self.busy:  # a client is running an eager request (``Burst.execute``)
+                self._eager_done = asyncio.get_running_loop().create_future()
+                await self._eager_done
+            self.busy = True
+            try:
+                result = await serve(item)
+            finally:
+                self.busy = False
             self.served += 1
             write(result)
+
+    def begin_eager(self) -> bool:
+        """Claim the server for a request run in the caller's task; False if it is busy."""
+        if self.busy or len(self._requests):
+            return False
+        self.busy = True
+        return True
+
+    def end_eager(self) -> None:
+        self.busy = False
+        done, self._eager_done = self._eager_done, None
+        if done is not None and not done.done():
+            done.set_result(None)
 
     async def serve(self, item: Any) -> ResultPacket:
         """Execute one request (a ``RequestPacket`` or its flat datum form); never raises but cancellation."""
         try:
-            packet = check_request(item) if type(item) is RequestPacket else decode_request(item)
-            inputs, outputs = self._resolve(packet)
+            packet = check_header(item) if type(item) is RequestPacket else decode_request(item)
+            args, bufs = self._prepare(packet)
         except NnrtError as exc:
             return ResultPacket(exc.status, message=str(exc.args[0]))
         except Exception as exc:  # a packet nobody foresaw: answer, don't die
             return ResultPacket(ErrorStatus.GENERAL_FAILURE, message=f"bad request packet: {type(exc).__name__}: {exc}")
         try:
-            result = await self._prepared.execute(
-                inputs,
-                outputs,
-                measure_timing=packet.measure_timing,
-                deadline=packet.deadline,
-                loop_timeout=packet.loop_timeout,
+            result = await self._prepared._execute_validated(
+                args, bufs, packet.measure_timing, packet.deadline, packet.loop_timeout
             )
         except NnrtError as exc:
             return ResultPacket(exc.status, exc.output_shapes, message=str(exc.args[0]))
@@ -129,6 +161,27 @@ class BurstServer:
         return ResultPacket(ErrorStatus.NONE, result.output_shapes, result.timing)
 
     # -- slot resolution -----------------------------------------------------------------------
+
+    def _prepare(self, packet: RequestPacket) -> tuple[list[Any], Any]:
+        """The validated arguments for ``packet``, cached per set of location objects.
+
+        A stream that reuses its ``Location`` objects is validated against the model once
+        (by the prepared model's own ``_validate_request``); later requests only look it up.
+        Scalar inputs are read from their pool at validation, so requests with them are
+        never cached.
+        """
+        locs = packet.inputs + packet.outputs
+        key = tuple(map(id, locs))
+        hit = self._validated.get(key)
+        if hit is not None and all(map(operator.is_, hit[0], locs)):
+            return hit[1], hit[2]
+        inputs, outputs = self._resolve(packet)
+        args, bufs = self._prepared._validate_request(inputs, outputs)
+        if self._cacheable:
+            if len(self._validated) >= _MAX_VIEWS_PER_SLOT:
+                self._validated.clear()
+            self._validated[key] = (locs, args, bufs)
+        return args, bufs
 
     def _resolve(self, packet: RequestPacket) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
         if len(packet.inputs) != len(self._in_ops) or len(packet.outputs) != len(self._out_ops):
@@ -158,6 +211,7 @@ class BurstServer:
     def _make_view(self, direction: int, k: int, loc: Location) -> np.ndarray:
         op = (self._out_ops if direction else self._in_ops)[k]
         where = f"{'output' if direction else 'input'} {k} ({op.label})"
+        check_location(where, loc)
         pool = self._pools.get(loc.slot)
         if pool is None:
             raise InvalidArgumentError(f"{where}: memory slot {loc.slot} is not registered (unknown or released)")

@@ -148,6 +148,18 @@ class PreparedModel:
         results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan, self.app, self.priority)
         return self._finish(results, bufs, args, measure_timing, t0, device_ns)
 
+    async def _execute_validated(
+        self, args: list[Any], bufs: Any, measure_timing: bool, deadline: float | None, loop_timeout: float | None
+    ) -> ExecutionResult:
+        """``execute`` on what ``_validate_request`` returned (bursts cache it per location set).
+
+        Keep in step with ``execute``: same context, same driver call, same ``_finish``.
+        """
+        t0 = perf_ns()
+        ctx = self._context(deadline, loop_timeout)
+        results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan, self.app, self.priority)
+        return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+
     async def execute_fenced(
         self,
         inputs: Sequence[Any],

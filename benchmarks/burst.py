@@ -1,0 +1,181 @@
+"""Burst executions against sequential ``await prepared.execute``, in one run (asyncio and uvloop).
+
+For the one-ADD model and the MLP 784-256-256-10 from ``nnrt.zoo``:
+
+(a) pipelined throughput: a producer keeps 32 requests in flight in one burst (inputs and
+    outputs in registered memory pools), against the same number of sequential
+    ``await prepared.execute`` calls (targets: >= 1.0x on one-ADD, >= 1.3x on the MLP);
+(b) one request in flight: ``await burst.execute`` latency against ``await prepared.execute``
+    (target on the MLP: <= 1.5x);
+(c) the polling window: (a) and (b) with the server's window at 0 and at NNAPI's 50 us;
+(d) for information: ``burst.execute`` with plain numpy arrays (transient slots).
+
+The baseline is the faster of ``execute(inputs)`` and ``execute(inputs, outputs=...)``.
+Timings are medians of interleaved repetitions (the machine is shared).
+
+Run: python benchmarks/burst.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+
+import nnrt
+from nnrt import zoo
+
+IN_FLIGHT = 32
+
+
+async def per_call(fn: Callable[[int], Awaitable[None]], number: int) -> float:
+    """Microseconds per request for one run of ``fn(number)``."""
+    t = time.perf_counter()
+    await fn(number)
+    return (time.perf_counter() - t) / number * 1e6
+
+
+def pools(burst: nnrt.Burst, model: nnrt.Model) -> tuple[list[nnrt.burst.Location], list[nnrt.burst.Location]]:
+    """Register one input pool and one output pool holding the model's example inputs."""
+    xs = zoo.example_inputs(model)
+    in_pool = nnrt.Memory(np.concatenate([x.reshape(-1).view(np.uint8) for x in xs]))
+    out_ops = [model.operands[i] for i in model.output_indexes]
+    out_pool = nnrt.Memory(np.zeros(sum(op.byte_size for op in out_ops), np.uint8))
+    si, so = burst.register_memory(in_pool), burst.register_memory(out_pool)
+    ins, offset = [], 0
+    for x in xs:
+        ins.append(burst.location(si, offset, x.nbytes, x.shape))
+        offset += x.nbytes
+    outs, offset = [], 0
+    for op in out_ops:
+        outs.append(burst.location(so, offset, op.byte_size, op.dimensions))
+        offset += op.byte_size
+    return ins, outs
+
+
+async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat: int) -> dict[str, float]:
+    prepared = await device.prepare_model(model)
+    xs = zoo.example_inputs(model)
+    out_ops = [model.operands[i] for i in model.output_indexes]
+    bufs = [np.zeros(op.dimensions, op.type.dtype) for op in out_ops]
+    bursts = {w: prepared.burst(polling_window=w) for w in (0.0, 50e-6)}
+    locs = {}
+    for w, b in bursts.items():
+        await b.configure()
+        locs[w] = pools(b, model)
+
+    async def seq_plain(n: int) -> None:
+        for _ in range(n):
+            await prepared.execute(xs)
+
+    async def seq_outs(n: int) -> None:
+        for _ in range(n):
+            await prepared.execute(xs, bufs)
+
+    def pipelined(w: float) -> Callable[[int], Awaitable[None]]:
+        burst, (ins, outs) = bursts[w], locs[w]
+
+        async def run(n: int) -> None:
+            window: deque[asyncio.Future[nnrt.ExecutionResult]] = deque()
+            for _ in range(n):
+                if len(window) >= IN_FLIGHT:
+                    await window.popleft()
+                window.append(await burst.submit(ins, outs))
+            for fut in window:
+                await fut
+
+        return run
+
+    def one(w: float, eager: bool) -> Callable[[int], Awaitable[None]]:
+        burst, (ins, outs) = bursts[w], locs[w]
+
+        async def run(n: int) -> None:
+            burst._eager = eager
+            for _ in range(n):
+                await burst.execute(ins, outs)
+            burst._eager = True
+
+        return run
+
+    async def arrays(n: int) -> None:
+        for _ in range(n):
+            await bursts[50e-6].execute(xs, bufs)
+
+    cases: dict[str, Callable[[int], Awaitable[None]]] = {
+        "seq_plain": seq_plain,
+        "seq_outs": seq_outs,
+        "pipe_0": pipelined(0.0),
+        "pipe_50": pipelined(50e-6),
+        "one_eager": one(50e-6, True),
+        "one_0": one(0.0, False),
+        "one_50": one(50e-6, False),
+        "arrays": arrays,
+    }
+    for fn in cases.values():  # warm up
+        await fn(max(IN_FLIGHT, number // 10))
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeat):
+        for name, fn in cases.items():
+            samples[name].append(await per_call(fn, number))
+    for b in bursts.values():
+        stats = b.statistics()
+        assert stats.failed == 0, stats
+        await b.close()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def report(name: str, value: float, unit: str = "us") -> None:
+    sys.stdout.write(f"  {name:60} {value:9.2f} {unit}\n")
+
+
+def ratio(name: str, value: float, target: float, at_least: bool) -> None:
+    met = value >= target if at_least else value <= target
+    sign = ">=" if at_least else "<="
+    sys.stdout.write(f"  {name:60} {value:9.2f}x  (target {sign} {target:.1f}x: {'met' if met else 'NOT met'})\n")
+
+
+async def main(quick: bool, loop_name: str) -> None:
+    device = nnrt.CpuDevice(blas_threads=1)
+    sys.stdout.write(f"[{loop_name}]\n")
+    for model, number, pipe_target in ((zoo.one_add(), 2000, 1.0), (zoo.mlp(), 400, 1.3)):
+        n = number // 4 if quick else number
+        r = await measure(device, model, n, 3 if quick else 7)
+        base = min(r["seq_plain"], r["seq_outs"])
+        name = model.name
+        report(f"{name}: sequential await execute (no outputs / outputs given)", r["seq_plain"])
+        report(f"{name}: sequential await execute, outputs given", r["seq_outs"])
+        report(f"{name}: burst, {IN_FLIGHT} in flight, polling 0 (per request)", r["pipe_0"])
+        report(f"{name}: burst, {IN_FLIGHT} in flight, polling 50 us (per request)", r["pipe_50"])
+        report(f"{name}: burst, 1 in flight (eager: run in the caller's task)", r["one_eager"])
+        report(f"{name}: burst, 1 in flight through the server task, polling 0", r["one_0"])
+        report(f"{name}: burst, 1 in flight through the server task, polling 50 us", r["one_50"])
+        report(f"{name}: burst.execute with plain arrays (transient slots)", r["arrays"])
+        best_pipe = r["pipe_50"]
+        ratio(f"{name}: pipelined throughput / sequential (polling 50 us)", base / best_pipe, pipe_target, True)
+        ratio(f"{name}: pipelined throughput / sequential (polling 0)", base / r["pipe_0"], pipe_target, True)
+        ratio(f"{name}: 1-in-flight latency / await execute (eager)", r["one_eager"] / base, 1.5, False)
+        ratio(f"{name}: 1-in-flight latency / await execute (server, polling 50 us)", r["one_50"] / base, 1.5, False)
+        ratio(f"{name}: 1-in-flight latency / await execute (server, polling 0)", r["one_0"] / base, 1.5, False)
+    device.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, "asyncio"))
+    try:
+        import uvloop
+    except ImportError:
+        pass
+    else:
+        uvloop.run(main(args.quick, "uvloop"))
