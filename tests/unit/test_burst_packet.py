@@ -1,0 +1,124 @@
+"""Burst packets without an event loop: the flat form round-trips, and every malformed form
+is ``MalformedPacketError`` (GENERAL_FAILURE), never a bare Python error."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nnrt import ErrorStatus
+from nnrt.burst import Location, MalformedPacketError, RequestPacket, check_request, decode_request, encode_request
+
+locations = st.builds(
+    Location,
+    slot=st.integers(0, 50),
+    offset=st.integers(0, 1 << 20),
+    length=st.integers(0, 1 << 20),
+    dimensions=st.lists(st.integers(0, 64), max_size=5).map(tuple),
+)
+packets = st.builds(
+    RequestPacket,
+    inputs=st.lists(st.one_of(st.none(), locations), max_size=4).map(tuple),
+    outputs=st.lists(locations, max_size=3).map(tuple),
+    measure_timing=st.booleans(),
+    deadline=st.one_of(st.none(), st.integers(0, 10**6).map(lambda ns: ns / 1e9)),
+    loop_timeout=st.one_of(st.none(), st.integers(0, 10**6).map(lambda ns: ns / 1e9)),
+)
+
+
+def sample() -> RequestPacket:
+    return RequestPacket(
+        (Location(0, 0, 16, (1, 4)), None, Location(1, 16, 16, (1, 4))), (Location(2, 0, 16, (1, 4)),), True, 5.0, 0.5
+    )
+
+
+@given(packets)
+def test_flat_form_round_trips(packet: RequestPacket) -> None:
+    datums = encode_request(packet)
+    assert datums[0] == len(datums)
+    assert decode_request(datums) == packet
+    assert decode_request(list(datums)) == packet
+
+
+def test_flat_layout_matches_the_documented_header() -> None:
+    datums = encode_request(sample())
+    assert datums[:6] == (len(datums), 3, 1, 1, 5_000_000_000, 500_000_000)
+    assert datums[6:13] == (1, 0, 0, 16, 2, 1, 4)
+    assert datums[13:18] == (0, 0, 0, 0, 0)  # the omitted input
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        pytest.param(lambda d: d[:-1], id="truncated"),
+        pytest.param(lambda d: [*d, 0], id="trailing datum"),
+        pytest.param(lambda d: [d[0] - 1, *d[1:-1]], id="dropped field, size adjusted"),
+        pytest.param(lambda d: [d[0], d[1] + 1, *d[2:]], id="one input too many"),
+        pytest.param(lambda d: [d[0], d[1], d[2] + 5, *d[3:]], id="bad output count"),
+        pytest.param(lambda d: [d[0], -1, *d[2:]], id="negative count"),
+        pytest.param(lambda d: [*d[:3], 2, *d[4:]], id="measure not 0 or 1"),
+        pytest.param(lambda d: [*d[:4], -7, *d[5:]], id="negative deadline"),
+        pytest.param(lambda d: [*d[:6], 3, *d[7:]], id="has_value not 0 or 1"),
+        pytest.param(lambda d: [*d[:10], 99, *d[11:]], id="n_dims past the end"),
+        pytest.param(lambda d: [*d[:10], -1, *d[11:]], id="negative n_dims"),
+        pytest.param(lambda d: [*d[:-7], 0, *d[-6:]], id="output without a value"),
+        pytest.param(lambda d: [float(x) for x in d], id="floats"),
+        pytest.param(lambda d: [], id="empty"),
+        pytest.param(lambda d: "packet", id="not a sequence"),
+    ],
+)
+def test_malformed_flat_packets_are_general_failure(mutate: object) -> None:
+    datums = list(encode_request(sample()))
+    with pytest.raises(MalformedPacketError) as info:
+        decode_request(mutate(datums))  # type: ignore[operator]
+    assert info.value.status is ErrorStatus.GENERAL_FAILURE
+
+
+def test_random_datum_corruption_never_raises_anything_else() -> None:
+    rng = random.Random(6)
+    base = list(encode_request(sample()))
+    for _ in range(3000):
+        datums = list(base)
+        for _ in range(rng.randint(1, 3)):
+            kind = rng.random()
+            pos = rng.randrange(len(datums)) if datums else 0
+            if kind < 0.3 and datums:
+                del datums[pos]
+            elif kind < 0.6:
+                datums.insert(pos, rng.choice([-(2**31), -1, 0, 1, 7, 2**31, 10**12]))
+            elif datums:
+                datums[pos] = rng.choice([-1, 0, 1, 2, 16, 99, 2**40])
+        try:
+            packet = decode_request(datums)
+        except MalformedPacketError:
+            continue
+        assert check_request(packet) is packet
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        pytest.param("not a packet", id="wrong type"),
+        pytest.param(RequestPacket([Location(0, 0, 4)], ()), id="inputs a list"),  # type: ignore[arg-type]
+        pytest.param(RequestPacket((Location(0.0, 0, 4),), ()), id="float slot"),  # type: ignore[arg-type]
+        pytest.param(RequestPacket((Location(True, 0, 4),), ()), id="bool slot"),
+        pytest.param(RequestPacket((Location(0, 0, 4, [1, 1]),), ()), id="dims a list"),  # type: ignore[arg-type]
+        pytest.param(RequestPacket((Location(0, 0, 4, (-1,)),), ()), id="negative dim"),
+        pytest.param(RequestPacket((), (None,)), id="output None"),  # type: ignore[arg-type]
+        pytest.param(RequestPacket((), (), measure_timing=1), id="measure an int"),  # type: ignore[arg-type]
+        pytest.param(RequestPacket((), (), deadline="soon"), id="deadline a string"),  # type: ignore[arg-type]
+        pytest.param(RequestPacket(((0, 0, 4),), ()), id="location a tuple"),  # type: ignore[arg-type]
+    ],
+)
+def test_malformed_packet_objects(packet: object) -> None:
+    with pytest.raises(MalformedPacketError, match=r"."):
+        check_request(packet)
+
+
+def test_out_of_range_values_are_left_to_the_server() -> None:
+    # Negative slots and offsets are well-formed: the server answers INVALID_ARGUMENT for them.
+    packet = RequestPacket((Location(-3, -8, 4),), (Location(10**9, 0, 4),))
+    assert check_request(packet) is packet
