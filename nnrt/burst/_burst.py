@@ -41,6 +41,7 @@ Rules, and why:
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -360,6 +361,10 @@ class Burst:
             raise InvalidArgumentError(f"the model has {len(self._out_ops)} outputs, the request gives {n}")
         arrays: list[tuple[int, np.ndarray]] = []  # (position, array) to register transiently
         in_locs: list[Location | None] = []
+        if outputs is not None and all(type(a) is Location for a in (*inputs, *outputs)):  # the streaming case
+            outs = tuple(outputs)
+            packet = RequestPacket(tuple(inputs), outs, measure, deadline, loop_timeout)
+            return packet, [self._client_view(j, y) for j, y in enumerate(outs)], ()
         for k, x in enumerate(inputs):
             if x is None or type(x) is Location:
                 in_locs.append(x)
@@ -415,6 +420,9 @@ class Burst:
             if pool is None or loc.offset < 0 or loc.length < 0:
                 raise ValueError
             view = pool.buffer[loc.offset : loc.offset + loc.length].view(self._out_ops[j].type.dtype)
+            dims = loc.dimensions
+            if dims and type(dims) is tuple and math.prod(dims) <= view.size:
+                view = view[: math.prod(dims)].reshape(dims)  # the usual result shape: no reshape per result
         except (ValueError, TypeError):
             view = np.empty(0, self._out_ops[j].type.dtype)  # the server will refuse the request
         else:

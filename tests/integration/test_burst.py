@@ -474,3 +474,13 @@ async def test_a_burst_must_be_configured_once() -> None:
     with pytest.raises(nnrt.DeadObjectError):
         await burst.configure()
     device.close()
+
+
+def test_streaming_example_runs() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[2] / "examples" / "04_streaming_burst.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "throughput:" in out and "missed: 0" in out and "failed 0" in out
