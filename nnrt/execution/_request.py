@@ -22,6 +22,7 @@ an array and the request is validated again, now all arrays:
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -72,14 +73,16 @@ def resolve_request(
     new_inputs = list(inputs)
     read: set[int] = set()
     for spec, x in zip(specs, inputs):
+        if not is_pool_arg(x):
+            continue
         where = f"input {spec.k} ({spec.operand.label})"
         if isinstance(x, (DeviceBuffer, BufferToken)):
             buf = resolve_buffer(device, app, x, where)
             buf.check_role(prepared, "input", spec.k, where)
             new_inputs[spec.k] = buf.input_view(where)
             read.add(id(buf))
-        elif is_pool_arg(x):
-            new_inputs[spec.k] = _location_view(_location(x, where), spec.operand, where, output=False)
+        else:
+            new_inputs[spec.k] = _view(x, spec.operand, where, output=False)
     new_outputs: list[Any] | None = None
     written: list[tuple[int, DeviceBuffer]] = []
     if outputs is not None and not isinstance(outputs, np.ndarray):
@@ -88,6 +91,8 @@ def resolve_request(
             raise InvalidArgumentError(f"the model has {len(ops)} outputs, the request gives {len(outputs)}")
         new_outputs = list(outputs)
         for j, (op, b) in enumerate(zip(ops, outputs)):
+            if not is_pool_arg(b):
+                continue
             where = f"output {j} ({op.label})"
             if isinstance(b, (DeviceBuffer, BufferToken)):
                 buf = resolve_buffer(device, app, b, where)
@@ -98,8 +103,8 @@ def resolve_request(
                     raise InvalidArgumentError(f"{where}: device buffer {int(buf.token)} is given for two outputs")
                 written.append((j, buf))
                 new_outputs[j] = None
-            elif is_pool_arg(b):
-                new_outputs[j] = _location_view(_location(b, where), op, where, output=True)
+            else:
+                new_outputs[j] = _view(b, op, where, output=True)
     args, bufs = prepared._validate_request(new_inputs, outputs if new_outputs is None else new_outputs)
     if not written:
         return args, bufs
@@ -107,6 +112,32 @@ def resolve_request(
         buf.begin_write()
     assert bufs is not None
     return args, ResolvedOutputs(bufs, written)
+
+
+#: Resolved views per pool: (offset, length, dimensions, operand type and dims, output) -> view.
+#: Apps reuse the same locations execution after execution; a hit skips every check, which
+#: were all passed when the view was made (a pool's size never changes; ``close`` empties it).
+_views: weakref.WeakKeyDictionary[Memory, dict[tuple[Any, ...], np.ndarray]] = weakref.WeakKeyDictionary()
+
+
+def _view(x: Any, op: Operand, where: str, *, output: bool) -> np.ndarray:
+    loc = x if isinstance(x, MemoryLocation) else None
+    mem, offset, length = (loc.memory, loc.offset, loc.length) if loc is not None else x[:3]
+    dims = loc.dimensions if loc is not None else (x[3] if len(x) == 4 else None)
+    try:
+        key = (offset, length, dims, op.type, op.dimensions, output, mem.size)
+        views = _views.get(mem)
+        view = views.get(key) if views is not None else None
+    except (TypeError, AttributeError):  # not a pool, or unhashable parts: no caching, the checks below report them
+        key, views, view = None, None, None
+    if view is None:
+        view = _location_view(_location(x, where), op, where, output=output)
+        if key is not None:
+            if views is None:
+                views = _views.setdefault(mem, {})
+            if len(views) < 64:
+                views[key] = view
+    return view
 
 
 def _location(x: Any, where: str) -> MemoryLocation:

@@ -163,3 +163,15 @@ def test_plain_tuples_of_numbers_are_still_arrays(device: nnrt.CpuDevice) -> Non
     prepared = device.prepare_model_sync(zoo.one_add())
     row = ((1.0, 2.0, 3.0, 4.0),)
     assert prepared.execute_sync([row, row]).outputs[0].tolist() == [[2, 4, 6, 8]]
+
+
+def test_reused_locations_after_close_are_rejected(device: nnrt.CpuDevice) -> None:
+    """Resolved views are reused across executions, but never once the pool is closed."""
+    prepared = device.prepare_model_sync(zoo.one_add())
+    with Memory.from_shared_memory(size=48) as shm:
+        shm.buffer.view(np.float32)[:8] = 1
+        for _ in range(2):
+            assert prepared.execute_sync([(shm, 0, 16), (shm, 16, 16)]).outputs[0].tolist() == [[2, 2, 2, 2]]
+        shm.close()
+        with pytest.raises(nnrt.InvalidArgumentError, match="outside the memory of 0 bytes"):
+            prepared.execute_sync([(shm, 0, 16), (shm, 16, 16)])
