@@ -111,6 +111,8 @@ class Scheduler:
         decision = self.policy.checkpoint(job, now, remaining_s)
         if decision.action is Action.ABORT:
             self._active -= 1
+        elif decision.successor is not None:
+            self._resolve(decision.successor, None)  # the unit was handed over to it directly
         self._pump(now)
         return decision
 
