@@ -11,7 +11,7 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -30,7 +30,7 @@ def _write(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
 
-def run_async(main: Callable[[], Awaitable[R]], loop: str = "auto") -> R:
+def run_async(main: Callable[[], Coroutine[Any, Any, R]], loop: str = "auto") -> R:
     """Run ``main`` on uvloop when available (``loop="auto"``/``"uvloop"``), else asyncio."""
     if loop in ("auto", "uvloop"):
         try:
@@ -39,8 +39,9 @@ def run_async(main: Callable[[], Awaitable[R]], loop: str = "auto") -> R:
             if loop == "uvloop":
                 raise SystemExit("uvloop is not installed") from None
         else:
-            return uvloop.run(main())  # type: ignore[no-any-return]
-    return asyncio.run(main())  # type: ignore[arg-type]
+            result: R = uvloop.run(main())
+            return result
+    return asyncio.run(main())
 
 
 def _percentiles(values_ms: Sequence[float]) -> str:

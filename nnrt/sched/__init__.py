@@ -5,8 +5,8 @@ an async layer carries out its decisions. ``Job`` is one execution as the policy
 """
 
 from nnrt.sched._job import Job, JobState
-from nnrt.sched._scheduler import Scheduler
 from nnrt.sched._policy import ADMITTED, CONTINUE, Action, Actions, Admission, Decision, Policy
+from nnrt.sched._scheduler import Scheduler
 from nnrt.sched._stats import ClassStatistics, SchedulerStatistics
 
 __all__ = [
