@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
+import weakref
 from collections.abc import Generator, Hashable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ import numpy as np
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, default_clock, perf_ns
+from nnrt.devices._budget import MemoryLedger, model_footprint
 from nnrt.devices._device import Device, DeviceType, check_preference_priority, check_preparation_args
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
@@ -73,6 +75,8 @@ class CpuDevice(Device):
         aging: bool = True,
         aging_s: float = 0.25,
         max_queued_per_app: int = 256,
+        memory_budget: int | None = None,
+        app_memory_limit: int | None = None,
     ) -> None:
         self.name = name
         self.type = DeviceType.CPU
@@ -96,6 +100,8 @@ class CpuDevice(Device):
             aging_s=aging_s,
             max_queued_per_app=max_queued_per_app,
         )
+        #: Memory reserved by prepared models (RESOURCE_EXHAUSTED_* when over a limit).
+        self.memory = MemoryLedger(memory_budget, app_memory_limit)
         if blas_threads is not None:
             _pin_blas(blas_threads)
 
@@ -163,14 +169,29 @@ class CpuDevice(Device):
         if deadline is not None and self.clock.now() >= deadline:
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
         loop = asyncio.get_running_loop()
-        if cache_dir is None and token is None:
-            plan = await loop.run_in_executor(None, self._compile, model)
-        else:
-            where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
-            model, plan = await loop.run_in_executor(
-                None, prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
-            )
-        return PreparedModel(self, model, plan, preference=pref, priority=prio, app=app)
+        nbytes = self._reserve(model, app)
+        try:
+            if cache_dir is None and token is None:
+                plan = await loop.run_in_executor(None, self._compile, model)
+            else:
+                where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
+                model, plan = await loop.run_in_executor(
+                    None, prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
+                )
+        except BaseException:
+            self.memory.release(app, nbytes)
+            raise
+        return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
+
+    def _reserve(self, model: Model, app: str) -> int:
+        nbytes = model_footprint(model)
+        self.memory.reserve(app, nbytes, f"model {model.name or hex(id(model))}")
+        return nbytes
+
+    def _held(self, prepared: PreparedModel, nbytes: int) -> PreparedModel:
+        """Release the prepared model's reservation when it is garbage collected."""
+        weakref.finalize(prepared, self.memory.release, prepared.app, nbytes)
+        return prepared
 
     async def prepare_model_from_cache(
         self,
@@ -188,7 +209,8 @@ class CpuDevice(Device):
         model, plan = await asyncio.get_running_loop().run_in_executor(
             None, load_from_cache, where, key, meta, self.inline_limit_ns
         )
-        return PreparedModel(self, model, plan, preference=pref, priority=prio, app=app)
+        nbytes = self._reserve(model, app)
+        return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
 
     def _cache_entry(self, cache_dir: object, token: object, pref: ExecutionPreference,
                      prio: Priority) -> tuple[str, bytes, dict[str, Any]]:
@@ -206,7 +228,13 @@ class CpuDevice(Device):
     ) -> PreparedModel:
         """``prepare_model`` for code without an event loop."""
         pref, prio = check_preparation_args(model, preference, priority)
-        return PreparedModel(self, model, self._compile(model), preference=pref, priority=prio, app=app)
+        nbytes = self._reserve(model, app)
+        try:
+            plan = self._compile(model)
+        except BaseException:
+            self.memory.release(app, nbytes)
+            raise
+        return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
 
     def allocate(
         self,

@@ -241,3 +241,33 @@ async def test_fast_path_counts_in_statistics() -> None:
         await prepared.execute([ones(1, 4), ones(1, 4)])
     assert device.statistics().get("stats-app", Priority.HIGH).completed == 3
     device.close()
+
+
+async def test_memory_budget_and_app_limits() -> None:
+    import gc
+
+    from nnrt.devices._budget import model_footprint
+
+    size = model_footprint(zoo.mlp())
+    dev = nnrt.CpuDevice(memory_budget=3 * size, app_memory_limit=2 * size)
+    # Larger than the whole device: can never fit.
+    with pytest.raises(nnrt.ResourceExhaustedError) as info:
+        await dev.prepare_model(zoo.mobilenet_block())
+    assert info.value.status is ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT
+    a1 = await dev.prepare_model(zoo.mlp(), app="a")
+    a2 = dev.prepare_model_sync(zoo.mlp(), app="a")
+    # App "a" is at its limit: a third model must wait for one to be released.
+    with pytest.raises(nnrt.ResourceExhaustedError) as info:
+        await dev.prepare_model(zoo.mlp(), app="a")
+    assert info.value.status is ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+    # Another app has its own limit, but the device budget is shared.
+    b1 = await dev.prepare_model(zoo.mlp(), app="b")
+    with pytest.raises(nnrt.ResourceExhaustedError) as info:
+        await dev.prepare_model(zoo.mlp(), app="b")
+    assert info.value.status is ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+    assert dev.memory.in_use() == 3 * size
+    del a1, a2, b1
+    gc.collect()
+    assert dev.memory.in_use() == 0
+    await dev.prepare_model(zoo.mlp(), app="a")
+    dev.close()
