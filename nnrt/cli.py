@@ -20,6 +20,7 @@ from nnrt import zoo
 from nnrt.clock import deadline_after
 from nnrt.devices import CpuDevice, get_devices
 from nnrt.errors import NnrtError
+from nnrt.types import Priority
 
 __all__ = ["main"]
 
@@ -83,10 +84,55 @@ async def _demo(args: argparse.Namespace) -> int:
         wall = time.perf_counter() - t
         _write(f"{args.executions} concurrent executions in {wall * 1e3:.1f} ms ({args.executions / wall:.0f}/s)")
         _write("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+        cls = device.statistics().get("default", Priority.MEDIUM)
+        refused = sum(cls.rejected.values())
+        _write(f"  of which refused at admission (predicted to miss): {refused}, expired while queued: {cls.expired}, "
+               f"aborted while running: {cls.aborted}")
         _write("latency of successful executions: " + _percentiles(latencies))
+        if args.qos:
+            await _demo_priorities(device, args.deadline_ms)
     finally:
         device.close()
     return 0
+
+
+async def _demo_priorities(device: CpuDevice, deadline_ms: float) -> None:
+    """A LOW background model and a stream of HIGH requests with deadlines, in one app."""
+    _write("\npriorities and deadlines: LOW mobilenet_block in the background, HIGH small_cnn every 1 ms")
+    low = await device.prepare_model(zoo.mobilenet_block(), priority=Priority.LOW, app="demo-qos")
+    high = await device.prepare_model(zoo.small_cnn(), priority=Priority.HIGH, app="demo-qos")
+    outcomes: dict[str, Counter[str]] = {"LOW": Counter(), "HIGH": Counter()}
+    high_ms: list[float] = []
+
+    async def one(name: str, prepared: Any, deadline_s: float | None) -> None:
+        start = time.perf_counter()
+        try:
+            await prepared.execute(zoo.example_inputs(prepared.model), deadline=deadline_after(deadline_s) if deadline_s else None)
+        except NnrtError as err:
+            outcomes[name][err.status.name] += 1
+        else:
+            outcomes[name]["NONE"] += 1
+            if name == "HIGH":
+                high_ms.append((time.perf_counter() - start) * 1e3)
+
+    async def background() -> None:
+        for _ in range(4):
+            await one("LOW", low, None)
+
+    async def stream() -> None:
+        tasks = []
+        for _ in range(50):
+            tasks.append(asyncio.create_task(one("HIGH", high, deadline_ms / 1e3 if deadline_ms > 0 else None)))
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*tasks)
+
+    await asyncio.gather(background(), stream())
+    stats = device.statistics()
+    for name, prio in (("LOW", Priority.LOW), ("HIGH", Priority.HIGH)):
+        c = stats.get("demo-qos", prio)
+        _write(f"  {name:4} outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes[name].items()))
+               + f"; preemptions {c.preemptions}")
+    _write("  HIGH latency: " + _percentiles(high_ms))
 
 
 def _devices(_args: argparse.Namespace) -> int:
@@ -112,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--model", default="small_cnn", choices=sorted(zoo.NAMES))
     demo.add_argument("--executions", type=int, default=300)
     demo.add_argument("--deadline-ms", type=float, default=50.0, help="deadline per execution (0: none)")
+    demo.add_argument("--no-qos", dest="qos", action="store_false", help="skip the priorities and deadlines phase")
     sub.add_parser("devices", help="list devices and their measured capabilities")
     sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
