@@ -107,7 +107,8 @@ async def _demo_priorities(device: CpuDevice, deadline_ms: float) -> None:
     async def one(name: str, prepared: Any, deadline_s: float | None) -> None:
         start = time.perf_counter()
         try:
-            await prepared.execute(zoo.example_inputs(prepared.model), deadline=deadline_after(deadline_s) if deadline_s else None)
+            deadline = deadline_after(deadline_s) if deadline_s else None
+            await prepared.execute(zoo.example_inputs(prepared.model), deadline=deadline)
         except NnrtError as err:
             outcomes[name][err.status.name] += 1
         else:

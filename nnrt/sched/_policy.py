@@ -46,7 +46,7 @@ import enum
 import heapq
 import itertools
 import math
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -157,6 +157,10 @@ class _App:
 
 def _order(job: Job) -> tuple[float, int]:
     return (_INF if job.deadline is None else job.deadline, job.seq)
+
+
+def _seq(job: Job | None) -> int:
+    return -1 if job is None else job.seq
 
 
 class Policy:
@@ -418,30 +422,52 @@ class Policy:
         return ErrorStatus.NONE, ""
 
     def _demand_test(self, app: _App, new: Job, now: float) -> str:
-        """Why admitting ``new`` breaks EDF feasibility of its class ("" if it does not)."""
+        """Why admitting ``new`` breaks EDF feasibility of its class ("" if it does not).
+
+        Runs on every submit, so it avoids re-sorting: a class's waiting list is already in
+        EDF order, and only the few running jobs of the class are merged into it.
+        """
         ahead = 0.0  # work of the app's higher classes: runs before any job of this class
-        same: list[tuple[float, float, float, Job | None]] = []
-        for job in itertools.chain(app.running, *(c.waiting for c in app.classes.values())):
-            rem = job.remaining_at(now)
+        running_same: list[tuple[float, int, float, Job]] = []
+        for job in app.running:
             if job.priority > new.priority:
-                ahead += rem
+                ahead += job.remaining_at(now)
             elif job.priority is new.priority:
-                same.append((*_order(job), rem, job))
-        same.append((_INF if new.deadline is None else new.deadline, _INF, new.cost, None))
-        same.sort(key=lambda t: (t[0], t[1]))
+                running_same.append((*_order(job), job.remaining_at(now), job))
+        for p, cls in app.classes.items():
+            if p > new.priority and cls.waiting:
+                ahead += sum(j.remaining for j in cls.waiting)
+        waiting = app.classes[new.priority].waiting
+        if running_same:
+            running_same.sort(key=lambda t: (t[0], t[1]))
+            same: list[tuple[float, float, Job | None]] = [
+                (d, rem, job) for d, _, rem, job in running_same
+            ]
+            merged = sorted(same + [(_order(j)[0], j.remaining, j) for j in waiting], key=lambda t: (t[0], _seq(t[2])))
+        else:
+            merged = [(_INF if j.deadline is None else j.deadline, j.remaining, j) for j in waiting]
+        new_d = _INF if new.deadline is None else new.deadline
+        # The new job goes after every job with an earlier (or equal: FIFO) deadline.
+        pos = bisect_right([t[0] for t in merged], new_d)
+        merged.insert(pos, (new_d, new.cost, None))
         others = [(self._work(a, now), a.weight) for a in self._apps.values() if a is not app and a.active]
+        units = self.units
         work, passed_new = ahead, False
-        for d, _, rem, other in same:
+        for d, rem, other in merged:
             work += rem
             if d == _INF:
                 break  # the rest have no deadline
             if other is None:
                 passed_new = True
-            if now + self._span(work, rem, others, app.weight) <= d:
+            elif not passed_new:
+                continue  # ahead of the new job in EDF order: its finish time does not change
+            span = max(rem, work / units) if not others else self._span(work, rem, others, app.weight)
+            if now + span <= d:
                 continue
             if other is None:
-                return f"would finish at {now + self._span(work, rem, others, app.weight):g}, after its deadline {d:g}"
-            if passed_new and now + self._span(work - new.cost, rem, others, app.weight) <= d:
+                return f"would finish at {now + span:g}, after its deadline {d:g}"
+            before = max(rem, (work - new.cost) / units) if not others else self._span(work - new.cost, rem, others, app.weight)
+            if now + before <= d:
                 return f"would make job {other.id} miss its deadline {d:g}"
         return ""
 
