@@ -5,7 +5,8 @@ a larger plan) runs inline on the loop thread, where a thread hop would cost mor
 work (about 60-100 µs on the reference machine); anything heavier, and every plan with
 control flow (whose cost is unbounded), continues on the device's worker threads, one per
 compute unit. BLAS is pinned to one thread per worker, since oversubscribing two cores ruins
-latency. Preparation compiles the plan in a thread, then calibrates it: one run on zero
+latency; for the same reason the interpreter's GIL switch interval is shortened to 0.5 ms.
+Preparation compiles the plan in a thread, then calibrates it: one run on zero
 inputs measures each step, and those measurements replace the first estimates.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Generator, Hashable, Mapping, Sequence
@@ -77,6 +79,7 @@ class CpuDevice(Device):
         max_queued_per_app: int = 256,
         memory_budget: int | None = None,
         app_memory_limit: int | None = None,
+        switch_interval_s: float | None = 0.0005,
     ) -> None:
         self.name = name
         self.type = DeviceType.CPU
@@ -104,6 +107,11 @@ class CpuDevice(Device):
         self.memory = MemoryLedger(memory_budget, app_memory_limit)
         if blas_threads is not None:
             _pin_blas(blas_threads)
+        if switch_interval_s is not None and sys.getswitchinterval() > switch_interval_s:
+            # While a worker runs Python-level kernel code, the event loop thread waits for the
+            # GIL up to the switch interval (5 ms by default): too long for timers, hand-offs
+            # and preemption. Like BLAS pinning, this is process-wide; None leaves it alone.
+            sys.setswitchinterval(switch_interval_s)
 
     def statistics(self) -> SchedulerStatistics:
         """Per app and priority: queued, running, completed, preemptions, failures by status."""
@@ -273,7 +281,7 @@ class CpuDevice(Device):
         completion on the loop thread, where nothing can arrive to preempt it. Only the
         idle-device admission test applies (MISSED_DEADLINE_PERSISTENT if it cannot fit)."""
         if ctx.deadline is not None:
-            cost_s = max(plan.cost_ns, plan.observed_ns) / 1e9
+            cost_s = plan.admission_cost_ns / 1e9
             if cost_s > ctx.deadline - self.clock.now():
                 gen.close()
                 raise MissedDeadlineError(
@@ -290,12 +298,12 @@ class CpuDevice(Device):
         sched = self.scheduler
         if self.runs_inline(plan) and sched.idle():
             return self.run_now(gen, ctx, plan, app, priority)
-        cost_s = max(plan.cost_ns, plan.observed_ns) / 1e9
+        cost_s = plan.admission_cost_ns / 1e9
         job = Job(app, priority, cost=cost_s, deadline=ctx.deadline)
         sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
         try:
-            await sched.wait_turn(job)
-            results, device_ns, held_ns = await self._run_admitted(gen, ctx, plan, job)
+            granted = await sched.wait_turn(job)
+            results, device_ns, held_ns = await self._run_admitted(gen, ctx, plan, job, granted)
         except NnrtError as err:
             gen.close()
             sched.finish(job, err.status)
@@ -308,16 +316,16 @@ class CpuDevice(Device):
             raise error_for(status, "the execution completed after its deadline")
         # The cost model learns the service time (holding a unit, hand-offs included), which is
         # what admission must predict; kernel time alone underestimates it.
-        # Starting from the calibrated cost, so one cold run does not dominate the estimate.
-        plan.observed_ns = 0.8 * (plan.observed_ns or plan.cost_ns) + 0.2 * held_ns
+        plan.observe(held_ns)
         return results, device_ns
 
-    async def _run_admitted(self, gen: _Gen, ctx: ExecContext, plan: Plan, job: Job) -> tuple[list[Any], int, int]:
+    async def _run_admitted(
+        self, gen: _Gen, ctx: ExecContext, plan: Plan, job: Job, granted: int
+    ) -> tuple[list[Any], int, int]:
         """Run a job that holds a unit: inline or on a worker, stopping where the scheduler says.
         Returns (outputs, ns computing, ns holding the unit)."""
         sched = self.scheduler
         device_ns = held_ns = 0
-        granted = perf_ns()
         on_loop = self.runs_inline(plan)
         while True:
             if on_loop:
@@ -357,8 +365,7 @@ class CpuDevice(Device):
                 raise MissedDeadlineError("aborted at a checkpoint: the deadline cannot be met", status=decision.status)
             if decision.action is Action.YIELD:
                 held_ns += perf_ns() - granted
-                await sched.wait_turn(job)
-                granted = perf_ns()
+                granted = await sched.wait_turn(job)
 
     def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
         t = perf_ns()

@@ -66,8 +66,22 @@ class Plan:
     outputs: tuple[int, ...]
     steps: list[Step]
     has_control_flow: bool = False
-    #: Device time of recent executions (an exponential average, ns): refines the cost model.
+    #: Service time of recent executions (exponential averages of the mean and of the absolute
+    #: deviation, ns): refines the cost model that admission uses.
     observed_ns: float = 0.0
+    observed_dev_ns: float = 0.0
+
+    def observe(self, service_ns: float) -> None:
+        """Learn one execution's service time (starting from the calibrated cost)."""
+        mean = self.observed_ns or self.cost_ns
+        self.observed_dev_ns = 0.75 * self.observed_dev_ns + 0.25 * abs(service_ns - mean)
+        self.observed_ns = 0.8 * mean + 0.2 * service_ns
+
+    @property
+    def admission_cost_ns(self) -> float:
+        """What admission assumes an execution will take: the mean plus twice the deviation
+        (as TCP's retransmission timer does), so jitter rarely makes an admitted job late."""
+        return max(self.cost_ns, self.observed_ns + 2.0 * self.observed_dev_ns)
 
     @property
     def output_operands(self) -> list[Operand]:

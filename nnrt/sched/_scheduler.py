@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-from nnrt.clock import Clock, TimerHandle, VirtualClock
+from nnrt.clock import Clock, TimerHandle, VirtualClock, perf_ns
 from nnrt.errors import error_for
 from nnrt.sched._job import Job
 from nnrt.sched._policy import Action, Decision, Policy
@@ -43,13 +43,16 @@ class Interruptible(Protocol):
 
 
 class _Ticket:
-    """The async side of one job: its execution context and the future it waits on."""
+    """The async side of one job: its execution context, the future it waits on, and when it
+    was last granted a unit (``perf_ns``: the service time a cost model must learn starts
+    there, not when the waiting coroutine gets to run)."""
 
-    __slots__ = ("ctx", "future")
+    __slots__ = ("ctx", "future", "granted_ns")
 
     def __init__(self, ctx: Interruptible) -> None:
         self.ctx = ctx
         self.future: asyncio.Future[None] | None = None
+        self.granted_ns = 0
 
 
 class Scheduler:
@@ -87,11 +90,12 @@ class Scheduler:
         self._active += 1
         self._pump(now)
 
-    async def wait_turn(self, job: Job) -> None:
-        """Wait until ``job`` runs on a unit; raises if it fails while waiting."""
+    async def wait_turn(self, job: Job) -> int:
+        """Wait until ``job`` runs on a unit; raises if it fails while waiting. Returns when the
+        unit was granted (``perf_ns``)."""
         ticket: _Ticket = job.owner  # type: ignore[assignment]
-        if job.state.value == "running":
-            return
+        if job.state.value == "running" and ticket.future is None:
+            return ticket.granted_ns or perf_ns()
         fut = ticket.future
         if fut is None:
             fut = ticket.future = self._get_loop().create_future()
@@ -102,6 +106,7 @@ class Scheduler:
             raise
         finally:
             ticket.future = None
+        return ticket.granted_ns
 
     def checkpoint(self, job: Job, remaining_s: float) -> Decision:
         """The job stopped at an operation boundary because it was interrupted."""
@@ -172,6 +177,8 @@ class Scheduler:
     @staticmethod
     def _resolve(job: Job, error: BaseException | None) -> None:
         ticket: _Ticket = job.owner  # type: ignore[assignment]
+        if error is None:
+            ticket.granted_ns = perf_ns()
         fut = ticket.future
         if fut is None:
             if error is not None:
