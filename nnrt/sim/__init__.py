@@ -1,0 +1,43 @@
+"""The QoS scenario simulator: nnrt's real scheduler and execution path, in virtual time.
+
+Describe devices, apps, models, priorities, arrival processes and deadlines in a TOML file
+(``nnrt.sim._scenario`` documents the schema), then ``simulate(load_scenario(path))``: every
+execution goes through a real ``PreparedModel``, the device's real ``Scheduler`` and
+``Policy``, and the real interpreter, on an event loop whose clock is virtual
+(``nnrt.sim._loop``), with each step taking its modelled time (``nnrt.sim._device``). The
+same scenario and seed give the same report, byte for byte; an hour of traffic takes
+seconds. ``nnrt simulate`` is the command line; ``--policy`` compares nnrt's scheduler with
+FIFO, priority and EDF baselines (``nnrt.sim._baselines``).
+"""
+
+from nnrt.sim._baselines import POLICIES, make_policy
+from nnrt.sim._builtin import BUILTIN_SCENARIO, builtin_scenario
+from nnrt.sim._engine import RunData, SimulationResult, simulate
+from nnrt.sim._loop import LoopClock, SimulationError, VirtualTimeLoop
+from nnrt.sim._report import ClassReport, DeviceReport, Report, RunStats, comparison_table, report_table, to_csv, to_json
+from nnrt.sim._scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+
+__all__ = [
+    "BUILTIN_SCENARIO",
+    "POLICIES",
+    "ClassReport",
+    "DeviceReport",
+    "LoopClock",
+    "Report",
+    "RunData",
+    "RunStats",
+    "Scenario",
+    "ScenarioError",
+    "SimulationError",
+    "SimulationResult",
+    "VirtualTimeLoop",
+    "builtin_scenario",
+    "comparison_table",
+    "load_scenario",
+    "make_policy",
+    "parse_scenario",
+    "report_table",
+    "simulate",
+    "to_csv",
+    "to_json",
+]

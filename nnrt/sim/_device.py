@@ -1,0 +1,245 @@
+"""``SimDevice``: a CPU device whose steps take their modelled time in virtual time.
+
+It *is* a ``CpuDevice``: executions go through the same ``PreparedModel`` (request
+validation, deadline checks), the same ``drive`` (admission into the device's ``Scheduler``,
+``wait_turn``, ``finish``, late success reported as MISSED_DEADLINE_TRANSIENT) and the same
+interpreter generator. Only ``_run_admitted``, the part that runs kernels once the job holds
+a compute unit, differs, plus the fast path, which is off (every execution takes time, so
+every one is scheduled):
+
+* Every step of a simulated plan is marked heavy and the context says "on the loop", so the
+  interpreter yields OFFLOAD before each step, after its own interrupt and deadline checks.
+  The driver resumes it; the step's (stub) kernel runs in no virtual time and adds the
+  step's cost to ``_cost``; the driver then sleeps that long on the virtual loop. While it
+  sleeps, arrivals and timers happen and the scheduler may raise the interrupt flag.
+* The interpreter made its checks for the *next* boundary before that sleep, so the driver
+  repeats them after it: an interrupt goes to ``Scheduler.checkpoint`` (CONTINUE, YIELD then
+  ``wait_turn``, or ABORT), exactly as ``CpuDevice`` does for INTERRUPTED, and a deadline
+  that passed during the step fails the execution with MISSED_DEADLINE_TRANSIENT, as the
+  interpreter would have. So preemption is wait-based at operation granularity, as on the
+  real device.
+* Stub kernels return read-only zero arrays of the shapes one real run produced; with
+  ``compute`` they run the real kernel too. A step's actual time is its cost divided by the
+  device's ``speed``, times a lognormal factor (mean 1, spread ``jitter``) when the model has
+  jitter, while the scheduler's estimate stays the plain cost: admission works on estimates.
+* Memory: a device's ``memory_mb`` (and ``app_memory_mb``) is the CPU device's own budget,
+  charged at preparation (``CpuDevice._reserve``): a model that does not fit fails to
+  prepare with RESOURCE_EXHAUSTED_*, and the simulator reports every request of that
+  workload with that status.
+
+The device keeps, per (app, priority), what the report needs beyond the outcome each caller
+sees: device time, time wasted on executions that then failed, preemptions, time queued;
+and per unit, busy time and (when asked for) the timeline of run segments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Generator, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nnrt.clock import Clock
+from nnrt.devices import CpuDevice
+from nnrt.errors import MissedDeadlineError, NnrtError
+from nnrt.execution import INTERRUPTED, ExecContext, Plan, PreparedModel
+from nnrt.sched import Action, Job, Policy, Scheduler
+from nnrt.sim._models import SimModel, walk_steps
+from nnrt.sim._scenario import DeviceSpec
+from nnrt.types import ErrorStatus, Priority
+
+__all__ = ["ClassTally", "SimDevice", "Segment"]
+
+_Gen = Generator[int, None, list[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One stretch of one execution on one compute unit."""
+
+    unit: int
+    start: float
+    end: float
+    app: str
+    priority: Priority
+    status: ErrorStatus
+
+
+@dataclass
+class ClassTally:
+    """Device-side figures of one (app, priority) class."""
+
+    device_s: float = 0.0
+    wasted_s: float = 0.0
+    preemptions: int = 0
+    queued_s: list[float] = field(default_factory=list)
+
+
+class SimDevice(CpuDevice):
+    """A simulated device (see the module docstring). Use from a ``VirtualTimeLoop``."""
+
+    def __init__(self, spec: DeviceSpec, clock: Clock, policy: Policy, *, seed: int | np.random.SeedSequence,
+                 compute: bool = False, timeline: bool = False) -> None:
+        super().__init__(spec.name, clock=clock, compute_units=spec.compute_units, blas_threads=None, calibrate=False,
+                         memory_budget=_bytes(spec.memory_mb), app_memory_limit=_bytes(spec.app_memory_mb),
+                         switch_interval_s=None)
+        self.scheduler = Scheduler(clock, spec.compute_units)
+        self.scheduler.policy = policy
+        self.spec = spec
+        self.speed = spec.speed
+        self.compute = compute
+        self.rng = np.random.default_rng(seed)
+        self.tallies: dict[tuple[str, Priority], ClassTally] = {}
+        self.busy_s = [0.0] * spec.compute_units
+        self.timeline: list[Segment] | None = [] if timeline else None
+        self._cost = 0.0
+        self._plans: dict[str, Plan] = {}
+        self._ran: dict[int, tuple[Job, float, list[tuple[int, float, float]]]] = {}
+
+    # -- preparation ----------------------------------------------------------------------------
+
+    def prepare(self, sim: SimModel, app: str, priority: Priority) -> PreparedModel:
+        """A prepared model of ``sim`` for ``app`` at ``priority`` (one plan per model and device).
+
+        Raises RESOURCE_EXHAUSTED_* when the model does not fit the device's memory budget."""
+        nbytes = self._reserve(sim.model, app)
+        plan = self._plans.get(sim.name)
+        if plan is None:
+            plan = self._plans[sim.name] = self._compile_sim(sim)
+        return self._held(PreparedModel(self, sim.model, plan, priority=priority, app=app), nbytes)
+
+    def _compile_sim(self, sim: SimModel) -> Plan:
+        plan = sim.compile()
+        plan.set_inline_limit(-1.0)  # every step heavy: OFFLOAD before each (see the module doc)
+        stub = not (self.compute or plan.has_control_flow)
+        for step, base, out in zip(walk_steps(plan), sim.base_costs_ns, sim.outputs):
+            step.cost_ns = base / self.speed
+            if step.fn is not None:
+                step.fn = self._timed(step.fn, step.cost_ns / 1e9, sim.jitter, out if stub else None)
+        return plan
+
+    def _timed(self, fn: Any, cost_s: float, jitter: float, stub_out: Any) -> Any:
+        dev = self
+        if jitter > 0:
+            sigma = math.sqrt(math.log1p(jitter * jitter))
+            mu = -sigma * sigma / 2
+
+            def charge() -> None:
+                dev._cost += cost_s * float(dev.rng.lognormal(mu, sigma))
+        else:
+
+            def charge() -> None:
+                dev._cost += cost_s
+
+        if stub_out is not None:
+
+            def stub(*_args: Any) -> Any:
+                charge()
+                return stub_out
+
+            return stub
+
+        def computed(*args: Any) -> Any:
+            charge()
+            return fn(*args)
+
+        return computed
+
+    # -- Driver protocol --------------------------------------------------------------------------
+
+    def runs_inline(self, plan: Plan) -> bool:
+        return False  # every execution takes virtual time, so every one goes through the scheduler
+
+    async def drive(
+        self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
+    ) -> tuple[list[Any], int]:
+        status = ErrorStatus.NONE
+        try:
+            return await super().drive(gen, ctx, plan, app, priority)
+        except NnrtError as err:
+            status = err.status
+            raise
+        finally:
+            self._account(ctx, str(app), priority, status)
+
+    def _account(self, ctx: ExecContext, app: str, priority: Priority, status: ErrorStatus) -> None:
+        ran = self._ran.pop(id(ctx), None)
+        if ran is None:
+            return  # refused or expired before it ran
+        job, spent, segments = ran
+        tally = self.tallies.get((app, priority))
+        if tally is None:
+            tally = self.tallies[app, priority] = ClassTally()
+        tally.device_s += spent
+        tally.preemptions += job.preemptions
+        if status is not ErrorStatus.NONE:
+            tally.wasted_s += spent
+        if job.finished is not None:
+            tally.queued_s.append(max(0.0, job.finished - job.arrival - spent))
+        for unit, start, end in segments:
+            self.busy_s[unit] += end - start
+            if self.timeline is not None:
+                self.timeline.append(Segment(unit, start, end, app, priority, status))
+
+    async def _run_admitted(
+        self, gen: _Gen, ctx: ExecContext, plan: Plan, job: Job, granted: int
+    ) -> tuple[list[Any], int, int]:
+        """Run a job holding a unit, one step at a time in virtual time (see the module doc).
+        Returns (outputs, ns of steps, ns holding a unit), both in virtual time."""
+        clock = self.clock
+        ctx.on_loop = True
+        spent = 0.0
+        segments: list[tuple[int, float, float]] = []
+        on: list[Any] = [job.unit, clock.now()]  # the unit held (None: none) and since when
+        try:
+            reason = next(gen)
+            while True:
+                if reason == INTERRUPTED:
+                    await self._checkpoint(job, spent, segments, on)
+                    reason = next(gen)
+                    continue
+                # OFFLOAD: a step is about to run; its kernel takes no virtual time, its cost does.
+                self._cost = 0.0
+                try:
+                    reason = next(gen)
+                except StopIteration as stop:
+                    spent += await self._spend()
+                    held = sum(end - start for _, start, end in segments) + clock.now() - on[1]
+                    return stop.value, round(spent * 1e9), round(held * 1e9)
+                spent += await self._spend()
+                # The interpreter checked the next boundary before this step's time passed: again.
+                if ctx.interrupt:
+                    await self._checkpoint(job, spent, segments, on)
+                if ctx.deadline is not None and clock.now() >= ctx.deadline:
+                    raise MissedDeadlineError("deadline passed during a step", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        finally:
+            if on[0] is not None:
+                segments.append((on[0], on[1], clock.now()))
+            self._ran[id(ctx)] = (job, spent, segments)
+
+    async def _spend(self) -> float:
+        cost = self._cost
+        if cost > 0:
+            await asyncio.sleep(cost)
+        return cost
+
+    async def _checkpoint(self, job: Job, spent: float, segments: list[tuple[int, float, float]], on: list[Any]) -> None:
+        """``CpuDevice``'s answer to INTERRUPTED, keeping the segments on units up to date."""
+        sched = self.scheduler
+        decision = sched.checkpoint(job, max(0.0, job.cost - spent))
+        if decision.action is Action.CONTINUE:
+            return
+        now = self.clock.now()
+        segments.append((on[0], on[1], now))
+        on[0] = None
+        if decision.action is Action.ABORT:
+            raise MissedDeadlineError("aborted at a checkpoint: the deadline cannot be met", status=decision.status)
+        await sched.wait_turn(job)
+        on[0], on[1] = job.unit, self.clock.now()
+
+
+def _bytes(mb: float | None) -> int | None:
+    return None if mb is None else int(mb * 2**20)

@@ -1,0 +1,366 @@
+"""The run engine: a scenario, a seed and a policy in, a ``Report`` out, in virtual time.
+
+``simulate`` builds the scenario's models once (``_models``), then for each policy makes a
+fresh ``VirtualTimeLoop``, one ``SimDevice`` per scenario device with that policy, and one
+driver per workload, and runs the loop until every workload has sent its last request and
+every request has ended. The apps' code is what an app would write: ``prepared.execute``,
+a chain of ``execute_fenced`` calls, or ``burst.execute``, with a deadline relative to the
+intended arrival time. Open-loop arrivals are armed as timers at their exact times (one
+task per execution); closed-loop clients send, wait for the outcome, think, and send again.
+
+Each request's outcome is what its caller sees: success (latency from the intended arrival
+to the end) or the ``NnrtError``'s status. For a fenced chain that is the status of the
+first stage that failed (later stages only report that a wait-for fence failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Coroutine, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import numpy as np
+
+from nnrt.clock import perf_ns
+from nnrt.errors import NnrtError, error_for
+from nnrt.execution import FencedExecutionCallback, PreparedModel
+from nnrt.fences import SyncFence
+from nnrt.sim._arrivals import arrival_times
+from nnrt.sim._baselines import POLICIES, make_policy
+from nnrt.sim._device import Segment, SimDevice
+from nnrt.sim._loop import LoopClock, VirtualTimeLoop
+from nnrt.sim._models import SimModel, load_models
+from nnrt.sim._report import FAILURE_KEYS, ClassReport, DeviceReport, Report, RunStats, latency_summary, r
+from nnrt.sim._scenario import ModelSpec, Scenario, ScenarioError, WorkloadSpec
+from nnrt.types import ErrorStatus, Priority
+
+__all__ = ["RunData", "SimulationResult", "simulate"]
+
+
+@dataclass
+class _Outcomes:
+    offered: int = 0
+    latencies: list[float] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+
+    def record(self, status: ErrorStatus, latency: float) -> None:
+        if status is ErrorStatus.NONE:
+            self.latencies.append(latency)
+        else:
+            self.statuses[status.name if status.name in FAILURE_KEYS else "other"] += 1
+
+
+@dataclass
+class RunData:
+    """Raw figures of one run, for plots: latencies per class, segments per device."""
+
+    policy: str
+    latencies_s: dict[str, np.ndarray]
+    timelines: dict[str, list[Segment]]
+    simulated_s: float
+
+
+@dataclass
+class SimulationResult:
+    """What ``simulate`` returns: one report per policy, the wall-clock stats, the raw data."""
+
+    reports: list[Report]
+    stats: list[RunStats]
+    data: list[RunData]
+
+
+class _Progress:
+    """A one-line progress bar on stderr, redrawn at most five times a wall second."""
+
+    def __init__(self, stream: TextIO, label: str, horizon: float) -> None:
+        self.stream, self.label, self.horizon = stream, label, max(horizon, 1e-9)
+        self.last = perf_ns()
+
+    def tick(self, now: float) -> None:
+        t = perf_ns()
+        if t - self.last < 200_000_000:
+            return
+        self.last = t
+        frac = min(1.0, now / self.horizon)
+        bar = "#" * int(frac * 30)
+        self.stream.write(f"\r{self.label}: [{bar:<30}] {frac * 100:5.1f}%  t={now:,.1f} s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r" + " " * 79 + "\r")
+        self.stream.flush()
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    seed: int | None = None,
+    policies: Iterable[str] = ("nnrt",),
+    compute: bool = False,
+    timeline: bool = False,
+    progress: TextIO | bool | None = None,
+) -> SimulationResult:
+    """Run ``scenario`` once per policy (see ``POLICIES``) and report.
+
+    ``seed`` overrides the scenario's; ``compute`` runs the kernels too; ``timeline`` keeps
+    every run segment (for plots); ``progress``: a stream for the progress bar, True for
+    stderr when it is a terminal (None, the default), False for none.
+    """
+    policies = list(policies)
+    for p in policies:
+        if p not in POLICIES:
+            raise ScenarioError(f"--policy: unknown policy {p!r} (choose from {', '.join(POLICIES)})")
+    seed = scenario.seed if seed is None else seed
+    models = _models(scenario)
+    stream: TextIO | None
+    if progress is None or progress is True:
+        stream = sys.stderr if (progress is True or sys.stderr.isatty()) else None
+    else:
+        stream = progress or None
+    result = SimulationResult([], [], [])
+    for policy in policies:
+        run = _Run(scenario, seed, policy, models, compute, timeline)
+        report, stats, data = run.execute(stream)
+        result.reports.append(report)
+        result.stats.append(stats)
+        result.data.append(data)
+    return result
+
+
+def _models(scenario: Scenario) -> dict[str, SimModel]:
+    specs = {m.name: m for m in scenario.models}
+    for w in scenario.workloads:
+        for name in w.models:
+            specs.setdefault(name, ModelSpec(name, builtin=name))
+    return load_models(specs)
+
+
+class _Run:
+    """One scenario under one policy."""
+
+    def __init__(self, scenario: Scenario, seed: int, policy: str, models: dict[str, SimModel], compute: bool,
+                 timeline: bool) -> None:
+        self.scenario, self.seed, self.policy, self.models = scenario, seed, policy, models
+        self.compute, self.timeline = compute, timeline
+        self.outcomes: dict[tuple[str, Priority], _Outcomes] = {}
+        self.loop: VirtualTimeLoop | None = None
+        self.devices: dict[str, SimDevice] = {}
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def execute(self, stream: TextIO | None) -> tuple[Report, RunStats, RunData]:
+        sc = self.scenario
+        horizon = max(w.start_s + (w.duration_s or 0.0) for w in sc.workloads)
+        bar = _Progress(stream, f"simulating ({self.policy})", horizon) if stream is not None else None
+        loop = self.loop = VirtualTimeLoop(limit_s=sc.max_time_s, on_tick=bar.tick if bar else None)
+        t0 = perf_ns()
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            _shut_down(loop)
+            if bar is not None:
+                bar.close()
+        wall = (perf_ns() - t0) / 1e9
+        report = self._report(loop.vtime)
+        stats = RunStats(self.policy, wall, loop.vtime, report.executions, loop.iterations)
+        data = RunData(
+            self.policy,
+            {f"{a}/{p.name}": np.asarray(o.latencies) for (a, p), o in self.outcomes.items()},
+            {n: d.timeline or [] for n, d in self.devices.items()},
+            loop.vtime,
+        )
+        return report, stats, data
+
+    async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
+        clock = LoopClock(loop)
+        sc = self.scenario
+        weights: dict[Hashable, float] = {a.name: a.weight for a in sc.apps}
+        for k, spec in enumerate(sc.devices):
+            policy = make_policy(self.policy, spec.compute_units, app_weights=weights, fairness=spec.fairness,
+                                 aging_s=spec.aging_s, max_queued_per_app=spec.max_queued_per_app)
+            self.devices[spec.name] = SimDevice(spec, clock, policy, seed=_seed(self.seed, 1_000 + k),
+                                                compute=self.compute, timeline=self.timeline)
+        for w in sc.workloads:  # classes appear in the report in workload order
+            self.outcomes.setdefault((w.app, w.priority), _Outcomes())
+        await asyncio.gather(*(self._workload(w) for w in sc.workloads))
+
+    async def _workload(self, w: WorkloadSpec) -> None:
+        device = self.devices[w.device]
+        try:
+            stages = [device.prepare(self.models[m], w.app, w.priority) for m in w.models]
+        except NnrtError as err:  # e.g. over the memory budget: every request fails the same way
+            failure = err
+
+            async def refused(t0: float) -> None:
+                raise failure
+
+            await self._drive(w, refused)
+            return
+        inputs = [self.models[m].inputs for m in w.models]
+        deadline_s = w.deadline_s
+        if w.mode == "burst":
+            async with stages[0].burst(polling_window=0.0) as burst:
+
+                async def one(t0: float) -> None:
+                    await burst.execute(inputs[0], deadline=None if deadline_s is None else t0 + deadline_s)
+
+                await self._drive(w, one)
+            return
+        if w.mode == "fenced":
+
+            async def one(t0: float) -> None:
+                await _fenced_chain(stages, inputs, None if deadline_s is None else t0 + deadline_s)
+        else:
+            prepared = stages[0]
+
+            async def one(t0: float) -> None:
+                await prepared.execute(inputs[0], deadline=None if deadline_s is None else t0 + deadline_s)
+
+        await self._drive(w, one)
+
+    async def _drive(self, w: WorkloadSpec, one: Callable[[float], Coroutine[Any, Any, None]]) -> None:
+        outcomes = self.outcomes[w.app, w.priority]
+        loop = asyncio.get_running_loop()
+
+        async def timed(t0: float) -> None:
+            outcomes.offered += 1
+            try:
+                await one(t0)
+            except NnrtError as err:
+                outcomes.record(err.status, 0.0)
+            else:
+                outcomes.record(ErrorStatus.NONE, loop.time() - t0)
+
+        if w.arrival == "closed":
+            await self._closed(w, timed)
+        else:
+            await self._open(w, arrival_times(w, np.random.default_rng(_seed(self.seed, w.index))), timed)
+
+    async def _open(self, w: WorkloadSpec, times: np.ndarray, timed: Callable[[float], Coroutine[Any, Any, None]]) -> None:
+        """Arm each arrival as a timer at its exact time; each request runs as its own task."""
+        loop = asyncio.get_running_loop()
+        pending: set[asyncio.Task[None]] = set()
+        done: asyncio.Future[None] = loop.create_future()
+        arrivals = times.tolist()
+
+        def arrive(k: int) -> None:
+            task = loop.create_task(timed(arrivals[k]))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            if k + 1 < len(arrivals):
+                loop.call_at(arrivals[k + 1], arrive, k + 1)
+            else:
+                done.set_result(None)
+
+        if not arrivals:
+            return
+        loop.call_at(arrivals[0], arrive, 0)
+        await done
+        while pending:
+            await asyncio.gather(*list(pending))
+
+    async def _closed(self, w: WorkloadSpec, timed: Callable[[float], Coroutine[Any, Any, None]]) -> None:
+        loop = asyncio.get_running_loop()
+        end = math.inf if w.duration_s is None else w.start_s + w.duration_s
+        left = [math.inf if w.count is None else w.count]
+
+        async def client() -> None:
+            if w.start_s > loop.time():
+                await asyncio.sleep(w.start_s - loop.time())
+            while left[0] > 0 and loop.time() < end:
+                left[0] -= 1
+                await timed(loop.time())
+                if w.think_s > 0:
+                    await asyncio.sleep(w.think_s)
+
+        await asyncio.gather(*(client() for _ in range(w.clients)))
+
+    # -- the report -----------------------------------------------------------------------------
+
+    def _report(self, simulated: float) -> Report:
+        span = max(simulated, 1e-12)
+        classes = []
+        for (app, prio), o in self.outcomes.items():
+            tallies = [d.tallies[app, prio] for d in self.devices.values() if (app, prio) in d.tallies]
+            queued = [q for t in tallies for q in t.queued_s]
+            ok = len(o.latencies)
+            classes.append(ClassReport(
+                app=app,
+                priority=prio.name,
+                offered=o.offered,
+                succeeded=ok,
+                failures={k: o.statuses.get(k, 0) for k in FAILURE_KEYS},
+                latency_ms=latency_summary(o.latencies),
+                throughput_per_s=r(ok / span),
+                on_time_pct=r(100.0 * ok / o.offered if o.offered else 0.0),
+                preemptions=sum(t.preemptions for t in tallies),
+                queued_ms_mean=r(1e3 * float(np.mean(queued)) if queued else 0.0),
+                queued_ms_p99=r(1e3 * float(np.percentile(queued, 99)) if queued else 0.0),
+                device_s=r(sum(t.device_s for t in tallies), 6),
+                wasted_s=r(sum(t.wasted_s for t in tallies), 6),
+            ))
+        devices = []
+        for d in self.devices.values():
+            busy = sum(d.busy_s)
+            devices.append(DeviceReport(
+                name=d.name,
+                units=d.compute_units,
+                speed=d.speed,
+                utilisation_pct=r(100.0 * busy / (span * d.compute_units), 2),
+                unit_utilisation_pct=[r(100.0 * b / span, 2) for b in d.busy_s],
+                device_s=r(busy, 6),
+                wasted_s=r(sum(t.wasted_s for t in d.tallies.values()), 6),
+            ))
+        used = {m for w in self.scenario.workloads for m in w.models}
+        models: dict[str, dict[str, object]] = {
+            n: {"cost_ms": r(m.cost_ns / 1e6, 4), "source": m.cost_source, "steps": len(m.base_costs_ns)}
+            for n, m in self.models.items() if n in used
+        }
+        return Report(self.scenario.name, self.seed, self.policy, r(simulated, 6), sum(o.offered for o in self.outcomes.values()),
+                      models, classes, devices)
+
+
+async def _fenced_chain(stages: list[PreparedModel], inputs: list[list[np.ndarray]], deadline: float | None) -> None:
+    """Run ``stages`` as a chain of fenced executions; raise the first failed stage's error."""
+    fence: SyncFence | None = None
+    callbacks: list[FencedExecutionCallback] = []
+    try:
+        for prepared, args in zip(stages, inputs):
+            fence, cb = await prepared.execute_fenced(args, wait_for=() if fence is None else (fence,), deadline=deadline)
+            callbacks.append(cb)
+        assert fence is not None
+        await fence
+    except NnrtError as err:
+        for cb in callbacks:
+            try:
+                info = cb.get_execution_info()
+            except NnrtError:
+                continue
+            if info.status is not ErrorStatus.NONE:
+                raise error_for(info.status, f"stage failed: {err}") from err
+        raise
+
+
+def _seed(seed: int, stream: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([seed, stream])
+
+
+def _shut_down(loop: VirtualTimeLoop) -> None:
+    """Cancel what is left (after an error), let it unwind, close the loop."""
+    try:
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if tasks:
+            loop.limit_s = math.inf
+            for t in tasks:
+                t.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    except Exception:
+        pass
+    finally:
+        loop.close()

@@ -1,0 +1,99 @@
+"""Virtual time for real asyncio code: an event loop that jumps instead of sleeping.
+
+``VirtualTimeLoop`` is an ordinary ``asyncio.SelectorEventLoop`` whose ``time()`` is a number
+it keeps itself, and whose selector never blocks: when the loop would wait ``timeout``
+seconds for the next timer (nothing is ready, nothing is due), the selector moves virtual
+time to that timer instead ("autojump", as in aiotools' ``VirtualClock`` and trio's
+``MockClock(autojump_threshold=0)``). Everything that sleeps, arms a timer or computes a
+deadline on this loop (``asyncio.sleep``, ``loop.call_at``, the scheduler's expiry timer,
+the interpreter's deadline checks through ``LoopClock``) then runs in virtual time, in the
+same order every run: a simulation is as deterministic as the code it runs.
+
+Guards: a loop whose tasks all wait with no timer armed would wait forever, so it raises
+``SimulationError`` (a stall); so does virtual time passing ``limit_s``. A simulation does
+no I/O, so real readiness is only polled (with a zero timeout) for the loop's own wake-up
+pipe. ``on_tick`` (the progress bar) is called every few thousand loop iterations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from collections.abc import Callable
+from typing import Any
+
+from nnrt.errors import GeneralFailureError
+
+__all__ = ["LoopClock", "SimulationError", "VirtualTimeLoop"]
+
+_TICK_EVERY = 4096
+
+
+class SimulationError(GeneralFailureError):
+    """The simulation could not finish: it stalled, or ran past its virtual-time limit."""
+
+
+class _AutojumpSelector(selectors.DefaultSelector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop: VirtualTimeLoop | None = None
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        events: list[tuple[selectors.SelectorKey, int]] = super().select(0)
+        loop = self.loop
+        assert loop is not None
+        loop.iterations += 1
+        if loop.on_tick is not None and loop.iterations % _TICK_EVERY == 0:
+            loop.on_tick(loop.vtime)
+        if events or timeout == 0:
+            return events
+        if timeout is None:
+            raise SimulationError(f"the simulation stalled at t={loop.vtime:.6f} s: every task waits and no timer is armed")
+        loop._jump(timeout)
+        return events
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """A selector event loop on virtual time (see the module docstring)."""
+
+    def __init__(self, *, limit_s: float = float("inf"), on_tick: Callable[[float], None] | None = None) -> None:
+        selector = _AutojumpSelector()
+        super().__init__(selector)
+        selector.loop = self
+        self.vtime = 0.0
+        self.limit_s = limit_s
+        self.on_tick = on_tick
+        self.iterations = 0
+
+    def time(self) -> float:
+        return self.vtime
+
+    def _jump(self, timeout: float) -> None:
+        target = self.vtime + timeout
+        scheduled: list[Any] = self._scheduled  # type: ignore[attr-defined]
+        if scheduled:
+            # Land exactly on the timer (vtime + (when - vtime) may fall one ulp short of it).
+            when = scheduled[0].when()
+            if when <= target + 1e-9:
+                target = max(target, when)
+        if target > self.limit_s:
+            raise SimulationError(
+                f"the simulation passed its virtual-time limit max_time_s = {self.limit_s:g} s (raise it, or check "
+                "for a workload that never ends)"
+            )
+        self.vtime = target
+
+
+class LoopClock:
+    """An nnrt ``Clock`` reading the running loop's time: virtual time on a ``VirtualTimeLoop``."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    def __repr__(self) -> str:
+        return f"LoopClock(now={self.now():g})"
