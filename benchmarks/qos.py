@@ -25,10 +25,10 @@ import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import nnrt  # noqa: E402
-from nnrt import Priority, zoo  # noqa: E402
+import nnrt
+from nnrt import Priority, zoo
 
 
 def p99(values: list[float]) -> float:
@@ -169,7 +169,8 @@ async def overload(seconds: float) -> None:
                      f"{rate:.0f}/s over {elapsed:.2f} s, deadline {deadline_s * 1e3:.2f} ms\n")
     sys.stdout.write(f"  admitted {admitted}, refused at admission {refused}, completed on time {on_time}\n")
     ratio = on_time / (capacity * elapsed)
-    sys.stdout.write(f"  {'on-time completions / capacity':58} {ratio:8.3f}   (bound >= 0.900: {'met' if ratio >= 0.9 else 'NOT met'})\n")
+    verdict = "met" if ratio >= 0.9 else "NOT met"
+    sys.stdout.write(f"  {'on-time completions / capacity':58} {ratio:8.3f}   (bound >= 0.900: {verdict})\n")
     miss = missed / admitted if admitted else 0.0
     show("admitted executions that missed", 100 * miss, 1.0, "%")
     device.close()
