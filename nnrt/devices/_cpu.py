@@ -268,7 +268,7 @@ class CpuDevice(Device):
     # -- Driver protocol ----------------------------------------------------------------------
 
     def runs_inline(self, plan: Plan) -> bool:
-        return not plan.has_control_flow and plan.cost_ns <= self.inline_limit_ns
+        return plan.inline
 
     def can_run_now(self, plan: Plan) -> bool:
         """True when ``plan`` may run inline right now, bypassing the queue (the device is idle)."""

@@ -70,6 +70,8 @@ class Plan:
     #: deviation, ns): refines the cost model that admission uses.
     observed_ns: float = 0.0
     observed_dev_ns: float = 0.0
+    #: Set by ``set_inline_limit``: the whole plan may run on the event loop thread.
+    inline: bool = False
 
     def observe(self, service_ns: float) -> None:
         """Learn one execution's service time (starting from the calibrated cost)."""
@@ -92,6 +94,9 @@ class Plan:
         return sum(s.cost_ns for s in self.steps)
 
     def set_inline_limit(self, limit_ns: float) -> None:
+        """Decide, from the step costs, what may run on the event loop thread: each step
+        (``heavy``), and the whole plan (``inline``: cheap and without control flow)."""
+        self.inline = not self.has_control_flow and self.cost_ns <= limit_ns
         for step in self.steps:
             step.heavy = step.cost_ns > limit_ns
             for sub in step.branches:
