@@ -1,4 +1,4 @@
-"""The ``nnrt`` command: ``nnrt demo``, ``nnrt devices``, ``nnrt conformance``.
+"""The ``nnrt`` command: ``nnrt demo``, ``nnrt devices``, ``nnrt conformance``, ``nnrt simulate``.
 
 nnrt's own commands run on uvloop where it is installed (``--loop asyncio`` to opt out);
 library users keep whatever event loop they run.
@@ -162,9 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--no-qos", dest="qos", action="store_false", help="skip the priorities and deadlines phase")
     sub.add_parser("devices", help="list devices and their measured capabilities")
     sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
+    sub.add_parser("simulate", help="replay a QoS scenario in virtual time (nnrt simulate --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "conformance":
         return _conformance(rest)
+    if args.command == "simulate":
+        from nnrt.sim._cli import main as simulate_main
+
+        return simulate_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "demo":

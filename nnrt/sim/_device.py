@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Generator, Hashable
+from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ import numpy as np
 
 from nnrt.clock import Clock
 from nnrt.devices import CpuDevice
-from nnrt.errors import MissedDeadlineError, NnrtError
+from nnrt.errors import InternalError, MissedDeadlineError, NnrtError
 from nnrt.execution import INTERRUPTED, ExecContext, Plan, PreparedModel
 from nnrt.sched import Action, Job, Policy, Scheduler
 from nnrt.sim._models import SimModel, walk_steps
@@ -97,6 +97,9 @@ class SimDevice(CpuDevice):
         self.timeline: list[Segment] | None = [] if timeline else None
         self._cost = 0.0
         self._plans: dict[str, Plan] = {}
+        self._exact: dict[int, float] = {}
+        skip = getattr(clock, "skip_to", None)
+        self._skip_to: Callable[[float], bool] = skip if callable(skip) else _never
         self._ran: dict[int, tuple[Job, float, list[tuple[int, float, float]]]] = {}
 
     # -- preparation ----------------------------------------------------------------------------
@@ -119,6 +122,8 @@ class SimDevice(CpuDevice):
             step.cost_ns = base / self.speed
             if step.fn is not None:
                 step.fn = self._timed(step.fn, step.cost_ns / 1e9, sim.jitter, out if stub else None)
+        if not (plan.has_control_flow or sim.jitter):
+            self._exact[id(plan)] = sum(s.cost_ns / 1e9 for s in plan.steps)
         return plan
 
     def _timed(self, fn: Any, cost_s: float, jitter: float, stub_out: Any) -> Any:
@@ -192,6 +197,7 @@ class SimDevice(CpuDevice):
         clock = self.clock
         ctx.on_loop = True
         spent = 0.0
+        exact = self._exact.get(id(plan))  # its time, when known in advance (no jitter, no control flow)
         segments: list[tuple[int, float, float]] = []
         on: list[Any] = [job.unit, clock.now()]  # the unit held (None: none) and since when
         try:
@@ -203,6 +209,18 @@ class SimDevice(CpuDevice):
                     continue
                 # OFFLOAD: a step is about to run; its kernel takes no virtual time, its cost does.
                 self._cost = 0.0
+                if exact is not None and not ctx.interrupt:
+                    end = clock.now() + exact - spent
+                    if (ctx.deadline is None or end < ctx.deadline) and self._skip_to(end):
+                        # Nothing can happen before the execution ends: run the rest in one go.
+                        ctx.on_loop = False
+                        try:
+                            reason = next(gen)
+                        except StopIteration as stop:
+                            spent += self._cost
+                            held = sum(e - b for _, b, e in segments) + clock.now() - on[1]
+                            return stop.value, round(spent * 1e9), round(held * 1e9)
+                        raise InternalError("the interpreter stopped in a plan that runs in one go")
                 try:
                     reason = next(gen)
                 except StopIteration as stop:
@@ -221,8 +239,9 @@ class SimDevice(CpuDevice):
             self._ran[id(ctx)] = (job, spent, segments)
 
     async def _spend(self) -> float:
+        """Let the step's time pass: skip the clock forward if nothing can happen meanwhile."""
         cost = self._cost
-        if cost > 0:
+        if cost > 0 and not self._skip_to(self.clock.now() + cost):
             await asyncio.sleep(cost)
         return cost
 
@@ -243,3 +262,7 @@ class SimDevice(CpuDevice):
 
 def _bytes(mb: float | None) -> int | None:
     return None if mb is None else int(mb * 2**20)
+
+
+def _never(_target: float) -> bool:
+    return False

@@ -12,7 +12,13 @@ same order every run: a simulation is as deterministic as the code it runs.
 Guards: a loop whose tasks all wait with no timer armed would wait forever, so it raises
 ``SimulationError`` (a stall); so does virtual time passing ``limit_s``. A simulation does
 no I/O, so real readiness is only polled (with a zero timeout) for the loop's own wake-up
-pipe. ``on_tick`` (the progress bar) is called every few thousand loop iterations.
+pipe, and only every few thousand iterations. ``on_tick`` (the progress bar) is called every few thousand loop iterations.
+
+``skip_to(t)`` is the fast path of a sleep: a task that is about to sleep until ``t`` while
+nothing else is ready and no timer is due before ``t`` moves the clock itself and carries
+on; the outcome is the same as sleeping (nothing could have run meanwhile), without a timer
+and a loop iteration. It reads the loop's ready queue and timer heap (``_ready``,
+``_scheduled``: asyncio internals, stable since 3.4).
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ class _AutojumpSelector(selectors.DefaultSelector):
         self.loop: VirtualTimeLoop | None = None
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        events: list[tuple[selectors.SelectorKey, int]] = super().select(0)
         loop = self.loop
         assert loop is not None
         loop.iterations += 1
-        if loop.on_tick is not None and loop.iterations % _TICK_EVERY == 0:
-            loop.on_tick(loop.vtime)
+        events: list[tuple[selectors.SelectorKey, int]] = []
+        if loop.iterations % _TICK_EVERY == 0:
+            # Drain the wake-up pipe now and then (callbacks from threads are queued anyway).
+            events = super().select(0)
+            if loop.on_tick is not None:
+                loop.on_tick(loop.vtime)
         if events or timeout == 0:
             return events
         if timeout is None:
@@ -68,6 +77,19 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self.vtime
 
+    def skip_to(self, target: float) -> bool:
+        """Move virtual time to ``target`` now if nothing could happen before it: no callback is
+        ready and no timer is due until after ``target``. The caller then carries on as if it
+        had slept until ``target``, saving a timer and a loop iteration. False: sleep instead."""
+        if self._ready or target > self.limit_s:  # type: ignore[attr-defined]
+            return False
+        scheduled: list[Any] = self._scheduled  # type: ignore[attr-defined]
+        if scheduled and scheduled[0].when() <= target:
+            return False
+        if target > self.vtime:
+            self.vtime = target
+        return True
+
     def _jump(self, timeout: float) -> None:
         target = self.vtime + timeout
         scheduled: list[Any] = self._scheduled  # type: ignore[attr-defined]
@@ -87,13 +109,17 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 class LoopClock:
     """An nnrt ``Clock`` reading the running loop's time: virtual time on a ``VirtualTimeLoop``."""
 
-    __slots__ = ("_loop",)
+    __slots__ = ("_loop", "now")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        #: The current time (the loop's own ``time``, bound: the clock is read very often).
+        self.now: Callable[[], float] = loop.time
 
-    def now(self) -> float:
-        return self._loop.time()
+    def skip_to(self, target: float) -> bool:
+        """``VirtualTimeLoop.skip_to`` on a virtual loop; always False on a real one."""
+        loop = self._loop
+        return isinstance(loop, VirtualTimeLoop) and loop.skip_to(target)
 
     def __repr__(self) -> str:
         return f"LoopClock(now={self.now():g})"
