@@ -2,7 +2,7 @@
 
 One row per policy: on the left, the latency distribution of each class (a CDF of successful
 executions' latency from the intended arrival, log time axis, with p99 marked); on the
-right, a timeline of the compute units over the first second (or the whole run if
+right, a timeline of the compute units over the first 250 ms (or the whole run if
 shorter): one bar per run segment, coloured by class, hatched when the execution failed.
 The HTML page embeds the same figure as SVG above the report tables.
 """
@@ -27,7 +27,7 @@ from nnrt.types import ErrorStatus
 
 __all__ = ["write_plot"]
 
-_WINDOW_S = 1.0
+_WINDOW_S = 0.25
 
 
 def _figure(result: SimulationResult) -> Figure:

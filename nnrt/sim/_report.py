@@ -128,7 +128,7 @@ def latency_summary(latencies_s: Sequence[float]) -> dict[str, float | None]:
 # -------------------------------------------------------------------------------- output formats
 
 
-def _fmt(v: float | None, digits: int = 2) -> str:
+def _fmt(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
