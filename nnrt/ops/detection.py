@@ -92,14 +92,16 @@ def _nms(scores: np.ndarray, candidates: list[int], max_keep: int, suppress: Sup
         sel[start], sel[best] = sel[best], sel[start]
         if end > start + 1:
             rest = np.array(sel[start + 1 : end])
-            gone = dict(zip(rest.tolist(), suppress(sel[start], rest).tolist()))
-            i = start + 1
-            while i < end:
-                if gone[sel[i]]:
-                    end -= 1
-                    sel[i], sel[end] = sel[end], sel[i]
-                else:
-                    i += 1
+            removed = suppress(sel[start], rest)
+            if removed.any():
+                gone = set(rest[removed].tolist())
+                i = start + 1
+                while i < end:
+                    if sel[i] in gone:
+                        end -= 1
+                        sel[i], sel[end] = sel[end], sel[i]
+                    else:
+                        i += 1
         start += 1
     return sel[:start]
 
@@ -259,11 +261,11 @@ def prepare_box_with_nms_limit(call: OpCall) -> Kernel:
                 stop += 1
             # The reference checks the group's first (stop - start) boxes of the flattened list.
             _check_ordered(call, boxes[start * n_cls : start * n_cls + (stop - start)], "input 1 (rois)")
-            above = sc > F32(score_thr)
+            above = (sc > F32(score_thr)).reshape(n, n_cls)
             found: list[int] = []
             for c in range(1, n_cls):
-                cand = [k * n_cls + c for k in range(start, stop) if above[k * n_cls + c]]
-                found += _nms(sc, cand, max_det, suppress)
+                cand = (np.flatnonzero(above[start:stop, c]) + start) * n_cls + c
+                found += _nms(sc, cand.tolist(), max_det, suppress)
             found = _stable_desc(sc, found)
             if max_det >= 0:
                 found = found[:max_det]
@@ -424,11 +426,11 @@ def prepare_detection_postprocessing(call: OpCall) -> Kernel:
             flat = sc[k].reshape(-1)
             if regular:
                 rep = np.repeat(boxes[k], n_cls, axis=0)  # box of flat index a * n_cls + c
-                above = flat > F32(score_thr)
+                above = (flat > F32(score_thr)).reshape(n, n_cls)
                 found: list[int] = []
                 for c in range(1, n_cls):
-                    cand = [a * n_cls + c for a in range(n) if above[a * n_cls + c]]
-                    found += _nms(flat, cand, int(per_cls), _hard(rep, float(iou_thr)))
+                    cand = np.flatnonzero(above[:, c]) * n_cls + c
+                    found += _nms(flat, cand.tolist(), int(per_cls), _hard(rep, float(iou_thr)))
                 found = _stable_desc(flat, found)[: int(max_det)]
                 idx = np.array(found, dtype=np.int64)
                 m = idx.size
