@@ -31,6 +31,7 @@ __all__ = [
     "from_nchw",
     "from_real",
     "implicit_padding",
+    "normalize_axis",
     "quant_range",
     "round_half_away",
     "to_nchw",
@@ -160,6 +161,25 @@ def broadcast_shape(call: OpCall, a: Sequence[int], b: Sequence[int]) -> tuple[i
         else:
             call.fail(f"dimensions {list(a)} and {list(b)} cannot be broadcast (axis -{k}: {da} vs {db})")
     return tuple(reversed(out))
+
+
+# -- axes ---------------------------------------------------------------------------------
+
+
+def normalize_axis(call: OpCall, axis: object, rank: int | None, i: int) -> int:
+    """An axis argument (input ``i``) in [-rank, rank) as a non-negative index.
+
+    Fails when it is not an integer or is out of range; with ``rank`` None (unknown) only
+    the type is checked and the axis is returned as given.
+    """
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        call.fail(f"input {i}: axis {axis!r} is not an integer")
+    a = int(axis)
+    if rank is None:
+        return a
+    if not -rank <= a < rank:
+        call.fail(f"input {i}: axis {a} is out of range for rank {rank}")
+    return a % rank
 
 
 # -- padding and layouts ------------------------------------------------------------------

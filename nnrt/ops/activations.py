@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import broadcast_shape, from_real, to_real
+from nnrt.ops._common import broadcast_shape, from_real, normalize_axis, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -155,14 +155,6 @@ def prepare_prelu(call: OpCall) -> Kernel:
 # -- SOFTMAX, LOG_SOFTMAX ------------------------------------------------------------------
 
 
-def _check_axis(call: OpCall, axis: object, rank: int, i: int) -> int:
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        call.fail(f"input {i}: axis {axis!r} is not an integer")
-    if rank and not -rank <= axis < rank:
-        call.fail(f"input {i}: axis {axis} is out of range for rank {rank}")
-    return axis
-
-
 def _check_beta(call: OpCall, beta: object, positive: bool) -> float:
     """Beta as a float; SOFTMAX (not LOG_SOFTMAX) requires it positive, as NNAPI does."""
     if not isinstance(beta, (int, float, np.floating)) or (positive and not float(beta) > 0.0):
@@ -182,7 +174,7 @@ def _prepare_softmax_signature(call: OpCall, types: tuple[T, ...], axis_required
     if beta is not None:
         _check_beta(call, beta, call.type is Op.SOFTMAX)
     if len(call.inputs) == 3 and call.const(2) is not None:
-        _check_axis(call, call.const(2), rank, 2)
+        normalize_axis(call, call.const(2), rank or None, 2)
     return t
 
 
@@ -196,7 +188,7 @@ def prepare_softmax(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, beta: float, axis: int = -1) -> np.ndarray:
         b = _check_beta(call, beta, True)
-        ax = _check_axis(call, axis, x.ndim, 2)
+        ax = normalize_axis(call, axis, x.ndim or None, 2)
         real = to_real(x, in_op, dtype)
         if real.size == 0:
             return from_real(real.copy(), out_op)
@@ -214,7 +206,7 @@ def prepare_log_softmax(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, beta: float, axis: int) -> np.ndarray:
         b = _check_beta(call, beta, False)
-        ax = _check_axis(call, axis, x.ndim, 2)
+        ax = normalize_axis(call, axis, x.ndim or None, 2)
         real = to_real(x, in_op)
         if real.size == 0:
             return from_real(real.copy(), out_op)

@@ -22,13 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import ACT_NONE, from_nchw, quant_range, to_nchw
+from nnrt.ops._common import ACT_NONE, from_nchw, normalize_axis, quant_range, to_nchw
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.shape import (
     DATA_INT_TYPES,
     DATA_TYPES,
     all_const,
-    axis_index,
     int_list,
     known_dims,
     output_values,
@@ -281,7 +280,7 @@ def prepare_mirror_pad(call: OpCall) -> Kernel:
 def _shuffle_plan(call: OpCall, shape: Sequence[int], groups: Any, axis: Any) -> tuple[int, int]:
     if len(shape) > 4:
         call.fail(f"input 0 has rank {len(shape)}; CHANNEL_SHUFFLE supports ranks up to 4")
-    ax = axis_index(call, axis, len(shape), 2)
+    ax = normalize_axis(call, axis, len(shape), 2)
     g = int(groups)
     if g < 1 or shape[ax] % g:
         call.fail(f"input 1: {g} groups do not divide dimension {ax} of size {shape[ax]}")

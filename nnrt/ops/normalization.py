@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, to_real
+from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, normalize_axis, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -26,18 +26,12 @@ _L2_EPSILON = 1e-6
 _L2_OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
 
 
-def _axis(call: OpCall, axis: object, rank: int, i: int) -> int:
-    if not isinstance(axis, int) or not -rank <= axis < rank:
-        call.fail(f"input {i}: axis {axis!r} is out of range for rank {rank}")
-    return axis % rank
-
-
 def _check_const_axis(call: OpCall, i: int) -> None:
     rank = len(call.inputs[0].dimensions)
     if call.has_input(i) and rank:
         axis = call.const(i)
         if axis is not None:
-            _axis(call, axis, rank, i)
+            normalize_axis(call, axis, rank, i)
 
 
 def _scalar_type(call: OpCall) -> T:
@@ -65,7 +59,7 @@ def prepare_l2_normalization(call: OpCall) -> Kernel:
     def run(x: np.ndarray, axis: int | None = None) -> np.ndarray:
         if x.ndim == 0:
             call.fail("input 0 must have rank at least 1")
-        ax = _axis(call, -1 if axis is None else axis, x.ndim, 1)
+        ax = normalize_axis(call, -1 if axis is None else axis, x.ndim, 1)
         real = to_real(x, in_op, np.float64)
         norm = np.sqrt(np.sum(real * real, axis=ax, keepdims=True))
         return from_real(real / np.maximum(norm, _L2_EPSILON), out_op)
@@ -98,7 +92,7 @@ def prepare_lrn(call: OpCall) -> Kernel:
             call.fail("input 0 must have rank at least 1")
         if radius < 0:
             call.fail(f"input 1: radius {radius} is negative")
-        ax = _axis(call, -1 if axis is None else axis, x.ndim, 5)
+        ax = normalize_axis(call, -1 if axis is None else axis, x.ndim, 5)
         real = np.moveaxis(x.astype(np.float64), ax, -1)
         n = real.shape[-1]
         # Window sums of squares from a zero-led cumulative sum: sum over [c - r, c + r].

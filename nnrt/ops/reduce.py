@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, to_real
+from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, normalize_axis, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -26,18 +26,7 @@ __all__: list[str] = []
 
 def _axes(call: OpCall, axes: np.ndarray, rank: int, i: int = 1) -> tuple[int, ...]:
     """Sorted, deduplicated non-negative axes; fails on an axis outside [-rank, rank)."""
-    out: set[int] = set()
-    for a in np.asarray(axes).reshape(-1).tolist():
-        if not -rank <= a < rank:
-            call.fail(f"input {i}: axis {a} is out of range for rank {rank}")
-        out.add(a % rank)
-    return tuple(sorted(out))
-
-
-def _axis(call: OpCall, axis: int, rank: int, i: int = 1) -> int:
-    if not -rank <= axis < rank:
-        call.fail(f"input {i}: axis {axis} is out of range for rank {rank}")
-    return axis % rank
+    return tuple(sorted({normalize_axis(call, a, rank, i) for a in np.asarray(axes).reshape(-1).tolist()}))
 
 
 def _check_const_axes(call: OpCall) -> None:
@@ -117,12 +106,12 @@ def prepare_arg(call: OpCall) -> Kernel:
     axis = call.const(1)
     rank = len(call.inputs[0].dimensions)
     if axis is not None and rank:
-        _axis(call, axis, rank)
+        normalize_axis(call, axis, rank, 1)
     fn = np.argmax if call.type is Op.ARGMAX else np.argmin
 
     def run(x: np.ndarray, axis: int) -> np.ndarray:
         # Stored quantized values order like their real values (positive scale).
-        return _at_least_1d(np.asarray(fn(x, axis=_axis(call, axis, x.ndim))).astype(np.int32))
+        return _at_least_1d(np.asarray(fn(x, axis=normalize_axis(call, axis, x.ndim, 1))).astype(np.int32))
 
     return run
 

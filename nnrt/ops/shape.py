@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import from_real, to_real
+from nnrt.ops._common import from_real, normalize_axis, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -31,7 +31,6 @@ __all__ = [
     "DATA_INT_TYPES",
     "DATA_TYPES",
     "all_const",
-    "axis_index",
     "int_list",
     "known_dims",
     "output_values",
@@ -82,14 +81,6 @@ def int_list(call: OpCall, value: Any, i: int, size: int | None = None) -> list[
     if size is not None and arr.shape[0] != size:
         call.fail(f"input {i} has {arr.shape[0]} elements; expected {size}")
     return [int(v) for v in arr.tolist()]
-
-
-def axis_index(call: OpCall, axis: Any, rank: int, i: int) -> int:
-    """An axis argument (input ``i``) in [-rank, rank) as a non-negative index."""
-    a = int(axis)
-    if not -rank <= a < rank:
-        call.fail(f"input {i}: axis {a} is out of range for rank {rank}")
-    return a + rank if a < 0 else a
 
 
 def require_inputs(call: OpCall, *optional: int) -> None:
@@ -155,7 +146,7 @@ def _concat_plan(call: OpCall, shapes: Sequence[Sequence[int]], axis: Any) -> in
     rank = len(shapes[0])
     if rank > 4:
         call.fail(f"input 0 has rank {rank}; CONCATENATION supports ranks up to 4")
-    ax = axis_index(call, axis, rank, len(shapes))
+    ax = normalize_axis(call, axis, rank, len(shapes))
     for k, s in enumerate(shapes[1:], 1):
         if len(s) != rank:
             call.fail(f"input {k} has rank {len(s)}; input 0 has rank {rank}")
@@ -195,7 +186,7 @@ def _squeeze_plan(call: OpCall, shape: Sequence[int], axes: Any) -> tuple[int, .
         call.fail(f"input 0 has rank {rank}; SQUEEZE supports ranks up to 4")
     if axes is None or np.asarray(axes).size == 0:
         return tuple(d for d in shape if d != 1) or (1,)
-    drop = {axis_index(call, a, rank, 1) for a in int_list(call, axes, 1)}
+    drop = {normalize_axis(call, a, rank, 1) for a in int_list(call, axes, 1)}
     for a in sorted(drop):
         if shape[a] != 1:
             call.fail(f"input 1: dimension {a} has size {shape[a]}; only dimensions of size 1 can be squeezed")
@@ -229,10 +220,10 @@ def prepare_expand_dims(call: OpCall) -> Kernel:
     call.expect_type(1, T.INT32)
     src, dst = call.inputs[0], call.outputs[0]
     if src.dimensions and all_const(call, 1):
-        axis_index(call, call.const(1), len(src.dimensions) + 1, 1)
+        normalize_axis(call, call.const(1), len(src.dimensions) + 1, 1)
 
     def run(x: np.ndarray, axis: int) -> np.ndarray:
-        return np.expand_dims(requantize(x, src, dst), axis_index(call, axis, x.ndim + 1, 1))
+        return np.expand_dims(requantize(x, src, dst), normalize_axis(call, axis, x.ndim + 1, 1))
 
     return run
 
@@ -370,7 +361,7 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
 
 
 def _split_plan(call: OpCall, shape: Sequence[int], axis: Any, num: Any) -> int:
-    ax = axis_index(call, axis, len(shape), 1)
+    ax = normalize_axis(call, axis, len(shape), 1)
     n = int(num)
     if n != len(call.outputs):
         call.fail(f"input 2: {n} splits but the operation has {len(call.outputs)} outputs")
@@ -408,13 +399,13 @@ def prepare_pack(call: OpCall) -> Kernel:
     call.expect_same_type(1, *range(2, n + 1), outputs=[0])
     srcs, dst = call.inputs[1:], call.outputs[0]
     if srcs[0].dimensions and all_const(call, 0):
-        axis_index(call, call.const(0), len(srcs[0].dimensions) + 1, 0)
+        normalize_axis(call, call.const(0), len(srcs[0].dimensions) + 1, 0)
 
     def run(axis: int, *xs: np.ndarray) -> np.ndarray:
         for k, x in enumerate(xs[1:], 2):
             if x.shape != xs[0].shape:
                 call.fail(f"input {k} has shape {list(x.shape)}; input 1 has {list(xs[0].shape)}")
-        ax = axis_index(call, axis, xs[0].ndim + 1, 0)
+        ax = normalize_axis(call, axis, xs[0].ndim + 1, 0)
         return np.stack([output_values(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
 
     return run
@@ -457,7 +448,7 @@ def prepare_reverse(call: OpCall) -> Kernel:
     src, dst = call.inputs[0], call.outputs[0]
 
     def axes_of(rank: int, axes: Any) -> tuple[int, ...]:
-        got = tuple(axis_index(call, a, rank, 1) for a in int_list(call, axes, 1))
+        got = tuple(normalize_axis(call, a, rank, 1) for a in int_list(call, axes, 1))
         if len(got) != 1:
             call.fail(f"input 1 has {len(got)} axes; REVERSE takes exactly one")
         return got
@@ -480,10 +471,10 @@ def prepare_gather(call: OpCall) -> Kernel:
     call.expect_type(2, T.TENSOR_INT32)
     src, dst = call.inputs[0], call.outputs[0]
     if src.dimensions and all_const(call, 1):
-        axis_index(call, call.const(1), len(src.dimensions), 1)
+        normalize_axis(call, call.const(1), len(src.dimensions), 1)
 
     def run(x: np.ndarray, axis: int, indices: np.ndarray) -> np.ndarray:
-        ax = axis_index(call, axis, x.ndim, 1)
+        ax = normalize_axis(call, axis, x.ndim, 1)
         idx = np.asarray(indices)
         if idx.size and (idx.min() < 0 or idx.max() >= x.shape[ax]):
             call.fail(f"input 2: indices must be in [0, {x.shape[ax]}) for axis {ax}")
