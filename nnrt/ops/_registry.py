@@ -106,6 +106,12 @@ class OpCall:
         if op.dimensions and len(op.dimensions) not in ranks:
             self.fail(f"input {i} ({op.label}) has rank {len(op.dimensions)}; expected {' or '.join(map(str, ranks))}")
 
+    def require_inputs(self, *optional: int) -> None:
+        """Every input but the ``optional`` ones must be present (not omitted)."""
+        for i in range(len(self.inputs)):
+            if i not in optional and not self.has_input(i):
+                self.fail(f"input {i} ({self.inputs[i].label}) is required but omitted")
+
     # -- values -----------------------------------------------------------------------------
 
     def has_input(self, i: int) -> bool:

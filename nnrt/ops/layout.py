@@ -32,7 +32,6 @@ from nnrt.ops.shape import (
     known_dims,
     output_values,
     requantize,
-    require_inputs,
     same_io,
 )
 from nnrt.types import OperandType as T
@@ -44,7 +43,7 @@ __all__: list[str] = []
 def _prepare_4d(call: OpCall, n_params: int) -> None:
     """Common checks: input 0 a 4-D data tensor, output of its type, optional layout BOOL last."""
     call.expect_counts((1 + n_params, 2 + n_params), 1)
-    require_inputs(call, 1 + n_params)
+    call.require_inputs(1 + n_params)
     call.expect_type(0, *DATA_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_rank(0, 4)
@@ -218,7 +217,7 @@ def _pad_plan(call: OpCall, shape: Sequence[int], paddings: Any, limit: int | No
 def prepare_pad(call: OpCall) -> Kernel:
     v2 = call.type is Op.PAD_V2
     call.expect_counts(3 if v2 else 2, 1)
-    require_inputs(call)
+    call.require_inputs()
     t = call.expect_type(0, *DATA_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_type(1, T.TENSOR_INT32)
@@ -249,7 +248,7 @@ _MIRROR_MODES = {0: ("reflect", 1), 1: ("symmetric", 0)}
 @kernel(Op.MIRROR_PAD)
 def prepare_mirror_pad(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 2)
@@ -290,7 +289,7 @@ def _shuffle_plan(call: OpCall, shape: Sequence[int], groups: Any, axis: Any) ->
 @kernel(Op.CHANNEL_SHUFFLE)
 def prepare_channel_shuffle(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
-    require_inputs(call)
+    call.require_inputs()
     call.expect_type(0, *DATA_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_type(1, T.INT32)

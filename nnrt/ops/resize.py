@@ -89,9 +89,7 @@ def _nearest(x: np.ndarray, oh: int, ow: int, align: bool, half: bool) -> np.nda
 def prepare_resize(call: OpCall) -> Kernel:
     nearest = call.type is Op.RESIZE_NEAREST_NEIGHBOR
     call.expect_counts((4, 5, 6) if nearest else (3, 4, 5, 6), 1)
-    for i in range(4 if nearest else 3):
-        if not call.has_input(i):
-            call.fail(f"input {i} ({call.inputs[i].label}) is required but omitted")
+    call.require_inputs(*range(4 if nearest else 3, len(call.inputs)))
     t = call.expect_type(0, *_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_rank(0, 4)

@@ -35,7 +35,6 @@ __all__ = [
     "known_dims",
     "output_values",
     "requantize",
-    "require_inputs",
     "same_io",
 ]
 
@@ -83,13 +82,6 @@ def int_list(call: OpCall, value: Any, i: int, size: int | None = None) -> list[
     return [int(v) for v in arr.tolist()]
 
 
-def require_inputs(call: OpCall, *optional: int) -> None:
-    """Every input but the ``optional`` ones must be present (not omitted)."""
-    for i in range(len(call.inputs)):
-        if i not in optional and not call.has_input(i):
-            call.fail(f"input {i} ({call.inputs[i].label}) is required but omitted")
-
-
 def all_const(call: OpCall, *inputs: int) -> bool:
     """True when every listed input is a constant or an omitted optional input."""
     return all(call.const(i) is not None or not call.has_input(i) for i in inputs)
@@ -123,7 +115,7 @@ def _reshape_plan(call: OpCall, size: int, shape: Any) -> tuple[int, ...]:
 @kernel(Op.RESHAPE)
 def prepare_reshape(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
@@ -160,7 +152,7 @@ def _concat_plan(call: OpCall, shapes: Sequence[Sequence[int]], axis: Any) -> in
 def prepare_concatenation(call: OpCall) -> Kernel:
     n = len(call.inputs) - 1
     call.expect_counts(max(n + 1, 2), 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_TYPES, n)
     call.expect_type(n, T.INT32)
     srcs, dst = call.inputs[:n], call.outputs[0]
@@ -196,7 +188,7 @@ def _squeeze_plan(call: OpCall, shape: Sequence[int], axes: Any) -> tuple[int, .
 @kernel(Op.SQUEEZE)
 def prepare_squeeze(call: OpCall) -> Kernel:
     call.expect_counts((1, 2), 1)
-    require_inputs(call, 1)
+    call.require_inputs(1)
     same_io(call, DATA_TYPES)
     if call.has_input(1):
         call.expect_type(1, T.TENSOR_INT32)
@@ -215,7 +207,7 @@ def prepare_squeeze(call: OpCall) -> Kernel:
 @kernel(Op.EXPAND_DIMS)
 def prepare_expand_dims(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     src, dst = call.inputs[0], call.outputs[0]
@@ -245,7 +237,7 @@ def _transpose_plan(call: OpCall, rank: int, perm: Any) -> tuple[int, ...]:
 @kernel(Op.TRANSPOSE)
 def prepare_transpose(call: OpCall) -> Kernel:
     call.expect_counts((1, 2), 1)
-    require_inputs(call, 1)
+    call.require_inputs(1)
     same_io(call, DATA_TYPES)
     if call.has_input(1):
         call.expect_type(1, T.TENSOR_INT32)
@@ -280,7 +272,7 @@ def _slice_plan(call: OpCall, shape: Sequence[int], begin: Any, size: Any) -> tu
 @kernel(Op.SLICE)
 def prepare_slice(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_type(2, T.TENSOR_INT32)
@@ -335,7 +327,7 @@ def _strided_plan(
 @kernel(Op.STRIDED_SLICE)
 def prepare_strided_slice(call: OpCall) -> Kernel:
     call.expect_counts(7, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_TYPES)
     for i in (1, 2, 3):
         call.expect_type(i, T.TENSOR_INT32)
@@ -373,7 +365,7 @@ def _split_plan(call: OpCall, shape: Sequence[int], axis: Any, num: Any) -> int:
 @kernel(Op.SPLIT)
 def prepare_split(call: OpCall) -> Kernel:
     call.expect_counts(3, max(len(call.outputs), 1))
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     call.expect_type(2, T.INT32)
@@ -393,7 +385,7 @@ def prepare_split(call: OpCall) -> Kernel:
 def prepare_pack(call: OpCall) -> Kernel:
     n = len(call.inputs) - 1
     call.expect_counts(max(n + 1, 2), 1)
-    require_inputs(call)
+    call.require_inputs()
     call.expect_type(0, T.INT32)
     call.expect_type(1, *DATA_INT_TYPES)
     call.expect_same_type(1, *range(2, n + 1), outputs=[0])
@@ -417,7 +409,7 @@ def prepare_pack(call: OpCall) -> Kernel:
 @kernel(Op.TILE)
 def prepare_tile(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
@@ -441,7 +433,7 @@ def prepare_tile(call: OpCall) -> Kernel:
 @kernel(Op.REVERSE)
 def prepare_reverse(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.TENSOR_INT32)
     call.expect_rank(1, 1)
@@ -465,7 +457,7 @@ def prepare_reverse(call: OpCall) -> Kernel:
 @kernel(Op.GATHER)
 def prepare_gather(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
-    require_inputs(call)
+    call.require_inputs()
     same_io(call, DATA_INT_TYPES)
     call.expect_type(1, T.INT32)
     call.expect_type(2, T.TENSOR_INT32)
@@ -491,7 +483,7 @@ _FILL_VALUE_TYPES = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16, T
 @kernel(Op.FILL)
 def prepare_fill(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
-    require_inputs(call)
+    call.require_inputs()
     call.expect_type(0, T.TENSOR_INT32)
     call.expect_rank(0, 1)
     t = call.expect_output_type(0, *_FILL_VALUE_TYPES)
@@ -516,7 +508,7 @@ def prepare_fill(call: OpCall) -> Kernel:
 @kernel(Op.RANK)
 def prepare_rank(call: OpCall) -> Kernel:
     call.expect_counts(1, 1)
-    require_inputs(call)
+    call.require_inputs()
     if not call.inputs[0].type.is_tensor:
         call.fail(f"input 0 has type {call.inputs[0].type.name}; expected a tensor")
     call.expect_output_type(0, T.INT32)
