@@ -32,8 +32,11 @@ __all__ = [
     "from_real",
     "implicit_padding",
     "normalize_axis",
+    "output_values",
     "quant_range",
+    "requantize",
     "round_half_away",
+    "same_quant",
     "to_nchw",
     "to_real",
 ]
@@ -141,6 +144,28 @@ def from_real(real: np.ndarray, operand: Operand, act: int = ACT_NONE) -> np.nda
     if out is real and act != ACT_NONE and not out.flags.writeable:
         out = out.copy()
     return apply_activation(out, act)
+
+
+def same_quant(src: Operand, dst: Operand) -> bool:
+    """True when ``dst`` holds ``src``'s stored values unchanged: not quantized, or equal scale and zero point."""
+    return not src.type.is_quantized or (src.scale == dst.scale and src.zero_point == dst.zero_point)
+
+
+def requantize(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
+    """A fresh C-ordered array of ``dst``'s dtype holding ``x`` (values of ``src``), requantized if needed."""
+    if not same_quant(src, dst):
+        return from_real(to_real(x, src, np.float64), dst)
+    return x.astype(dst.type.dtype, order="C")
+
+
+def output_values(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
+    """``x`` as ``dst``'s values; ``x`` itself (not a copy) when no requantization is needed.
+
+    For kernels whose next numpy call makes a fresh array anyway (concatenate, pad, tile...).
+    """
+    if not same_quant(src, dst):
+        return from_real(to_real(x, src, np.float64), dst)
+    return x
 
 
 # -- broadcasting -------------------------------------------------------------------------

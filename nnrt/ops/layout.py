@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import ACT_NONE, from_nchw, normalize_axis, quant_range, to_nchw
+from nnrt.ops._common import ACT_NONE, from_nchw, normalize_axis, output_values, quant_range, requantize, to_nchw
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.shape import (
     DATA_INT_TYPES,
@@ -30,8 +30,6 @@ from nnrt.ops.shape import (
     all_const,
     int_list,
     known_dims,
-    output_values,
-    requantize,
     same_io,
 )
 from nnrt.types import OperandType as T

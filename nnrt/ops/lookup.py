@@ -15,6 +15,7 @@ import struct
 
 import numpy as np
 
+from nnrt.ops._common import same_quant
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -33,7 +34,7 @@ _HASHTABLE_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
 
 def _check_quant_match(call: OpCall, i: int, j: int) -> None:
     a, b = call.inputs[i], call.outputs[j]
-    if a.type.is_quantized and (a.scale != b.scale or a.zero_point != b.zero_point):
+    if not same_quant(a, b):
         call.fail(f"output {j} must have the quantization (scale, zero point) of input {i}")
 
 

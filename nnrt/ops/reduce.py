@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, normalize_axis, to_real
+from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, normalize_axis, same_quant, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -75,13 +75,13 @@ def prepare_reduce(call: OpCall) -> Kernel:
     reducer = _REDUCERS[call.type]
     in_op, out_op = call.inputs[0], call.outputs[0]
     accumulate = call.type in (Op.MEAN, Op.REDUCE_PROD, Op.REDUCE_SUM)
-    same_quant = in_op.scale == out_op.scale and in_op.zero_point == out_op.zero_point
+    unchanged = same_quant(in_op, out_op)
 
     def run(x: np.ndarray, axes: np.ndarray, keep_dims: int | bool) -> np.ndarray:
         ax = _axes(call, axes, x.ndim)
         keep = bool(keep_dims)
         if t.is_quantized:
-            if not accumulate and same_quant:  # MAX/MIN of the stored values
+            if not accumulate and unchanged:  # MAX/MIN of the stored values
                 return _at_least_1d(np.asarray(reducer(x, axis=ax, keepdims=keep)))
             real = reducer(to_real(x, in_op, np.float64), axis=ax, keepdims=keep)
             return _at_least_1d(from_real(np.asarray(real, dtype=np.float64), out_op))
@@ -127,7 +127,7 @@ def prepare_topk(call: OpCall) -> Kernel:
     call.expect_same_type(0, outputs=[0])
     call.expect_output_type(1, T.TENSOR_INT32)
     in_op, out_op = call.inputs[0], call.outputs[0]
-    if in_op.type.is_quantized and (in_op.scale != out_op.scale or in_op.zero_point != out_op.zero_point):
+    if not same_quant(in_op, out_op):
         call.fail("output 0 must have the input's scale and zero point")
     k_const = call.const(1)
     if k_const is not None and (k_const < 1 or (in_op.dimensions and 0 < in_op.dimensions[-1] < k_const)):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import from_nchw, from_real, round_half_away, to_nchw, to_real
+from nnrt.ops._common import from_nchw, from_real, round_half_away, same_quant, to_nchw, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -102,7 +102,7 @@ def prepare_resize(call: OpCall) -> Kernel:
     if call.has_input(4) and call.has_input(5) and call.const(4) and call.const(5):
         call.fail("align_corners (input 4) and half_pixel_centers (input 5) cannot both be true")
     src, dst = call.inputs[0], call.outputs[0]
-    same_quant = src.scale == dst.scale and src.zero_point == dst.zero_point
+    unchanged = same_quant(src, dst)
 
     def run(x: np.ndarray, width: Any, height: Any, *flags: Any) -> np.ndarray:
         if x.ndim != 4:
@@ -113,7 +113,7 @@ def prepare_resize(call: OpCall) -> Kernel:
         img = from_nchw(x) if nchw else x
         oh = _out_size(call, img.shape[1], height, by_scale, 2)
         ow = _out_size(call, img.shape[2], width, by_scale, 1)
-        if nearest and same_quant:  # a pure gather: stays in the tensor's own type
+        if nearest and unchanged:  # a pure gather: stays in the tensor's own type
             y = _nearest(img, oh, ow, align, half)
             return (to_nchw(y) if nchw else y).astype(dst.type.dtype, order="C")
         y = (_nearest if nearest else _bilinear)(to_real(img, src), oh, ow, align, half)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import from_real, normalize_axis, to_real
+from nnrt.ops._common import normalize_axis, output_values, requantize
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -33,8 +33,6 @@ __all__ = [
     "all_const",
     "int_list",
     "known_dims",
-    "output_values",
-    "requantize",
     "same_io",
 ]
 
@@ -45,23 +43,6 @@ DATA_INT_TYPES = (*DATA_TYPES, T.TENSOR_INT32)
 
 
 # -- helpers shared with ``layout`` ----------------------------------------------------------
-
-
-def requantize(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
-    """A fresh C-ordered array of ``dst``'s dtype holding ``x`` (values of ``src``), requantized if needed."""
-    if src.type.is_quantized and (src.scale != dst.scale or src.zero_point != dst.zero_point):
-        return from_real(to_real(x, src, np.float64), dst)
-    return x.astype(dst.type.dtype, order="C")
-
-
-def output_values(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
-    """``x`` as ``dst``'s values; ``x`` itself (not a copy) when no requantization is needed.
-
-    For kernels whose next numpy call makes a fresh array anyway (concatenate, pad, tile...).
-    """
-    if src.type.is_quantized and (src.scale != dst.scale or src.zero_point != dst.zero_point):
-        return from_real(to_real(x, src, np.float64), dst)
-    return x
 
 
 def known_dims(op: Operand) -> tuple[int, ...] | None:
