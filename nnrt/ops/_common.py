@@ -28,9 +28,11 @@ __all__ = [
     "apply_activation",
     "broadcast_shape",
     "check_activation",
+    "check_padding_scheme",
     "from_nchw",
     "from_real",
     "implicit_padding",
+    "int_param",
     "normalize_axis",
     "output_values",
     "quant_range",
@@ -207,7 +209,25 @@ def normalize_axis(call: OpCall, axis: object, rank: int | None, i: int) -> int:
     return a % rank
 
 
+# -- integer parameters -------------------------------------------------------------------
+
+
+def int_param(call: OpCall, args: Sequence[object], i: int, what: str, minimum: int | None = None) -> int:
+    """Kernel argument ``args[i]`` (input ``i``, described as ``what``), checked to be an int >= ``minimum``."""
+    value = args[i]
+    if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
+        call.fail(f"input {i} ({what}) must be an integer{'' if minimum is None else f' >= {minimum}'}, got {value!r}")
+    return value
+
+
 # -- padding and layouts ------------------------------------------------------------------
+
+
+def check_padding_scheme(call: OpCall, scheme: object, i: int) -> int:
+    """An implicit padding scheme (input ``i``): SAME (1) or VALID (2)."""
+    if scheme not in (PADDING_SAME, PADDING_VALID):
+        call.fail(f"input {i}: padding scheme {scheme!r} is not SAME(1) or VALID(2)")
+    return int(scheme)
 
 
 def implicit_padding(scheme: int, in_size: int, stride: int, filter_size: int, dilation: int = 1) -> tuple[int, int]:

@@ -31,9 +31,11 @@ from nnrt.ops._common import (
     ACT_NONE,
     apply_activation,
     check_activation,
+    check_padding_scheme,
     from_nchw,
     from_real,
     implicit_padding,
+    int_param,
     to_nchw,
     to_real,
 )
@@ -56,7 +58,6 @@ __all__ = [
     "real_filter",
 ]
 
-_PADDING_SCHEMES = (1, 2)  # SAME, VALID
 #: Input channels up to which CONV_2D gathers taps as per-channel planes rather than im2col rows.
 _PLANES_MAX_CHANNELS = 4
 #: Output rows (times batch) the depthwise kernel accumulates at a time (~L2-sized blocks).
@@ -140,32 +141,23 @@ class Geometry:
     extra: int
 
 
-def _int_param(call: OpCall, args: tuple[Any, ...], i: int, what: str, minimum: int) -> int:
-    v = args[i]
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-        call.fail(f"input {i} ({what}) must be an integer >= {minimum}, got {v!r}")
-    return v
-
-
 def geometry(
     call: OpCall, sig: ConvSignature, args: tuple[Any, ...], in_h: int, in_w: int, k_h: int, k_w: int
 ) -> Geometry:
     """Decode one run's scalar parameters (``args`` = the kernel's arguments) and validate them."""
-    sw = _int_param(call, args, sig.stride, "stride_w", 1)
-    sh = _int_param(call, args, sig.stride + 1, "stride_h", 1)
+    sw = int_param(call, args, sig.stride, "stride_w", 1)
+    sh = int_param(call, args, sig.stride + 1, "stride_h", 1)
     dw = dh = 1
     if sig.dilation is not None and args[sig.dilation] is not None:
-        dw = _int_param(call, args, sig.dilation, "dilation_w", 1)
-        dh = _int_param(call, args, sig.dilation + 1, "dilation_h", 1)
+        dw = int_param(call, args, sig.dilation, "dilation_w", 1)
+        dh = int_param(call, args, sig.dilation + 1, "dilation_h", 1)
     if sig.explicit:
-        left = _int_param(call, args, sig.pad, "padding_left", 0)
-        right = _int_param(call, args, sig.pad + 1, "padding_right", 0)
-        top = _int_param(call, args, sig.pad + 2, "padding_top", 0)
-        bottom = _int_param(call, args, sig.pad + 3, "padding_bottom", 0)
+        left = int_param(call, args, sig.pad, "padding_left", 0)
+        right = int_param(call, args, sig.pad + 1, "padding_right", 0)
+        top = int_param(call, args, sig.pad + 2, "padding_top", 0)
+        bottom = int_param(call, args, sig.pad + 3, "padding_bottom", 0)
     else:
-        scheme = args[sig.pad]
-        if scheme not in _PADDING_SCHEMES:
-            call.fail(f"input {sig.pad}: padding scheme {scheme!r} is not SAME(1) or VALID(2)")
+        scheme = check_padding_scheme(call, args[sig.pad], sig.pad)
         left, right = implicit_padding(scheme, in_w, sw, k_w, dw)
         top, bottom = implicit_padding(scheme, in_h, sh, k_h, dh)
     eff_h, eff_w = (k_h - 1) * dh + 1, (k_w - 1) * dw + 1
@@ -175,7 +167,7 @@ def geometry(
         call.fail(f"the {k_h}x{k_w} filter (dilation {dh}x{dw}) does not fit the padded {in_h}x{in_w} input")
     extra = 1
     if sig.extra is not None:
-        extra = _int_param(call, args, sig.extra, "depth multiplier" if call.type is Op.DEPTHWISE_CONV_2D else "groups", 1)
+        extra = int_param(call, args, sig.extra, "depth multiplier" if call.type is Op.DEPTHWISE_CONV_2D else "groups", 1)
     layout = args[sig.layout] if sig.layout is not None else False
     return Geometry(
         top, bottom, left, right, sh, sw, dh, dw, max(out_h, 0), max(out_w, 0),
@@ -195,8 +187,7 @@ def check_const_params(call: OpCall, sig: ConvSignature) -> None:
         if i == sig.act:
             check_activation(call, v, i)
         elif i == sig.pad and not sig.explicit:
-            if v not in _PADDING_SCHEMES:
-                call.fail(f"input {i}: padding scheme {v!r} is not SAME(1) or VALID(2)")
+            check_padding_scheme(call, v, i)
         else:
             minimum = 0 if sig.explicit and sig.pad <= i < sig.pad + 4 else 1
             if v < minimum:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import check_activation, from_nchw, to_real
+from nnrt.ops._common import PADDING_SAME, check_activation, check_padding_scheme, from_nchw, int_param, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.conv import Geometry, check_conv_types, empty_output, finish_output, real_bias, real_filter
 from nnrt.types import OperandType as T
@@ -26,12 +26,11 @@ from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
 
-_SAME, _VALID = 1, 2
 
 
 def _transpose_padding(scheme: int, out_size: int, stride: int, k: int) -> tuple[int, int]:
     """NNAPI's implicit padding for TRANSPOSE_CONV_2D (the tail fits the last stride exactly)."""
-    if scheme != _SAME:
+    if scheme != PADDING_SAME:
         return 0, 0
     n = (out_size + stride - 1) // stride
     total = (n - 1) * stride + k - out_size
@@ -67,18 +66,12 @@ def prepare_transpose_conv2d(call: OpCall) -> Kernel:
     act_const = call.const(act_i)
     if act_const is not None:
         check_activation(call, act_const, act_i)
-    if not explicit and call.const(4) not in (None, _SAME, _VALID):
-        call.fail(f"input 4: padding scheme {call.const(4)!r} is not SAME(1) or VALID(2)")
+    if not explicit and call.const(4) is not None:
+        check_padding_scheme(call, call.const(4), 4)
 
     const_w, const_b = call.const(1), call.const(2)
     wmat0 = _filter_matrix(real_filter(const_w, call, types)) if const_w is not None else None
     bias0 = real_bias(const_b, call, types) if const_b is not None else None
-
-    def param(args: tuple[Any, ...], i: int, what: str, minimum: int | None) -> int:
-        v = args[i]
-        if not isinstance(v, int) or isinstance(v, bool) or (minimum is not None and v < minimum):
-            call.fail(f"input {i} ({what}) must be an integer{'' if minimum is None else f' >= {minimum}'}, got {v!r}")
-        return v
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         args = (x, w, b, *params)
@@ -89,18 +82,16 @@ def prepare_transpose_conv2d(call: OpCall) -> Kernel:
         cout, kh, kw = w.shape[0], w.shape[1], w.shape[2]
         if w.shape[3] != cin or b.shape[0] != cout or cin == 0 or cout == 0 or kh == 0 or kw == 0:
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
-        sw, sh = param(args, stride_i, "stride_w", 1), param(args, stride_i + 1, "stride_h", 1)
+        sw, sh = int_param(call, args, stride_i, "stride_w", 1), int_param(call, args, stride_i + 1, "stride_h", 1)
         act = check_activation(call, args[act_i], act_i)
         if explicit:
-            left, right = param(args, 3, "padding_left", 0), param(args, 4, "padding_right", None)
-            top, bottom = param(args, 5, "padding_top", 0), param(args, 6, "padding_bottom", None)
+            left, right = int_param(call, args, 3, "padding_left", 0), int_param(call, args, 4, "padding_right", None)
+            top, bottom = int_param(call, args, 5, "padding_top", 0), int_param(call, args, 6, "padding_bottom", None)
         else:
             shape = args[3]
             if shape.shape != (4,):
                 call.fail(f"input 3 (output shape) must have 4 elements, got shape {list(shape.shape)}")
-            scheme = args[4]
-            if scheme not in (_SAME, _VALID):
-                call.fail(f"input 4: padding scheme {scheme!r} is not SAME(1) or VALID(2)")
+            scheme = check_padding_scheme(call, args[4], 4)
             want_h, want_w = (int(shape[2]), int(shape[3])) if nchw else (int(shape[1]), int(shape[2]))
             left, right = _transpose_padding(scheme, want_w, sw, kw)
             top, bottom = _transpose_padding(scheme, want_h, sh, kh)

@@ -21,9 +21,11 @@ import numpy as np
 from nnrt.ops._common import (
     apply_activation,
     check_activation,
+    check_padding_scheme,
     from_nchw,
     from_real,
     implicit_padding,
+    int_param,
     to_nchw,
     to_real,
 )
@@ -33,7 +35,6 @@ from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
 
-_PADDING_SCHEMES = (1, 2)  # SAME, VALID
 _TYPES = {
     Op.AVERAGE_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED),
     Op.MAX_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED),
@@ -55,29 +56,20 @@ class _Geometry:
     nchw: bool
 
 
-def _int(call: OpCall, args: tuple[Any, ...], i: int, what: str, minimum: int) -> int:
-    v = args[i]
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-        call.fail(f"input {i} ({what}) must be an integer >= {minimum}, got {v!r}")
-    return v
-
-
 def _geometry(call: OpCall, explicit: bool, args: tuple[Any, ...]) -> _Geometry:
     x = args[0]
     base = 10 if explicit else 7
     nchw = len(args) > base and bool(args[base])
     in_h, in_w = (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
     s = 5 if explicit else 2  # stride_w; then stride_h, filter_w, filter_h, activation
-    sw, sh = _int(call, args, s, "stride_w", 1), _int(call, args, s + 1, "stride_h", 1)
-    kw, kh = _int(call, args, s + 2, "filter_w", 1), _int(call, args, s + 3, "filter_h", 1)
+    sw, sh = int_param(call, args, s, "stride_w", 1), int_param(call, args, s + 1, "stride_h", 1)
+    kw, kh = int_param(call, args, s + 2, "filter_w", 1), int_param(call, args, s + 3, "filter_h", 1)
     act = check_activation(call, args[s + 4], s + 4)
     if explicit:
-        left, right = _int(call, args, 1, "padding_left", 0), _int(call, args, 2, "padding_right", 0)
-        top, bottom = _int(call, args, 3, "padding_top", 0), _int(call, args, 4, "padding_bottom", 0)
+        left, right = int_param(call, args, 1, "padding_left", 0), int_param(call, args, 2, "padding_right", 0)
+        top, bottom = int_param(call, args, 3, "padding_top", 0), int_param(call, args, 4, "padding_bottom", 0)
     else:
-        scheme = args[1]
-        if scheme not in _PADDING_SCHEMES:
-            call.fail(f"input 1: padding scheme {scheme!r} is not SAME(1) or VALID(2)")
+        scheme = check_padding_scheme(call, args[1], 1)
         left, right = implicit_padding(scheme, in_w, sw, kw)
         top, bottom = implicit_padding(scheme, in_h, sh, kh)
     out_h = (in_h + top + bottom - kh) // sh + 1
@@ -144,8 +136,7 @@ def prepare_pool2d(call: OpCall) -> Kernel:
         if i == base - 1:
             check_activation(call, v, i)
         elif not explicit and i == 1:
-            if v not in _PADDING_SCHEMES:
-                call.fail(f"input 1: padding scheme {v!r} is not SAME(1) or VALID(2)")
+            check_padding_scheme(call, v, 1)
         elif v < (0 if explicit and i <= 4 else 1):
             call.fail(f"input {i} has invalid value {v}")
     if n > base:
