@@ -106,6 +106,17 @@ class OpCall:
         if op.dimensions and len(op.dimensions) not in ranks:
             self.fail(f"input {i} ({op.label}) has rank {len(op.dimensions)}; expected {' or '.join(map(str, ranks))}")
 
+    def expect_fixed_output_quant(self, scale: float, zero_point: int, j: int = 0) -> None:
+        """Output ``j`` has the scale and zero point NNAPI fixes for this operation (scales compared in float32)."""
+        out = self.outputs[j]
+        if np.float32(out.scale) != np.float32(scale) or out.zero_point != zero_point:
+            inverse = 1.0 / scale if scale else 0.0
+            shown = f"1/{int(inverse)}" if inverse and inverse.is_integer() else str(scale)
+            self.fail(
+                f"output {j} ({out.label}) of type {out.type.name} must have scale {shown} and zero point "
+                f"{zero_point}, got scale {out.scale} and zero point {out.zero_point}"
+            )
+
     def require_inputs(self, *optional: int) -> None:
         """Every input but the ``optional`` ones must be present (not omitted)."""
         for i in range(len(self.inputs)):

@@ -40,13 +40,7 @@ def _check_fixed_quant(call: OpCall) -> None:
     rule = _FIXED_QUANT.get(call.type, {}).get(call.outputs[0].type)
     if rule is None:
         return
-    scale, zero_point = rule
-    out = call.outputs[0]
-    if np.float32(out.scale) != np.float32(scale) or out.zero_point != zero_point:
-        call.fail(
-            f"output 0 ({out.label}) of type {out.type.name} must have scale {scale} and zero point "
-            f"{zero_point}, got scale {out.scale} and zero point {out.zero_point}"
-        )
+    call.expect_fixed_output_quant(*rule)
 
 
 def _check_max_rank(call: OpCall, i: int, max_rank: int) -> None:

@@ -50,11 +50,8 @@ def prepare_l2_normalization(call: OpCall) -> Kernel:
         call.expect_type(1, T.INT32)
     _check_const_axis(call, 1)
     in_op, out_op = call.inputs[0], call.outputs[0]
-    if t.is_quantized and (out_op.scale != 1.0 / 128 or out_op.zero_point != _L2_OUTPUT_ZERO_POINT[t]):
-        call.fail(
-            f"quantized output must have scale 1/128 and zero point {_L2_OUTPUT_ZERO_POINT[t]}, "
-            f"got {out_op.scale} and {out_op.zero_point}"
-        )
+    if t.is_quantized:
+        call.expect_fixed_output_quant(1.0 / 128, _L2_OUTPUT_ZERO_POINT[t])
 
     def run(x: np.ndarray, axis: int | None = None) -> np.ndarray:
         if x.ndim == 0:
