@@ -85,7 +85,11 @@ def build_model(case: dict[str, Any]) -> Model:
             if od["channel_quant"]:
                 m.set_operand_symm_per_channel_quant_params(k, od["channel_quant"]["channel_dim"], od["channel_quant"]["scales"])
             life = od["lifetime"]
-            if life == "CONSTANT_COPY":
+            if life in ("CONSTANT_COPY", "CONSTANT_REFERENCE") and not od["data"] and t.is_tensor:
+                # The CTS harness passes an empty constant as setOperandValue(i, nullptr, 0),
+                # which NNAPI takes as an omitted operand (DENSIFY's unused block maps).
+                m.set_operand_value(k, None)
+            elif life == "CONSTANT_COPY":
                 m.set_operand_value(k, _array(od, od["data"]) if t.is_tensor else od["data"][0])
             elif life == "CONSTANT_REFERENCE":
                 value = _array(od, od["data"])
