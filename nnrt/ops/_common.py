@@ -34,6 +34,7 @@ __all__ = [
     "implicit_padding",
     "int_param",
     "normalize_axis",
+    "optional_tensor",
     "output_values",
     "quant_range",
     "requantize",
@@ -168,6 +169,11 @@ def output_values(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
     if not same_quant(src, dst):
         return from_real(to_real(x, src, np.float64), dst)
     return x
+
+
+def optional_tensor(x: object, dtype: type[np.generic] = np.float32) -> np.ndarray | None:
+    """An optional tensor argument as ``dtype``; None when omitted (None or an empty array)."""
+    return np.asarray(x, dtype=dtype) if isinstance(x, np.ndarray) and x.size else None
 
 
 # -- broadcasting -------------------------------------------------------------------------

@@ -17,18 +17,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnrt.ops._common import FLOAT_TYPES
+from nnrt.ops._common import optional_tensor
 from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.ops.recurrent import expect_float_signature
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
 
 _LN_EPSILON = np.float32(1e-8)
-
-
-def _f32(x: object) -> np.ndarray | None:
-    return np.asarray(x, dtype=np.float32) if isinstance(x, np.ndarray) and x.size else None
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -76,7 +73,7 @@ class _Cell:
 
     def __init__(self, call: OpCall, args: Sequence[object], first: int, ln: int | None, aux: int | None) -> None:
         def get(i: int) -> np.ndarray | None:
-            return _f32(args[i]) if i < len(args) else None
+            return optional_tensor(args[i]) if i < len(args) else None
 
         self.call = call
         self.w = [get(first + k) for k in range(4)]
@@ -202,7 +199,7 @@ class _Cell:
 
 
 def _state(call: OpCall, x: object, i: int) -> np.ndarray:
-    v = _f32(x)
+    v = optional_tensor(x)
     if v is None or v.ndim != 2:
         call.fail(f"input {i} (a state) is required and must have rank 2")
     return v
@@ -214,25 +211,13 @@ def _clips(call: OpCall, cell_clip: object, proj_clip: object, i: int) -> tuple[
     return float(cell_clip), float(proj_clip)
 
 
-def _expect_floats(call: OpCall, scalars: dict[int, tuple[T, ...]]) -> T:
-    t = call.expect_type(0, *FLOAT_TYPES)
-    for i in range(len(call.inputs)):
-        if i in scalars:
-            call.expect_type(i, *scalars[i])
-        elif call.has_input(i) and call.inputs[i].type is not t:
-            call.fail(f"input {i} has type {call.inputs[i].type.name}; expected {t.name}")
-    for j in range(len(call.outputs)):
-        call.expect_output_type(j, t)
-    return t
-
-
 # -- LSTM ---------------------------------------------------------------------------------
 
 
 @kernel(Op.LSTM)
 def prepare_lstm(call: OpCall) -> Kernel:
     call.expect_counts((23, 27), 4)
-    t = _expect_floats(call, {20: (T.INT32,), 21: (T.FLOAT32, T.FLOAT16), 22: (T.FLOAT32, T.FLOAT16)})
+    t = expect_float_signature(call, {20: (T.INT32,), 21: (T.FLOAT32, T.FLOAT16), 22: (T.FLOAT32, T.FLOAT16)})
     call.expect_rank(0, 2)
     if call.const(20) is not None:
         _activation(call, call.const(20), 20)
@@ -240,7 +225,7 @@ def prepare_lstm(call: OpCall) -> Kernel:
     ln = 23 if len(call.inputs) == 27 else None
 
     def run(*args: object) -> tuple[np.ndarray, ...]:
-        x = _f32(args[0])
+        x = optional_tensor(args[0])
         if x is None or x.ndim != 2:
             call.fail("input 0 must be [batch, input_size]")
         cell = _Cell(call, args, 1, ln, None)
@@ -257,7 +242,7 @@ def prepare_lstm(call: OpCall) -> Kernel:
 def prepare_unidirectional_lstm(call: OpCall) -> Kernel:
     call.expect_counts((24, 28), (1, 3))
     scalars = {20: (T.INT32,), 21: (T.FLOAT32, T.FLOAT16), 22: (T.FLOAT32, T.FLOAT16), 23: (T.BOOL,)}
-    t = _expect_floats(call, scalars)
+    t = expect_float_signature(call, scalars)
     call.expect_rank(0, 3)
     if call.const(20) is not None:
         _activation(call, call.const(20), 20)
@@ -266,7 +251,7 @@ def prepare_unidirectional_lstm(call: OpCall) -> Kernel:
     n_out = len(call.outputs)
 
     def run(*args: object) -> np.ndarray | tuple[np.ndarray, ...]:
-        x = _f32(args[0])
+        x = optional_tensor(args[0])
         if x is None or x.ndim != 3:
             call.fail("input 0 must have rank 3")
         cell = _Cell(call, args, 1, ln, None)
@@ -286,7 +271,7 @@ def prepare_unidirectional_lstm(call: OpCall) -> Kernel:
 def prepare_bidirectional_lstm(call: OpCall) -> Kernel:
     call.expect_counts(61, (1, 2, 5, 6))
     scalars = {48: (T.INT32,), 49: (T.FLOAT32, T.FLOAT16), 50: (T.FLOAT32, T.FLOAT16), 51: (T.BOOL,), 52: (T.BOOL,)}
-    t = _expect_floats(call, scalars)
+    t = expect_float_signature(call, scalars)
     call.expect_rank(0, 3)
     if call.const(48) is not None:
         _activation(call, call.const(48), 48)
@@ -297,14 +282,14 @@ def prepare_bidirectional_lstm(call: OpCall) -> Kernel:
     dtype = t.dtype
 
     def run(*args: object) -> np.ndarray | tuple[np.ndarray, ...]:
-        x = _f32(args[0])
+        x = optional_tensor(args[0])
         if x is None or x.ndim != 3:
             call.fail("input 0 must have rank 3")
         fw = _Cell(call, args, 1, 53, 40)
         bw = _Cell(call, args, 18, 57, 44)
         fw_h, fw_c = _state(call, args[35], 35), _state(call, args[36], 36)
         bw_h, bw_c = _state(call, args[37], 37), _state(call, args[38], 38)
-        aux = _f32(args[39])
+        aux = optional_tensor(args[39])
         act = _activation(call, args[48], 48)
         cell_clip, proj_clip = _clips(call, args[49], args[50], 49)
         merge, time_major = bool(args[51]), bool(args[52])

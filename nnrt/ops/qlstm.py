@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from nnrt.ops._common import optional_tensor
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.lstm_quant import fixed_logistic, fixed_tanh, quantize_multiplier, wrap16
 from nnrt.ops.lstm_quant import multiply_by_quantized_multiplier as mbqm
@@ -161,8 +162,7 @@ def prepare_quantized_lstm(call: OpCall) -> Kernel:
 
     def run(*args: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         def get(i: int) -> np.ndarray | None:
-            v = args[i]
-            return np.asarray(v, dtype=I64) if isinstance(v, np.ndarray) and v.size else None
+            return optional_tensor(args[i], I64)
 
         x, h_in, c_in = get(0), get(18), get(19)
         if x is None or h_in is None or c_in is None or x.ndim != 2 or h_in.ndim != 2 or c_in.ndim != 2:

@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnrt.ops._common import FLOAT_TYPES, apply_activation, check_activation
+from nnrt.ops._common import FLOAT_TYPES, apply_activation, check_activation, optional_tensor
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__ = ["f32", "rnn_sequence"]
+__all__ = ["expect_float_signature", "rnn_sequence"]
 
 
-def f32(x: object) -> np.ndarray | None:
-    """A float32 view/copy of an optional float tensor; None when omitted (None or empty)."""
-    return np.asarray(x, dtype=np.float32) if isinstance(x, np.ndarray) and x.size else None
-
-
-def _expect_float_tensors(call: OpCall, indexes: range | list[int]) -> T:
-    t = call.expect_type(indexes[0], *FLOAT_TYPES)
-    for i in indexes:
-        if call.has_input(i) and call.inputs[i].type is not t:
+def expect_float_signature(call: OpCall, scalars: dict[int, tuple[T, ...]]) -> T:
+    """Input 0 is a float tensor; the ``scalars`` inputs have their types; every other present input
+    and every output has input 0's type (shared with ``lstm``)."""
+    t = call.expect_type(0, *FLOAT_TYPES)
+    for i in range(len(call.inputs)):
+        if i in scalars:
+            call.expect_type(i, *scalars[i])
+        elif call.has_input(i) and call.inputs[i].type is not t:
             call.fail(f"input {i} has type {call.inputs[i].type.name}; expected {t.name}")
     for j in range(len(call.outputs)):
         call.expect_output_type(j, t)
@@ -83,8 +82,7 @@ def _check_rnn_shapes(call: OpCall, x: np.ndarray, w: np.ndarray, r: np.ndarray,
 @kernel(Op.RNN)
 def prepare_rnn(call: OpCall) -> Kernel:
     call.expect_counts(6, 2)
-    _expect_float_tensors(call, range(5))
-    call.expect_type(5, T.INT32)
+    expect_float_signature(call, {5: (T.INT32,)})
     for i, rank in ((0, 2), (1, 2), (2, 2), (3, 1), (4, 2)):
         call.expect_rank(i, rank)
     if call.const(5) is not None:
@@ -107,9 +105,7 @@ def prepare_rnn(call: OpCall) -> Kernel:
 @kernel(Op.UNIDIRECTIONAL_SEQUENCE_RNN)
 def prepare_unidirectional_rnn(call: OpCall) -> Kernel:
     call.expect_counts(7, (1, 2))
-    _expect_float_tensors(call, range(5))
-    call.expect_type(5, T.INT32)
-    call.expect_type(6, T.INT32)
+    expect_float_signature(call, {5: (T.INT32,), 6: (T.INT32,)})
     for i, rank in ((0, 3), (1, 2), (2, 2), (3, 1), (4, 2)):
         call.expect_rank(i, rank)
     if call.const(5) is not None:
@@ -135,10 +131,7 @@ def prepare_unidirectional_rnn(call: OpCall) -> Kernel:
 @kernel(Op.BIDIRECTIONAL_SEQUENCE_RNN)
 def prepare_bidirectional_rnn(call: OpCall) -> Kernel:
     call.expect_counts(15, (1, 2, 3, 4))
-    _expect_float_tensors(call, range(12))
-    call.expect_type(12, T.INT32)
-    call.expect_type(13, T.BOOL)
-    call.expect_type(14, T.BOOL)
+    expect_float_signature(call, {12: (T.INT32,), 13: (T.BOOL,), 14: (T.BOOL,)})
     for i, rank in ((0, 3), (1, 2), (2, 2), (3, 1), (4, 2), (5, 2), (6, 2), (7, 1), (8, 2)):
         call.expect_rank(i, rank)
     if call.const(12) is not None:
@@ -153,7 +146,7 @@ def prepare_bidirectional_rnn(call: OpCall) -> Kernel:
         x = _need(call, args[0], 0, 3)
         fw = [_need(call, args[i], i, n) for i, n in ((1, 2), (2, 2), (3, 1), (4, 2))]
         bw = [_need(call, args[i], i, n) for i, n in ((5, 2), (6, 2), (7, 1), (8, 2))]
-        aux, fw_aux_w, bw_aux_w = (f32(args[i]) for i in (9, 10, 11))
+        aux, fw_aux_w, bw_aux_w = (optional_tensor(args[i]) for i in (9, 10, 11))
         act = check_activation(call, args[12], 12)
         time_major, merge = bool(args[13]), bool(args[14])
         if n_out != ((1, 3) if merge else (2, 4))[n_out > 2]:
@@ -194,9 +187,7 @@ def prepare_bidirectional_rnn(call: OpCall) -> Kernel:
 @kernel(Op.SVDF)
 def prepare_svdf(call: OpCall) -> Kernel:
     call.expect_counts(7, 2)
-    _expect_float_tensors(call, range(5))
-    call.expect_type(5, T.INT32)
-    call.expect_type(6, T.INT32)
+    expect_float_signature(call, {5: (T.INT32,), 6: (T.INT32,)})
     for i, rank in ((0, 2), (1, 2), (2, 2), (3, 1), (4, 2)):
         call.expect_rank(i, rank)
     if call.const(6) is not None:
@@ -209,7 +200,7 @@ def prepare_svdf(call: OpCall) -> Kernel:
 
     def run(*args: object) -> tuple[np.ndarray, np.ndarray]:
         x, wf, wt = (_need(call, args[i], i, 2) for i in (0, 1, 2))
-        bias = f32(args[3])
+        bias = optional_tensor(args[3])
         state = _need(call, args[4], 4, 2)
         rank, act = args[5], check_activation(call, args[6], 6)
         if not isinstance(rank, int):
