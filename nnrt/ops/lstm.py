@@ -19,7 +19,7 @@ import numpy as np
 
 from nnrt.ops._common import optional_tensor
 from nnrt.ops._registry import Kernel, OpCall, kernel
-from nnrt.ops.recurrent import expect_float_signature
+from nnrt.ops.recurrent import bidirectional_outputs, check_merge_outputs, expect_float_signature
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
@@ -275,10 +275,9 @@ def prepare_bidirectional_lstm(call: OpCall) -> Kernel:
     call.expect_rank(0, 3)
     if call.const(48) is not None:
         _activation(call, call.const(48), 48)
-    merge_c = call.const(51)
+    if call.const(51) is not None:
+        check_merge_outputs(call, call.const(51), 4)
     n_out = len(call.outputs)
-    if merge_c is not None and n_out not in ((1, 5) if merge_c else (2, 6)):
-        call.fail(f"{n_out} outputs do not match merge_outputs={bool(merge_c)}")
     dtype = t.dtype
 
     def run(*args: object) -> np.ndarray | tuple[np.ndarray, ...]:
@@ -293,8 +292,7 @@ def prepare_bidirectional_lstm(call: OpCall) -> Kernel:
         act = _activation(call, args[48], 48)
         cell_clip, proj_clip = _clips(call, args[49], args[50], 49)
         merge, time_major = bool(args[51]), bool(args[52])
-        if n_out not in ((1, 5) if merge else (2, 6)):
-            call.fail(f"{n_out} outputs do not match merge_outputs={merge}")
+        check_merge_outputs(call, merge, 4)
         xt = x if time_major else x.transpose(1, 0, 2)
         auxt = None if aux is None else (aux if time_major else aux.transpose(1, 0, 2))
         has_aux_w = fw.aux_w[1] is not None or bw.aux_w[1] is not None
@@ -310,13 +308,7 @@ def prepare_bidirectional_lstm(call: OpCall) -> Kernel:
             bw.check_aux(auxt.shape[2])
         fw_out, fw_h, fw_c, _ = fw.run(xt, fw_h, fw_c, act, cell_clip, proj_clip, aux=auxt)
         bw_out, bw_h, bw_c, _ = bw.run(bw_x, bw_h, bw_c, act, cell_clip, proj_clip, aux=auxt, reverse=True)
-        outs = [np.concatenate([fw_out, bw_out], axis=2)] if merge else [fw_out, bw_out]
-        if not time_major:
-            outs = [o.transpose(1, 0, 2) for o in outs]
-        if n_out > 2:
-            outs += [fw_h, fw_c, bw_h, bw_c]
-        result = tuple(np.ascontiguousarray(o, dtype=dtype) for o in outs)
-        return result[0] if len(result) == 1 else result
+        return bidirectional_outputs(fw_out, bw_out, [fw_h, fw_c, bw_h, bw_c], merge, time_major, n_out, dtype)
 
     return run
 from nnrt.ops import lstm_quant as _lstm_quant  # noqa: E402,F401

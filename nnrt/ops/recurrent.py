@@ -13,13 +13,14 @@ of every filter. The LSTM family lives in ``lstm.py``, imported at the bottom.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from nnrt.ops._common import FLOAT_TYPES, apply_activation, check_activation, optional_tensor
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__ = ["expect_float_signature", "rnn_sequence"]
+__all__ = ["bidirectional_outputs", "check_merge_outputs", "expect_float_signature", "rnn_sequence"]
 
 
 def expect_float_signature(call: OpCall, scalars: dict[int, tuple[T, ...]]) -> T:
@@ -34,6 +35,33 @@ def expect_float_signature(call: OpCall, scalars: dict[int, tuple[T, ...]]) -> T
     for j in range(len(call.outputs)):
         call.expect_output_type(j, t)
     return t
+
+
+def check_merge_outputs(call: OpCall, merge: object, n_states: int) -> None:
+    """A bidirectional op has 1 (merged) or 2 sequence outputs, optionally followed by ``n_states`` final states."""
+    n_out = len(call.outputs)
+    if n_out not in ((1, 1 + n_states) if merge else (2, 2 + n_states)):
+        call.fail(f"{n_out} outputs do not match merge_outputs={bool(merge)}")
+
+
+def bidirectional_outputs(
+    fw_out: np.ndarray,
+    bw_out: np.ndarray,
+    states: list[np.ndarray],
+    merge: bool,
+    time_major: bool,
+    n_out: int,
+    dtype: DTypeLike,
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    """A bidirectional op's results from time-major sequences: merged or separate outputs in the op's
+    layout, then the final ``states`` when the op has more than two outputs."""
+    outs = [np.concatenate([fw_out, bw_out], axis=2)] if merge else [fw_out, bw_out]
+    if not time_major:
+        outs = [o.transpose(1, 0, 2) for o in outs]
+    if n_out > 2:
+        outs += states
+    result = tuple(np.ascontiguousarray(o, dtype=dtype) for o in outs)
+    return result[0] if len(result) == 1 else result
 
 
 def _need(call: OpCall, x: object, i: int, ndim: int) -> np.ndarray:
@@ -136,10 +164,9 @@ def prepare_bidirectional_rnn(call: OpCall) -> Kernel:
         call.expect_rank(i, rank)
     if call.const(12) is not None:
         check_activation(call, call.const(12), 12)
-    merge = call.const(14)
+    if call.const(14) is not None:
+        check_merge_outputs(call, call.const(14), 2)
     n_out = len(call.outputs)
-    if merge is not None and n_out not in ((1, 3) if merge else (2, 4)):
-        call.fail(f"{n_out} outputs do not match merge_outputs={bool(merge)}")
     dtype = call.outputs[0].type.dtype
 
     def run(*args: object) -> np.ndarray | tuple[np.ndarray, ...]:
@@ -149,8 +176,7 @@ def prepare_bidirectional_rnn(call: OpCall) -> Kernel:
         aux, fw_aux_w, bw_aux_w = (optional_tensor(args[i]) for i in (9, 10, 11))
         act = check_activation(call, args[12], 12)
         time_major, merge = bool(args[13]), bool(args[14])
-        if n_out != ((1, 3) if merge else (2, 4))[n_out > 2]:
-            call.fail(f"{n_out} outputs do not match merge_outputs={merge}")
+        check_merge_outputs(call, merge, 2)
         if (fw_aux_w is None) != (bw_aux_w is None) or (aux is None and fw_aux_w is not None):
             call.fail("auxiliary weights need an auxiliary input, and come as a pair")
         xt = x if time_major else x.transpose(1, 0, 2)
@@ -170,13 +196,7 @@ def prepare_bidirectional_rnn(call: OpCall) -> Kernel:
                 call.fail(f"auxiliary weights have shape {list(aw.shape)}")
         fw_out, fw_h = rnn_sequence(xt, fw, act, aux=auxt, aux_w=fw_aux_w)
         bw_out, bw_h = rnn_sequence(bw_x, bw, act, reverse=True, aux=auxt, aux_w=bw_aux_w)
-        outs = [np.concatenate([fw_out, bw_out], axis=2)] if merge else [fw_out, bw_out]
-        if not time_major:
-            outs = [o.transpose(1, 0, 2) for o in outs]
-        if n_out > 2:
-            outs += [fw_h, bw_h]
-        result = tuple(np.ascontiguousarray(o, dtype=dtype) for o in outs)
-        return result[0] if len(result) == 1 else result
+        return bidirectional_outputs(fw_out, bw_out, [fw_h, bw_h], merge, time_major, n_out, dtype)
 
     return run
 
