@@ -1,15 +1,17 @@
-"""Helpers every kernel family shares: type groups, quantized values, fused activations,
-broadcasting, padding and layouts. One helper per concern; kernels do not re-implement them.
+"""Helpers every kernel family shares: type groups, quantized values and requantization, fused
+activations, axes, integer parameters, broadcasting, padding, layouts and fixed-point integer
+arithmetic. One helper per concern; kernels do not re-implement them.
 
 Quantized kernels in nnrt compute in real numbers: ``to_real`` dequantizes (per-channel
 aware), the kernel computes in float32/float64, and ``from_real`` requantizes with NNAPI's
 rounding (half away from zero) and saturation. The CTS allows an error of 1 on quantized
 outputs, which this scheme meets for every reference case; kernels that need the exact
-integer pipeline (LSTM cells, for instance) do it themselves.
+integer pipeline (the quantized LSTM cells) build it from the fixed-point helpers at the end.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,16 +34,22 @@ __all__ = [
     "from_nchw",
     "from_real",
     "implicit_padding",
+    "multiply_by_quantized_multiplier",
     "int_param",
     "normalize_axis",
     "optional_tensor",
     "output_values",
     "quant_range",
+    "quantize_multiplier",
     "requantize",
     "round_half_away",
+    "rounding_divide_by_pot",
     "same_quant",
+    "saturate",
+    "saturating_doubling_high_mul",
     "to_nchw",
     "to_real",
+    "wrap16",
 ]
 
 T = OperandType
@@ -253,3 +261,68 @@ def to_nchw(x: np.ndarray) -> np.ndarray:
 def from_nchw(x: np.ndarray) -> np.ndarray:
     """NCHW view of an array as NHWC (the layout nnrt's 2-D kernels compute in)."""
     return x.transpose(0, 2, 3, 1)
+
+
+# -- fixed-point integers (gemmlowp / TFLite semantics) ------------------------------------
+# Raw int16/int32 values are held in int64 arrays; these reproduce C++'s wrap-around, saturation
+# and rounding. Used by the exact integer LSTMs (``lstm_quant``, ``qlstm``).
+
+_I64 = np.int64
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """A real multiplier as (Q31 multiplier, left shift), like TFLite's QuantizeMultiplier."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    q_fixed = math.floor(abs(q) * (1 << 31) + 0.5) * (1 if q >= 0 else -1)
+    if q_fixed == 1 << 31:
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q_fixed, shift
+
+
+def wrap16(x: np.ndarray) -> np.ndarray:
+    """C++'s wrap-around of an int16 cast."""
+    return ((x + 32768) & 0xFFFF) - 32768
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def saturate(x: np.ndarray, bits: int) -> np.ndarray:
+    """Saturate to the signed ``bits``-bit range."""
+    out: np.ndarray = np.clip(x, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    return out
+
+
+def rounding_divide_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT (round half away from zero) on int64 arrays."""
+    if exponent == 0:
+        return x
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def saturating_doubling_high_mul(a: np.ndarray, b: np.ndarray | int, bits: int) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul for int16 (bits=16) or int32 (bits=32) raw values."""
+    a = np.asarray(a, dtype=_I64)
+    b_arr = np.asarray(b, dtype=_I64)
+    lo = -(1 << (bits - 1))
+    ab = a * b_arr
+    half = 1 << (bits - 2)
+    q = ab + np.where(ab >= 0, half, 1 - half)
+    res = np.where(q >= 0, q >> (bits - 1), -((-q) >> (bits - 1)))  # C++ division truncates
+    return np.where((a == lo) & (b_arr == lo), (1 << (bits - 1)) - 1, res)
+
+
+def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
+    """TFLite MultiplyByQuantizedMultiplier on int32 values (held as int64)."""
+    left, right = max(shift, 0), max(-shift, 0)
+    shifted = _wrap32(np.asarray(x, dtype=_I64) << left)
+    return rounding_divide_by_pot(saturating_doubling_high_mul(shifted, multiplier, 32), right)

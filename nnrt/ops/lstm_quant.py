@@ -5,8 +5,9 @@ Both follow the reference kernels bit for bit (the CTS allows one unit of error 
 rescaled with ``MultiplyByQuantizedMultiplier`` (a 31-bit fixed-point multiplier and a
 power-of-two shift), and the gate nonlinearities are gemmlowp's 16-bit fixed-point
 ``logistic`` and ``tanh`` (exp by a Taylor polynomial and a barrel shifter, division by
-Newton-Raphson). Raw 16-bit values are held in int64 arrays; ``_wrap16`` reproduces C++'s
-wrap-around on int16 casts and ``_sat16`` saturation.
+Newton-Raphson). Raw 16-bit values are held in int64 arrays; the integer primitives (C++'s
+int16 wrap-around, saturation, rounding shifts, ``MultiplyByQuantizedMultiplier``) live in
+``_common``, shared with ``qlstm``.
 
 QUANTIZED_16BIT_LSTM (FL3): uint8 input and output with scale 1/128 and zero point 128, a
 16-bit cell state with 4 integer bits, one fully connected layer per gate. QUANTIZED_LSTM
@@ -17,88 +18,23 @@ gates' intermediate scales given as inputs.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from nnrt.ops._common import multiply_by_quantized_multiplier, quantize_multiplier
+from nnrt.ops._common import rounding_divide_by_pot as _rdpot
+from nnrt.ops._common import saturate as _sat
+from nnrt.ops._common import saturating_doubling_high_mul as _srdhm
+from nnrt.ops._common import wrap16 as _wrap16
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__ = [
-    "fixed_logistic",
-    "fixed_tanh",
-    "multiply_by_quantized_multiplier",
-    "quantize_multiplier",
-    "rounding_divide_by_pot",
-    "wrap16",
-]
+__all__ = ["fixed_logistic", "fixed_tanh"]
 
 I64 = np.int64
 
 
 # -- integer helpers (gemmlowp / TFLite semantics) ----------------------------------------
-
-
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """A real multiplier as (Q31 multiplier, left shift), like TFLite's QuantizeMultiplier."""
-    if real == 0.0:
-        return 0, 0
-    q, shift = math.frexp(real)
-    q_fixed = math.floor(abs(q) * (1 << 31) + 0.5) * (1 if q >= 0 else -1)
-    if q_fixed == 1 << 31:
-        q_fixed //= 2
-        shift += 1
-    if shift < -31:
-        return 0, 0
-    return q_fixed, shift
-
-
-def _wrap16(x: np.ndarray) -> np.ndarray:
-    return ((x + 32768) & 0xFFFF) - 32768
-
-
-wrap16 = _wrap16
-
-
-def _sat(x: np.ndarray, bits: int) -> np.ndarray:
-    out: np.ndarray = np.clip(x, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    return out
-
-
-def _rdpot(x: np.ndarray, exponent: int) -> np.ndarray:
-    """gemmlowp RoundingDivideByPOT (round half away from zero) on int64 arrays."""
-    if exponent == 0:
-        return x
-    mask = (1 << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
-
-
-rounding_divide_by_pot = _rdpot
-
-
-def _srdhm(a: np.ndarray, b: np.ndarray | int, bits: int) -> np.ndarray:
-    """SaturatingRoundingDoublingHighMul for int16 (bits=16) or int32 (bits=32) raw values."""
-    a = np.asarray(a, dtype=I64)
-    b_arr = np.asarray(b, dtype=I64)
-    lo = -(1 << (bits - 1))
-    ab = a * b_arr
-    half = 1 << (bits - 2)
-    q = ab + np.where(ab >= 0, half, 1 - half)
-    res = np.where(q >= 0, q >> (bits - 1), -((-q) >> (bits - 1)))  # C++ division truncates
-    return np.where((a == lo) & (b_arr == lo), (1 << (bits - 1)) - 1, res)
-
-
-def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
-    """TFLite MultiplyByQuantizedMultiplier on int32 values (held as int64)."""
-    left, right = max(shift, 0), max(-shift, 0)
-    return _rdpot(_srdhm(_wrap32(np.asarray(x, dtype=I64) << left), multiplier, 32), right)
-
-
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
 def _smpot16(x: np.ndarray, exponent: int) -> np.ndarray:

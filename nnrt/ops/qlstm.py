@@ -15,11 +15,12 @@ import math
 
 import numpy as np
 
-from nnrt.ops._common import optional_tensor
+from nnrt.ops._common import multiply_by_quantized_multiplier as mbqm
+from nnrt.ops._common import optional_tensor, quantize_multiplier, wrap16
+from nnrt.ops._common import rounding_divide_by_pot as rdpot
+from nnrt.ops._common import saturate as _sat
 from nnrt.ops._registry import Kernel, OpCall, kernel
-from nnrt.ops.lstm_quant import fixed_logistic, fixed_tanh, quantize_multiplier, wrap16
-from nnrt.ops.lstm_quant import multiply_by_quantized_multiplier as mbqm
-from nnrt.ops.lstm_quant import rounding_divide_by_pot as rdpot
+from nnrt.ops.lstm_quant import fixed_logistic, fixed_tanh
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
@@ -48,11 +49,6 @@ def _tdiv(a: np.ndarray | int, b: int) -> np.ndarray:
     a = np.asarray(a, dtype=I64)
     q: np.ndarray = np.where(a >= 0, a // b, -((-a) // b))
     return q
-
-
-def _sat(x: np.ndarray, bits: int) -> np.ndarray:
-    out: np.ndarray = np.clip(x, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    return out
 
 
 def _srdhm32(a: int, b: int) -> int:
