@@ -50,8 +50,16 @@ def _prepare_4d(call: OpCall, n_params: int) -> None:
 
 
 def _nhwc_kernel(call: OpCall, body: Callable[..., np.ndarray], n_params: int) -> Kernel:
-    """Wrap ``body(x_nhwc, *params)`` with layout handling and requantization."""
+    """Wrap ``body(x_nhwc, *params)`` with layout handling and requantization.
+
+    When the input's shape, the layout and the parameters are known, ``body`` first runs once
+    on an empty input of that shape, so NNAPI's validation failures surface at preparation.
+    """
     src, dst = call.inputs[0], call.outputs[0]
+    dims = _nhwc_dims(call, n_params)
+    params = [call.const(1 + k) for k in range(n_params)]
+    if dims is not None and all(p is not None for p in params):
+        body(np.empty(dims, src.type.dtype), *params)
 
     def run(x: np.ndarray, *args: Any) -> np.ndarray:
         params, nchw = args[:n_params], bool(args[n_params]) if len(args) > n_params else False
@@ -100,9 +108,6 @@ def prepare_depth_to_space(call: OpCall) -> Kernel:
         co = c // (bs * bs)
         return x.reshape(n, h, w, bs, bs, co).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * bs, w * bs, co)
 
-    dims = _nhwc_dims(call, 1)
-    if dims is not None and call.const(1) is not None:
-        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1))
     return _nhwc_kernel(call, body, 1)
 
 
@@ -119,9 +124,6 @@ def prepare_space_to_depth(call: OpCall) -> Kernel:
         y = x.reshape(n, h // bs, bs, w // bs, bs, c).transpose(0, 1, 3, 2, 4, 5)
         return y.reshape(n, h // bs, w // bs, bs * bs * c)
 
-    dims = _nhwc_dims(call, 1)
-    if dims is not None and call.const(1) is not None:
-        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1))
     return _nhwc_kernel(call, body, 1)
 
 
@@ -149,9 +151,6 @@ def prepare_batch_to_space(call: OpCall) -> Kernel:
         no = n // (bh * bw)
         return x.reshape(bh, bw, no, h, w, c).transpose(2, 3, 0, 4, 1, 5).reshape(no, h * bh, w * bw, c)
 
-    dims = _nhwc_dims(call, 1)
-    if dims is not None and call.const(1) is not None:
-        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1))
     return _nhwc_kernel(call, body, 1)
 
 
@@ -187,9 +186,6 @@ def prepare_space_to_batch(call: OpCall) -> Kernel:
         y = y.reshape(n, hp // bh, bh, wp // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
         return y.reshape(bh * bw * n, hp // bh, wp // bw, c)
 
-    dims = _nhwc_dims(call, 2)
-    if dims is not None and call.const(1) is not None and call.const(2) is not None:
-        body(np.empty(dims, call.inputs[0].type.dtype), call.const(1), call.const(2))
     return _nhwc_kernel(call, body, 2)
 
 
