@@ -446,11 +446,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         wmat0 = relaid(call, "wmat", lambda: _conv_matrix(real_filter(const_w, call, types), real_bias(const_b, call, types)))
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        args = (x, w, b, *params)
-        check_shape(call, "input", x, 4)
-        check_shape(call, "filter", w, 4)
-        g = geometry(call, sig, args, *_hw(x, args, sig), w.shape[1], w.shape[2])
-        cin = x.shape[1] if g.nchw else x.shape[3]
+        g, cin = _run_geometry(call, sig, (x, w, b, *params))
         if w.shape[3] != cin or b.shape != (w.shape[0],):
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
@@ -465,10 +461,15 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     return run
 
 
-def _hw(x: np.ndarray, args: tuple[Any, ...], sig: ConvSignature) -> tuple[int, int]:
-    """(height, width) of a rank-4 input in the run's layout."""
+def _run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tuple[Geometry, int]:
+    """One run's geometry and input channel count, from the kernel's arguments (input, filter, bias, ...)."""
+    x, w = args[0], args[1]
+    check_shape(call, "input", x, 4)
+    check_shape(call, "filter", w, 4)
     nchw = sig.layout is not None and bool(args[sig.layout])
-    return (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
+    in_h, in_w = (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
+    g = geometry(call, sig, args, in_h, in_w, w.shape[1], w.shape[2])
+    return g, x.shape[1] if g.nchw else x.shape[3]
 
 
 # -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------
@@ -512,11 +513,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
     bias0 = real_bias(const_b, call, types) if const_b is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        args = (x, w, b, *params)
-        check_shape(call, "input", x, 4)
-        check_shape(call, "filter", w, 4)
-        g = geometry(call, sig, args, *_hw(x, args, sig), w.shape[1], w.shape[2])
-        cin = x.shape[1] if g.nchw else x.shape[3]
+        g, cin = _run_geometry(call, sig, (x, w, b, *params))
         cout = w.shape[3]
         if w.shape[0] != 1 or cout != cin * g.extra or b.shape != (cout,):
             call.fail(
@@ -562,12 +559,8 @@ def prepare_grouped_conv2d(call: OpCall) -> Kernel:
         return [_conv_matrix(wreal[k * per : (k + 1) * per], bias[k * per : (k + 1) * per]) for k in range(groups)]
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        args = (x, w, b, *params)
-        check_shape(call, "input", x, 4)
-        check_shape(call, "filter", w, 4)
-        g = geometry(call, sig, args, *_hw(x, args, sig), w.shape[1], w.shape[2])
+        g, cin = _run_geometry(call, sig, (x, w, b, *params))
         groups = g.extra
-        cin = x.shape[1] if g.nchw else x.shape[3]
         cout = w.shape[0]
         if cout % groups or w.shape[3] * groups != cin or b.shape != (cout,):
             call.fail(
