@@ -8,6 +8,7 @@ specs whose name contains TEXT, ``--failures N`` prints up to N failing cases (d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import asyncio
 import json
 import sys
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{sum(r.status == 'unsupported' for r in results)} unsupported in {took:.1f} s\n")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([r.__dict__ | {"ops": list(r.ops)} for r in results], f, indent=1)
+            json.dump([dataclasses.asdict(r) | {"ops": list(r.ops)} for r in results], f, indent=1)
     return 1 if failed else 0
 
 
