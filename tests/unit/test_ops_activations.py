@@ -3,7 +3,7 @@ quantization of LOGISTIC/SOFTMAX/TANH, and bad signatures rejected with INVALID_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,37 +12,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import nnrt
-from nnrt import ErrorStatus, Model
+from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-
-
-def unary_model(op: Op, t: T, dims: list[int], in_q: tuple[float, int] = (0.0, 0), out_q: tuple[float, int] = (0.0, 0),
-                extra: Sequence[tuple[T, object]] = ()) -> Model:
-    m = Model()
-    x = m.add_operand(t, dims, *in_q)
-    ins = [x]
-    for et, value in extra:
-        i = m.add_operand(et)
-        m.set_operand_value(i, value)
-        ins.append(i)
-    y = m.add_operand(t, dims, *out_q)
-    m.add_operation(op, ins, [y])
-    m.identify_inputs_and_outputs([x], [y])
-    m.finish()
-    return m
-
-
-def run(device: nnrt.CpuDevice, m: Model, x: np.ndarray) -> np.ndarray:
-    out: np.ndarray = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
-    return out
-
-
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
-
+from tests.helpers import first_output as run
+from tests.helpers import rejected, single_op_model
 
 FORMULAS: dict[Op, Callable[[np.ndarray], np.ndarray]] = {
     Op.RELU: lambda x: np.maximum(x, 0),
@@ -58,14 +32,14 @@ FORMULAS: dict[Op, Callable[[np.ndarray], np.ndarray]] = {
 @pytest.mark.parametrize("t", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
 def test_float_unary(device: nnrt.CpuDevice, op: Op, t: T) -> None:
     x = np.linspace(-8, 8, 24, dtype=t.dtype).reshape(2, 3, 4)
-    out = run(device, unary_model(op, t, [2, 3, 4]), x)
+    out = run(device, single_op_model(op, t, [2, 3, 4]), x)
     assert out.dtype == t.dtype
     np.testing.assert_allclose(out.astype(np.float64), FORMULAS[op](x.astype(np.float64)), rtol=2e-3, atol=2e-3)
 
 
 def test_logistic_quant8_signed_output(device: nnrt.CpuDevice) -> None:
     x = np.array([-128, -28, 0, 127], np.int8)  # scale 0.05, zp -28 -> [-5, 0, 1.4, 7.75]
-    m = unary_model(Op.LOGISTIC, T.TENSOR_QUANT8_ASYMM_SIGNED, [4], (0.05, -28), (1 / 256, -128))
+    m = single_op_model(Op.LOGISTIC, T.TENSOR_QUANT8_ASYMM_SIGNED, [4], in_q=(0.05, -28), out_q=(1 / 256, -128))
     real = (x.astype(np.float64) + 28) * 0.05
     want = np.clip(np.round(256 / (1 + np.exp(-real))) - 128, -128, 127)
     assert np.abs(run(device, m, x).astype(int) - want).max() <= 1
@@ -81,13 +55,14 @@ def test_logistic_quant8_signed_output(device: nnrt.CpuDevice) -> None:
     ],
 )
 def test_fixed_output_quantization_is_enforced(device: nnrt.CpuDevice, op: Op, t: T, out_q: tuple[float, int]) -> None:
-    rejected(device, unary_model(op, t, [4], (0.1, 0), out_q), "must have scale")
+    rejected(device, single_op_model(op, t, [4], in_q=(0.1, 0), out_q=out_q), "must have scale")
 
 
 def test_softmax_quant8_output_rule(device: nnrt.CpuDevice) -> None:
     extra = [(T.FLOAT32, 1.0)]
-    rejected(device, unary_model(Op.SOFTMAX, T.TENSOR_QUANT8_ASYMM, [1, 4], (0.1, 0), (1 / 256, 128), extra), "must have scale")
-    ok = unary_model(Op.SOFTMAX, T.TENSOR_QUANT8_ASYMM, [1, 4], (0.1, 0), (1 / 256, 0), extra)
+    bad = single_op_model(Op.SOFTMAX, T.TENSOR_QUANT8_ASYMM, [1, 4], extra, in_q=(0.1, 0), out_q=(1 / 256, 128))
+    rejected(device, bad, "must have scale")
+    ok = single_op_model(Op.SOFTMAX, T.TENSOR_QUANT8_ASYMM, [1, 4], extra, in_q=(0.1, 0), out_q=(1 / 256, 0))
     out = run(device, ok, np.array([[10, 20, 30, 40]], np.uint8))
     e = np.exp(np.array([1.0, 2.0, 3.0, 4.0]))
     assert np.abs(out[0].astype(int) - np.round(256 * e / e.sum())).max() <= 1
@@ -102,7 +77,7 @@ def test_softmax_quant8_output_rule(device: nnrt.CpuDevice) -> None:
 )
 def test_softmax_matches_numpy(device: nnrt.CpuDevice, x: np.ndarray, beta: float, data: st.DataObject) -> None:
     axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
-    m = unary_model(Op.SOFTMAX, T.TENSOR_FLOAT32, list(x.shape), extra=[(T.FLOAT32, beta), (T.INT32, axis)])
+    m = single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT32, list(x.shape), [(T.FLOAT32, beta), (T.INT32, axis)])
     z = (x.astype(np.float64) - x.max(axis=axis, keepdims=True)) * np.float32(beta)
     want = np.exp(z) / np.exp(z).sum(axis=axis, keepdims=True)
     np.testing.assert_allclose(run(device, m, x), want, rtol=1e-5, atol=1e-6)
@@ -110,9 +85,9 @@ def test_softmax_matches_numpy(device: nnrt.CpuDevice, x: np.ndarray, beta: floa
 
 def test_log_softmax_elu_prelu(device: nnrt.CpuDevice) -> None:
     x = np.array([[-2.0, -0.5, 0.0, 3.0]], np.float32)
-    out = run(device, unary_model(Op.LOG_SOFTMAX, T.TENSOR_FLOAT32, [1, 4], extra=[(T.FLOAT32, 1.0), (T.INT32, -1)]), x)
+    out = run(device, single_op_model(Op.LOG_SOFTMAX, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 1.0), (T.INT32, -1)]), x)
     np.testing.assert_allclose(out, x - np.log(np.exp(x).sum()), rtol=1e-5)
-    out = run(device, unary_model(Op.ELU, T.TENSOR_FLOAT32, [1, 4], extra=[(T.FLOAT32, 2.0)]), x)
+    out = run(device, single_op_model(Op.ELU, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 2.0)]), x)
     np.testing.assert_allclose(out, np.where(x < 0, 2.0 * np.expm1(x), x), rtol=1e-6)
     m = Model()
     xi = m.add_operand(T.TENSOR_FLOAT32, [1, 4])
@@ -126,9 +101,10 @@ def test_log_softmax_elu_prelu(device: nnrt.CpuDevice) -> None:
 
 
 def test_bad_signatures(device: nnrt.CpuDevice) -> None:
-    rejected(device, unary_model(Op.RELU, T.TENSOR_INT32, [4]), "type")
-    rejected(device, unary_model(Op.RELU, T.TENSOR_FLOAT32, [1, 1, 1, 1, 4]), "rank")
-    rejected(device, unary_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], extra=[(T.FLOAT32, 0.0)]), "beta")
-    rejected(device, unary_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], extra=[(T.FLOAT32, 1.0), (T.INT32, 2)]), "axis")
-    rejected(device, unary_model(Op.SOFTMAX, T.TENSOR_FLOAT16, [1, 4], extra=[(T.FLOAT32, 1.0)]), "FLOAT16")
-    rejected(device, unary_model(Op.ELU, T.TENSOR_QUANT8_ASYMM, [4], (0.1, 0), (0.1, 0), [(T.FLOAT32, 1.0)]), "type")
+    rejected(device, single_op_model(Op.RELU, T.TENSOR_INT32, [4]), "type")
+    rejected(device, single_op_model(Op.RELU, T.TENSOR_FLOAT32, [1, 1, 1, 1, 4]), "rank")
+    rejected(device, single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 0.0)]), "beta")
+    rejected(device, single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 1.0), (T.INT32, 2)]), "axis")
+    rejected(device, single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT16, [1, 4], [(T.FLOAT32, 1.0)]), "FLOAT16")
+    elu_q8 = single_op_model(Op.ELU, T.TENSOR_QUANT8_ASYMM, [4], [(T.FLOAT32, 1.0)], in_q=(0.1, 0), out_q=(0.1, 0))
+    rejected(device, elu_q8, "type")

@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnrt
-from nnrt import ErrorStatus, Model
+from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from tests.helpers import rejected
 
 ACT_BOUNDS = {0: (-np.inf, np.inf), 1: (0.0, np.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 
@@ -37,12 +37,6 @@ def build(op: Op, x_dims: list[int], tensors: list[np.ndarray], scalars: list[An
     m.identify_inputs_and_outputs([x], [y])
     m.finish()
     return m
-
-
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
 def ref_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, pads: tuple[int, int, int, int], s: tuple[int, int],

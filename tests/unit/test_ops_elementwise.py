@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import nnrt
-from nnrt import ErrorStatus, Model
+from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from tests.helpers import first_output as run
+from tests.helpers import rejected
 
 Spec = tuple[T, list[int]] | tuple[T, list[int], float, int]
 
@@ -28,17 +30,6 @@ def build(op: Op, ins: Sequence[Spec], outs: Sequence[Spec]) -> tuple[Model, lis
     m.identify_inputs_and_outputs(in_idx, out_idx)
     m.finish()
     return m, in_idx
-
-
-def run(device: nnrt.CpuDevice, m: Model, *xs: np.ndarray) -> np.ndarray:
-    out: np.ndarray = device.prepare_model_sync(m).execute_sync(list(xs)).outputs[0]
-    return out
-
-
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize(

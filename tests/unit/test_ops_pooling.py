@@ -4,14 +4,14 @@ formula (Hypothesis), quantized average pooling, and bad signatures rejected at 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnrt
-from nnrt import ErrorStatus, Model
+from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from tests.helpers import rejected
 
 
 def build(op: Op, x_dims: list[int], scalars: list[int | bool], *, t: T = T.TENSOR_FLOAT32,
@@ -80,12 +80,6 @@ def test_average_pool_quant8_signed(device: nnrt.CpuDevice) -> None:
     out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
     assert out.dtype == np.int8 and out.shape == (1, 1, 1, 1)
     assert abs(int(out[0, 0, 0, 0]) - round((-128 - 100 + 0 + 127) / 4)) <= 1
-
-
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
 def test_bad_signatures_are_rejected(device: nnrt.CpuDevice) -> None:

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 import nnrt
-from nnrt import ErrorStatus, Model
+from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from tests.helpers import first_output as run
+from tests.helpers import rejected
 
 
 def one_op(op: Op, in_t: T, out_t: T, dims: list[int], out_dims: list[int] | None = None,
@@ -20,17 +22,6 @@ def one_op(op: Op, in_t: T, out_t: T, dims: list[int], out_dims: list[int] | Non
     m.identify_inputs_and_outputs([x], [y])
     m.finish()
     return m
-
-
-def run(device: nnrt.CpuDevice, m: Model, x: np.ndarray) -> np.ndarray:
-    out: np.ndarray = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
-    return out
-
-
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize("in_t", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])

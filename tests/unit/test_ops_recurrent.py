@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnrt
-from nnrt import ErrorStatus, Model
+from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops.lookup import fingerprint64
 from nnrt.ops.lstm_quant import fixed_logistic, fixed_tanh
+from tests.helpers import rejected
 
 Spec = tuple[T, Sequence[int]] | tuple[T, Sequence[int], object]
 
@@ -40,12 +41,6 @@ def build(op: Op, inputs: Sequence[Spec], outputs: Sequence[tuple[T, Sequence[in
     m.identify_inputs_and_outputs(model_inputs, outs)
     m.finish()
     return m, len(model_inputs)
-
-
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
 F = T.TENSOR_FLOAT32

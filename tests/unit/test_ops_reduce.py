@@ -16,6 +16,7 @@ import nnrt
 from nnrt import ErrorStatus, Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from tests.helpers import all_outputs as run
 
 
 def reduce_model(op: Op, t: T, dims: list[int], axes: list[int], keep: bool, out_dims: list[int]) -> Model:
@@ -30,10 +31,6 @@ def reduce_model(op: Op, t: T, dims: list[int], axes: list[int], keep: bool, out
     m.identify_inputs_and_outputs([x], [y])
     m.finish()
     return m
-
-
-def run(device: nnrt.CpuDevice, m: Model, *xs: np.ndarray) -> list[np.ndarray]:
-    return list(device.prepare_model_sync(m).execute_sync(list(xs)).outputs)
 
 
 REDUCERS: dict[Op, Callable[..., np.ndarray]] = {

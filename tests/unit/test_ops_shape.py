@@ -6,15 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import nnrt
-from nnrt import ErrorStatus, Model
+from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from tests.helpers import all_outputs as run
+from tests.helpers import rejected
 
 Arg = tuple[T, Sequence[int] | None, object]  # (type, dims, constant value or None for a model input)
 
@@ -37,16 +38,6 @@ def build(op: Op, args: Sequence[Arg], outs: Sequence[tuple[T, Sequence[int]]],
     m.identify_inputs_and_outputs(model_inputs, outputs)
     m.finish()
     return m, model_inputs
-
-
-def run(device: nnrt.CpuDevice, m: Model, *xs: object) -> list[np.ndarray]:
-    return list(device.prepare_model_sync(m).execute_sync(list(xs)).outputs)
-
-
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
 def i32(*v: int) -> np.ndarray:

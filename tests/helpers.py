@@ -1,0 +1,71 @@
+"""Small model builders, array helpers and checks that several test modules share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+import nnrt
+from nnrt import ErrorStatus, Model
+from nnrt import OperandType as T
+from nnrt import OperationType as Op
+
+__all__ = ["all_outputs", "first_output", "ones", "rejected", "single_op_model", "unknown_shape_add"]
+
+Quant = tuple[float, int]
+
+
+def ones(*shape: int) -> np.ndarray:
+    """A float32 array of ones."""
+    return np.ones(shape, np.float32)
+
+
+def unknown_shape_add() -> Model:
+    """ADD of two float32 [?, 2] inputs into an output of unknown shape [?, ?]."""
+    m = Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
+    b = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    c = m.add_operand(T.TENSOR_FLOAT32, [0, 0])
+    m.add_operation(Op.ADD, [a, b, act], [c])
+    m.identify_inputs_and_outputs([a, b], [c])
+    m.finish()
+    return m
+
+
+def single_op_model(op: Op, t: T, dims: list[int], params: Sequence[tuple[T, object]] = (), *,
+                    in_q: Quant = (0.0, 0), out_q: Quant = (0.0, 0)) -> Model:
+    """``op`` on one input tensor and constant scalar ``params``, into an output of the input's type and shape."""
+    m = Model()
+    x = m.add_operand(t, dims, *in_q)
+    ins = [x]
+    for pt, value in params:
+        i = m.add_operand(pt)
+        m.set_operand_value(i, value)
+        ins.append(i)
+    y = m.add_operand(t, dims, *out_q)
+    m.add_operation(op, ins, [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+def all_outputs(device: nnrt.CpuDevice, m: Model, *xs: object) -> list[np.ndarray]:
+    """Prepare ``m`` and execute it once (synchronously) on ``xs``."""
+    return list(device.prepare_model_sync(m).execute_sync(list(xs)).outputs)
+
+
+def first_output(device: nnrt.CpuDevice, m: Model, *xs: object) -> np.ndarray:
+    """The first output of one synchronous execution of ``m`` on ``xs``."""
+    out: np.ndarray = all_outputs(device, m, *xs)[0]
+    return out
+
+
+def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
+    """Preparing ``m`` fails with INVALID_ARGUMENT and a message matching ``match``."""
+    with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
+        device.prepare_model_sync(m)
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
