@@ -13,27 +13,13 @@ import numpy as np
 import pytest
 
 import nnrt
-from nnrt import ErrorStatus, Model, zoo
-from nnrt import OperandType as T
-from nnrt import OperationType as Op
+from nnrt import ErrorStatus, zoo
 from nnrt.burst import Channel, ChannelClosed, ChannelFull, Location, RequestPacket, encode_request
+from tests.helpers import unknown_shape_add
 
 
 def f32(*values: float) -> np.ndarray:
     return np.array([values], np.float32)
-
-
-def unknown_shape_add() -> Model:
-    m = Model()
-    a = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
-    b = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    c = m.add_operand(T.TENSOR_FLOAT32, [0, 0])
-    m.add_operation(Op.ADD, [a, b, act], [c])
-    m.identify_inputs_and_outputs([a, b], [c])
-    m.finish()
-    return m
 
 
 class Pools:

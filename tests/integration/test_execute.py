@@ -11,27 +11,9 @@ import pytest
 from structlog.testing import capture_logs
 
 import nnrt
-from nnrt import ErrorStatus, Model, zoo
-from nnrt import OperandType as T
-from nnrt import OperationType as Op
+from nnrt import ErrorStatus, zoo
 from nnrt._log import reload_vlog
-
-
-def ones(*shape: int) -> np.ndarray:
-    return np.ones(shape, np.float32)
-
-
-def unknown_shape_add() -> Model:
-    m = Model()
-    a = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
-    b = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    c = m.add_operand(T.TENSOR_FLOAT32, [0, 0])
-    m.add_operation(Op.ADD, [a, b, act], [c])
-    m.identify_inputs_and_outputs([a, b], [c])
-    m.finish()
-    return m
+from tests.helpers import ones, unknown_shape_add
 
 
 class TickingClock:

@@ -12,6 +12,7 @@ import pytest
 
 import nnrt
 from nnrt import ErrorStatus, SyncFence, zoo
+from tests.helpers import ones
 
 
 @pytest.fixture(scope="module", params=["eager", "task"])
@@ -20,10 +21,6 @@ def device(request: pytest.FixtureRequest) -> Iterator[nnrt.CpuDevice]:
     dev = nnrt.CpuDevice(inline_limit_ns=1e6 if request.param == "eager" else 0)
     yield dev
     dev.close()
-
-
-def ones(*shape: int) -> np.ndarray:
-    return np.ones(shape, np.float32)
 
 
 async def spin(n: int = 5) -> None:

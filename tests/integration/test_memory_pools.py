@@ -12,19 +12,7 @@ import nnrt
 from nnrt import ErrorStatus, Memory, MemoryLocation, Model, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-
-
-def unknown_shape_add() -> Model:
-    m = Model()
-    a = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
-    b = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    c = m.add_operand(T.TENSOR_FLOAT32, [0, 0])
-    m.add_operation(Op.ADD, [a, b, act], [c])
-    m.identify_inputs_and_outputs([a, b], [c])
-    m.finish()
-    return m
+from tests.helpers import unknown_shape_add
 
 
 def scalar_input_add() -> Model:

@@ -13,10 +13,7 @@ import pytest
 
 import nnrt
 from nnrt import ErrorStatus, Priority, zoo
-
-
-def ones(*shape: int) -> np.ndarray:
-    return np.ones(shape, np.float32)
+from tests.helpers import ones
 
 
 class Gate:
@@ -33,6 +30,15 @@ class Gate:
             return fn(*args)
 
         return blocked
+
+    @classmethod
+    def on_step(cls, prepared: nnrt.PreparedModel, index: int) -> Gate:
+        """A gate installed on step ``index`` of ``prepared``'s plan."""
+        gate = cls()
+        step = prepared.plan.steps[index]
+        assert step.fn is not None
+        step.fn = gate.wrap(step.fn)
+        return gate
 
     async def wait_entered(self) -> None:
         assert await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, 10)
@@ -74,10 +80,7 @@ async def test_queued_execution_expires_at_its_deadline_while_another_runs(vdevi
     assert isinstance(clock, nnrt.VirtualClock)
     long = await vdevice.prepare_model(zoo.add_chain(5))
     short = await vdevice.prepare_model(zoo.one_add())
-    gate = Gate()
-    step = long.plan.steps[0]
-    assert step.fn is not None
-    step.fn = gate.wrap(step.fn)
+    gate = Gate.on_step(long, 0)
     running = asyncio.create_task(long.execute([ones(1, 16)]))
     await gate.wait_entered()
     queued = asyncio.create_task(short.execute([ones(1, 4), ones(1, 4)], deadline=clock.now() + 1.0))
@@ -103,10 +106,7 @@ async def test_high_priority_preempts_low_of_the_same_app_and_low_resumes(vdevic
     low = await vdevice.prepare_model(zoo.add_chain(10), priority=Priority.LOW, app="camera")
     high = await vdevice.prepare_model(zoo.one_add(), priority=Priority.HIGH, app="camera")
     calls = count_calls(low)
-    gate = Gate()
-    step = low.plan.steps[2]
-    assert step.fn is not None
-    step.fn = gate.wrap(step.fn)
+    gate = Gate.on_step(low, 2)
     order: list[str] = []
 
     async def run(name: str, prepared: nnrt.PreparedModel, inputs: list[np.ndarray]) -> nnrt.ExecutionResult:
@@ -131,10 +131,7 @@ async def test_high_priority_preempts_low_of_the_same_app_and_low_resumes(vdevic
 async def test_other_apps_never_preempt(vdevice: nnrt.CpuDevice) -> None:
     low = await vdevice.prepare_model(zoo.add_chain(10), priority=Priority.LOW, app="assistant")
     high = await vdevice.prepare_model(zoo.one_add(), priority=Priority.HIGH, app="camera")
-    gate = Gate()
-    step = low.plan.steps[2]
-    assert step.fn is not None
-    step.fn = gate.wrap(step.fn)
+    gate = Gate.on_step(low, 2)
     order: list[str] = []
 
     async def run(name: str, coro: object) -> None:
@@ -156,10 +153,7 @@ async def test_running_execution_aborts_at_the_next_checkpoint_after_its_deadlin
     assert isinstance(clock, nnrt.VirtualClock)
     prepared = await vdevice.prepare_model(zoo.add_chain(10))
     calls = count_calls(prepared)
-    gate = Gate()
-    step = prepared.plan.steps[3]
-    assert step.fn is not None
-    step.fn = gate.wrap(step.fn)
+    gate = Gate.on_step(prepared, 3)
     task = asyncio.create_task(prepared.execute([ones(1, 16)], deadline=clock.now() + 1.0))
     await gate.wait_entered()
     clock.advance(5.0)
@@ -174,10 +168,7 @@ async def test_admission_uses_the_cost_model(vdevice: nnrt.CpuDevice) -> None:
     clock = vdevice.clock
     prepared = await vdevice.prepare_model(zoo.add_chain(5))
     set_cost(prepared, 1.0)  # 5 s of work per execution
-    gate = Gate()
-    step = prepared.plan.steps[0]
-    assert step.fn is not None
-    step.fn = gate.wrap(step.fn)
+    gate = Gate.on_step(prepared, 0)
     first = asyncio.create_task(prepared.execute([ones(1, 16)], deadline=clock.now() + 6.0))
     await gate.wait_entered()
     # Fits on an idle device (5 s < 7 s) but not behind the 5 s running with an earlier
@@ -198,10 +189,7 @@ async def test_admission_uses_the_cost_model(vdevice: nnrt.CpuDevice) -> None:
 async def test_full_queue_is_resource_exhausted() -> None:
     dev = nnrt.CpuDevice(clock=nnrt.VirtualClock(), compute_units=1, inline_limit_ns=0, max_queued_per_app=1)
     prepared = await dev.prepare_model(zoo.add_chain(3))
-    gate = Gate()
-    step = prepared.plan.steps[0]
-    assert step.fn is not None
-    step.fn = gate.wrap(step.fn)
+    gate = Gate.on_step(prepared, 0)
     first = asyncio.create_task(prepared.execute([ones(1, 16)]))
     await gate.wait_entered()
     second = asyncio.create_task(prepared.execute([ones(1, 16)]))
@@ -216,10 +204,7 @@ async def test_full_queue_is_resource_exhausted() -> None:
 
 async def test_cancelling_a_queued_execution_frees_its_place(vdevice: nnrt.CpuDevice) -> None:
     prepared = await vdevice.prepare_model(zoo.add_chain(3))
-    gate = Gate()
-    step = prepared.plan.steps[0]
-    assert step.fn is not None
-    step.fn = gate.wrap(step.fn)
+    gate = Gate.on_step(prepared, 0)
     first = asyncio.create_task(prepared.execute([ones(1, 16)]))
     await gate.wait_entered()
     queued = asyncio.create_task(prepared.execute([ones(1, 16)]))
