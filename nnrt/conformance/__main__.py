@@ -8,8 +8,8 @@ specs whose name contains TEXT, ``--failures N`` prints up to N failing cases (d
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import asyncio
+import dataclasses
 import json
 import sys
 import time

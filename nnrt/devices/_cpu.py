@@ -189,6 +189,9 @@ class CpuDevice(Device):
         except BaseException:
             self.memory.release(app, nbytes)
             raise
+        if vlog_enabled("driver"):
+            _log.debug("driver.prepared", device=self.name, model=model.name, app=app, priority=prio.name,
+                       preference=pref.name, bytes=nbytes, inline=plan.inline, cached=cache_dir is not None)
         return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
 
     def _reserve(self, model: Model, app: str) -> int:
@@ -327,6 +330,9 @@ class CpuDevice(Device):
         sched = self.scheduler
         device_ns = held_ns = 0
         on_loop = self.runs_inline(plan)
+        if vlog_enabled("cpuexe"):
+            _log.debug("cpuexe.start", device=self.name, job=job.id, app=job.app, where="loop" if on_loop else "worker",
+                       cost_us=job.cost * 1e6)
         while True:
             if on_loop:
                 ctx.on_loop = True
@@ -357,6 +363,8 @@ class CpuDevice(Device):
                 reason = value
             if reason == OFFLOAD:
                 on_loop = False
+                if vlog_enabled("cpuexe"):
+                    _log.debug("cpuexe.offload", device=self.name, job=job.id, app=job.app)
                 continue
             # INTERRUPTED: the scheduler raised the flag; ask it what to do here.
             remaining = max(0.0, job.cost - device_ns / 1e9)

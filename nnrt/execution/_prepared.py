@@ -20,7 +20,7 @@ import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, perf_ns
-from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, OutputInsufficientSizeError
+from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError, OutputInsufficientSizeError
 from nnrt.execution._fenced import FencedExecutionCallback, execute_fenced
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._plan import Plan
@@ -146,10 +146,15 @@ class PreparedModel:
         ``deadline`` is an absolute time on the device clock (``nnrt.deadline_after``).
         """
         t0 = perf_ns()
-        args, bufs = self._validate_request(inputs, outputs)
-        ctx = self._context(deadline, loop_timeout)
-        results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan, self.app, self.priority)
-        return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+        try:
+            args, bufs = self._validate_request(inputs, outputs)
+            ctx = self._context(deadline, loop_timeout)
+            gen = run_plan(self.plan, args, ctx)
+            results, device_ns = await self._driver.drive(gen, ctx, self.plan, self.app, self.priority)
+            return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+        except NnrtError as err:
+            self._log_failure(err)
+            raise
 
     async def _execute_validated(
         self, args: list[Any], bufs: Any, measure_timing: bool, deadline: float | None, loop_timeout: float | None
@@ -209,10 +214,20 @@ class PreparedModel:
     ) -> ExecutionResult:
         """``execute`` for code without an event loop: runs on the calling thread."""
         t0 = perf_ns() if measure_timing else 0
-        args, bufs = self._validate_request(inputs, outputs)
-        ctx = self._context(deadline, loop_timeout)
-        results, device_ns = self._driver.drive_sync(run_plan(self.plan, args, ctx), ctx)
-        return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+        try:
+            args, bufs = self._validate_request(inputs, outputs)
+            ctx = self._context(deadline, loop_timeout)
+            results, device_ns = self._driver.drive_sync(run_plan(self.plan, args, ctx), ctx)
+            return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+        except NnrtError as err:
+            self._log_failure(err)
+            raise
+
+    def _log_failure(self, err: NnrtError) -> None:
+        """The summary event of a failed execution (successes log theirs in ``_finish``)."""
+        if vlog_enabled("execution"):
+            _log.debug("execution.completed", app=self.app, priority=self.priority.name, status=err.status.name,
+                       error=str(err))
 
     # -- request handling -----------------------------------------------------------------------
 

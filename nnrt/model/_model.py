@@ -16,11 +16,14 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from nnrt._log import get_logger, vlog_enabled
 from nnrt.errors import InvalidArgumentError
 from nnrt.model._operand import ChannelQuant, Operand, Operation, SupportsBuffer, check_quant_params, dims_product
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 __all__ = ["Model"]
+
+_log = get_logger("model")
 
 _L = OperandLifeTime
 
@@ -204,6 +207,9 @@ class Model:
         self._check_mutable("finish")
         self._validate_graph()
         self._finished = True
+        if vlog_enabled("model"):
+            _log.debug("model.finished", model=self.name, operands=len(self.operands), operations=len(self.operations),
+                       referenced=len(self.referenced_models()), relaxed=self.relaxed)
 
     # -- queries ----------------------------------------------------------------------------
 

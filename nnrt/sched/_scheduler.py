@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
+from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, TimerHandle, VirtualClock, perf_ns
 from nnrt.errors import error_for
 from nnrt.sched._job import Job
@@ -34,6 +35,8 @@ from nnrt.sched._stats import ClassStatistics, SchedulerStatistics
 from nnrt.types import ErrorStatus, Priority
 
 __all__ = ["Interruptible", "Scheduler"]
+
+_log = get_logger("manager")
 
 
 class Interruptible(Protocol):
@@ -86,6 +89,9 @@ class Scheduler:
         job.owner = _Ticket(ctx)
         admission = self.policy.submit(job, now)
         if not admission:
+            if vlog_enabled("manager"):
+                _log.debug("manager.refused", job=job.id, app=job.app, priority=job.priority.name,
+                           status=admission.status.name, reason=admission.reason)
             raise error_for(admission.status, f"not admitted: {admission.reason}" if admission.reason else "not admitted")
         self._active += 1
         self._pump(now)
@@ -114,6 +120,9 @@ class Scheduler:
         ticket.ctx.interrupt = False
         now = self.clock.now()
         decision = self.policy.checkpoint(job, now, remaining_s)
+        if decision.action is not Action.CONTINUE and vlog_enabled("manager"):
+            _log.debug(f"manager.{decision.action.value}", job=job.id, app=job.app, priority=job.priority.name,
+                       successor=decision.successor.id if decision.successor else None)
         if decision.action is Action.ABORT:
             self._active -= 1
         elif decision.successor is not None:
