@@ -33,9 +33,9 @@ from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_pl
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, allocate_buffer
-from nnrt.model import Model, Operand
+from nnrt.model import Model
 from nnrt.sched import Action, Job, Scheduler, SchedulerStatistics
-from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
+from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, Priority
 
 __all__ = ["CpuDevice"]
 
@@ -150,7 +150,7 @@ class CpuDevice(Device):
             raise InvalidArgumentError("supported_operations: the model must be a finished Model")
         result = []
         for operation in model.operations:
-            single = _single_operation_model(model, operation.index)
+            single = model.operation_as_model(operation.index)
             try:
                 compile_plan(single)
             except NnrtError:
@@ -385,36 +385,6 @@ class CpuDevice(Device):
             return stop.value, perf_ns() - t
         finally:
             fp_errors_restored(token)
-
-
-def _single_operation_model(model: Model, index: int) -> Model:
-    """A model holding only operation ``index`` of ``model`` (for per-operation support)."""
-    operation = model.operations[index]
-    single = Model(name=f"{model.name}#op{index}")
-    single.relaxed = model.relaxed
-    remap: dict[int, int] = {}
-    for i in (*operation.inputs, *operation.outputs):
-        if i in remap:
-            continue
-        src = model.operands[i]
-        remap[i] = len(single.operands)
-        single.operands.append(
-            Operand(remap[i], src.type, src.dimensions, src.scale, src.zero_point, src.lifetime, src.channel_quant,
-                    src.value, src.subgraph, src.name)
-        )
-    single.operations.append(type(operation)(operation.type, tuple(remap[i] for i in operation.inputs),
-                                             tuple(remap[i] for i in operation.outputs), 0))
-    single.input_indexes = tuple(remap[i] for i in operation.inputs if not model.operands[i].is_constant
-                                 and model.operands[i].subgraph is None
-                                 and model.operands[i].lifetime is not OperandLifeTime.NO_VALUE)
-    single.output_indexes = tuple(remap[i] for i in operation.outputs)
-    for i in single.input_indexes:
-        single.operands[i].lifetime = OperandLifeTime.SUBGRAPH_INPUT
-    for i in single.output_indexes:
-        single.operands[i].lifetime = OperandLifeTime.SUBGRAPH_OUTPUT
-    single._io_identified = True
-    single._finished = True
-    return single
 
 
 def _calibrate(plan: Plan) -> None:

@@ -10,6 +10,7 @@ kernels' business and are checked at preparation, as NNAPI drivers do.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -238,6 +239,31 @@ class Model:
         from nnrt.model._serialize import load_model
 
         return load_model(path)
+
+    def operation_as_model(self, index: int) -> Model:
+        """A finished model holding only operation ``index``: its constant and subgraph operands
+        kept, its other inputs as model inputs, its outputs as model outputs (for per-operation
+        support queries)."""
+        operation = self.operations[index]
+        single = Model(name=f"{self.name}#op{index}")
+        single.relaxed = self.relaxed
+        remap: dict[int, int] = {}
+        for i in (*operation.inputs, *operation.outputs):
+            if i not in remap:
+                src = self.operands[i]
+                remap[i] = len(single.operands)
+                single.operands.append(dataclasses.replace(src, index=remap[i]))
+        single.operations.append(Operation(operation.type, tuple(remap[i] for i in operation.inputs),
+                                           tuple(remap[i] for i in operation.outputs), 0))
+        fixed = (_L.CONSTANT_COPY, _L.CONSTANT_POOL, _L.NO_VALUE, _L.SUBGRAPH)
+        single.input_indexes = tuple(dict.fromkeys(remap[i] for i in operation.inputs if self.operands[i].lifetime not in fixed))
+        single.output_indexes = tuple(remap[i] for i in operation.outputs)
+        for i in single.input_indexes:
+            single.operands[i].lifetime = _L.SUBGRAPH_INPUT
+        for i in single.output_indexes:
+            single.operands[i].lifetime = _L.SUBGRAPH_OUTPUT
+        single._io_identified = single._finished = True
+        return single
 
     def to_dot(self) -> str:
         """A Graphviz description of the graph (operands as ellipses, operations as boxes)."""
