@@ -18,7 +18,6 @@ Run: python benchmarks/burst.py [--quick]
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -29,7 +28,9 @@ from collections.abc import Awaitable, Callable
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import _common
 import numpy as np
+from _common import quick_flag, run_on_event_loops
 
 import nnrt
 from nnrt import zoo
@@ -134,13 +135,11 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
 
 
 def report(name: str, value: float, unit: str = "us") -> None:
-    sys.stdout.write(f"  {name:60} {value:9.2f} {unit}\n")
+    _common.report(name, value, unit, width=60)
 
 
 def ratio(name: str, value: float, target: float, at_least: bool) -> None:
-    met = value >= target if at_least else value <= target
-    sign = ">=" if at_least else "<="
-    sys.stdout.write(f"  {name:60} {value:9.2f}x  (target {sign} {target:.1f}x: {'met' if met else 'NOT met'})\n")
+    _common.ratio(name, value, target, at_least=at_least, width=60)
 
 
 async def main(quick: bool, loop_name: str) -> None:
@@ -169,13 +168,5 @@ async def main(quick: bool, loop_name: str) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    asyncio.run(main(args.quick, "asyncio"))
-    try:
-        import uvloop
-    except ImportError:
-        pass
-    else:
-        uvloop.run(main(args.quick, "uvloop"))
+    quick = quick_flag()
+    run_on_event_loops(lambda loop_name: main(quick, loop_name))

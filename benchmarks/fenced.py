@@ -11,32 +11,20 @@ Run: python benchmarks/fenced.py [--quick]
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
+from _common import atimed as timed
+from _common import quick_flag, ratio, report, run_on_event_loops
 
 import nnrt
 from nnrt import zoo
-
-
-async def timed(fn: Callable[[], Awaitable[object]], number: int, repeat: int = 7) -> float:
-    """Median microseconds per call."""
-    await fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for _ in range(number):
-            await fn()
-        times.append((time.perf_counter() - t) / number * 1e6)
-    return statistics.median(times)
 
 
 async def chain_ratio(device: nnrt.CpuDevice, model: nnrt.Model, number: int) -> tuple[float, float]:
@@ -100,14 +88,6 @@ async def signal_to_start(device: nnrt.CpuDevice, number: int) -> tuple[float, f
     return statistics.median(gaps), await timed(round_trip, number * 10)
 
 
-def report(name: str, value: float, unit: str = "us") -> None:
-    sys.stdout.write(f"  {name:56} {value:9.2f} {unit}\n")
-
-
-def ratio(name: str, value: float, target: float) -> None:
-    sys.stdout.write(f"  {name:56} {value:9.2f}x  (target <= {target:.1f}x: {'met' if value <= target else 'NOT met'})\n")
-
-
 async def main(quick: bool, loop_name: str) -> None:
     device = nnrt.CpuDevice(blas_threads=1)
     n = 100 if quick else 500
@@ -128,13 +108,5 @@ async def main(quick: bool, loop_name: str) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    asyncio.run(main(args.quick, "asyncio"))
-    try:
-        import uvloop
-    except ImportError:
-        pass
-    else:
-        uvloop.run(main(args.quick, "uvloop"))
+    quick = quick_flag()
+    run_on_event_loops(lambda loop_name: main(quick, loop_name))

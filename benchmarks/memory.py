@@ -23,11 +23,11 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
+from _common import bench
 
 import nnrt
 from nnrt import BufferDesc, BufferRole, Memory, Model, zoo
@@ -69,18 +69,6 @@ def big_add(shape: tuple[int, ...] = (1, 256, 256, 32)) -> Model:
     m.identify_inputs_and_outputs([a, b], [c])
     m.finish()
     return m
-
-
-def bench(fn: Callable[[], object], number: int, repeat: int = 7) -> float:
-    """Median microseconds per call over ``repeat`` batches of ``number`` calls."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t) / number * 1e6)
-    return statistics.median(times)
 
 
 def file_sizes(directory: str) -> dict[str, int]:

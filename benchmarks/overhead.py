@@ -18,16 +18,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
-import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import _common
 import numpy as np
+from _common import atimed, bench, report
 
 import nnrt
 from nnrt import zoo
@@ -41,34 +41,13 @@ except ImportError:  # pragma: no cover - optional
     ort = None
 
 
-def bench(fn: Callable[[], object], number: int, repeat: int = 7) -> float:
-    """Median microseconds per call over ``repeat`` batches of ``number`` calls."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t) / number * 1e6)
-    return statistics.median(times)
-
-
 def abench(make: Callable[[], Awaitable[object]], number: int, repeat: int = 7, loop: str = "asyncio") -> float:
-    async def run() -> float:
-        await make()
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            for _ in range(number):
-                await make()
-            times.append((time.perf_counter() - t) / number * 1e6)
-        return statistics.median(times)
-
+    """``atimed`` in a fresh event loop (asyncio or uvloop)."""
     if loop == "uvloop":
         import uvloop
 
-        return uvloop.run(run())
-    return asyncio.run(run())
+        return uvloop.run(atimed(make, number, repeat))
+    return asyncio.run(atimed(make, number, repeat))
 
 
 def ort_session(model: Any) -> Any:
@@ -119,12 +98,11 @@ def ort_block(model: nnrt.Model) -> Any:
 
 
 def line(name: str, value: float, unit: str = "us") -> None:
-    sys.stdout.write(f"  {name:48} {value:10.2f} {unit}\n")
+    report(name, value, unit, width=48)
 
 
 def ratio(name: str, value: float, target: float | None = None) -> None:
-    verdict = "" if target is None else f"  (target <= {target:.2f}x: {'met' if value <= target else 'NOT met'})"
-    sys.stdout.write(f"  {name:48} {value:10.2f}x{verdict}\n")
+    _common.ratio(name, value, target, width=48)
 
 
 def main() -> None:

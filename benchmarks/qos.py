@@ -16,7 +16,6 @@ machine in the same run. Run: python benchmarks/qos.py [--quick]
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
@@ -26,6 +25,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
+from _common import quick_flag
 
 import nnrt
 from nnrt import Priority, zoo
@@ -183,7 +183,4 @@ async def main(quick: bool) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    asyncio.run(main(args.quick))
+    asyncio.run(main(quick_flag()))
