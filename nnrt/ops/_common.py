@@ -32,6 +32,7 @@ __all__ = [
     "check_activation",
     "check_padding_scheme",
     "from_nchw",
+    "float_scalar_type",
     "from_real",
     "implicit_padding",
     "multiply_by_quantized_multiplier",
@@ -75,6 +76,11 @@ _INT_RANGES = {
     T.TENSOR_QUANT16_ASYMM: (0, 65535),
     T.TENSOR_INT32: (-(2**31), 2**31 - 1),
 }
+
+
+def float_scalar_type(t: OperandType) -> OperandType:
+    """The float scalar type of parameters that go with tensor type ``t``: FLOAT16 for TENSOR_FLOAT16, else FLOAT32."""
+    return T.FLOAT16 if t is T.TENSOR_FLOAT16 else T.FLOAT32
 
 
 # -- fused activations --------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import broadcast_shape, from_real, normalize_axis, to_real
+from nnrt.ops._common import broadcast_shape, float_scalar_type, from_real, normalize_axis, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -112,7 +112,7 @@ def prepare_unary(call: OpCall) -> Kernel:
 def prepare_elu(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     t = call.expect_type(0, *_FLOAT_ONLY)
-    call.expect_type(1, T.FLOAT32 if t is T.TENSOR_FLOAT32 else T.FLOAT16)
+    call.expect_type(1, float_scalar_type(t))
     call.expect_output_type(0, t)
     in_op, out_op = call.inputs[0], call.outputs[0]
 
@@ -159,7 +159,7 @@ def _check_beta(call: OpCall, beta: object, positive: bool) -> float:
 def _prepare_softmax_signature(call: OpCall, types: tuple[T, ...], axis_required: bool) -> T:
     call.expect_counts((3,) if axis_required else (2, 3), 1)
     t = call.expect_type(0, *types)
-    call.expect_type(1, T.FLOAT16 if t is T.TENSOR_FLOAT16 else T.FLOAT32)
+    call.expect_type(1, float_scalar_type(t))
     if len(call.inputs) == 3:
         call.expect_type(2, T.INT32)
     call.expect_output_type(0, t)

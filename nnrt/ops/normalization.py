@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, normalize_axis, to_real
+from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, float_scalar_type, from_real, normalize_axis, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -32,10 +32,6 @@ def _check_const_axis(call: OpCall, i: int) -> None:
         axis = call.const(i)
         if axis is not None:
             normalize_axis(call, axis, rank, i)
-
-
-def _scalar_type(call: OpCall) -> T:
-    return T.FLOAT16 if call.inputs[0].type is T.TENSOR_FLOAT16 else T.FLOAT32
 
 
 # -- L2_NORMALIZATION ---------------------------------------------------------------------
@@ -73,7 +69,7 @@ def prepare_lrn(call: OpCall) -> Kernel:
     call.expect_type(0, *FLOAT_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_type(1, T.INT32)
-    st = _scalar_type(call)
+    st = float_scalar_type(call.inputs[0].type)
     for i in (2, 3, 4):
         call.expect_type(i, st)
     if call.has_input(5):
@@ -113,7 +109,7 @@ def prepare_instance_normalization(call: OpCall) -> Kernel:
     call.expect_type(0, *FLOAT_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_rank(0, 4)
-    st = _scalar_type(call)
+    st = float_scalar_type(call.inputs[0].type)
     for i in (1, 2, 3):
         call.expect_type(i, st)
     call.expect_type(4, T.BOOL)

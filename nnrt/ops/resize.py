@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import from_nchw, from_real, round_half_away, same_quant, to_nchw, to_real
+from nnrt.ops._common import float_scalar_type, from_nchw, from_real, round_half_away, same_quant, to_nchw, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -93,7 +93,7 @@ def prepare_resize(call: OpCall) -> Kernel:
     t = call.expect_type(0, *_TYPES)
     call.expect_same_type(0, outputs=[0])
     call.expect_rank(0, 4)
-    scale_type = T.FLOAT16 if t is T.TENSOR_FLOAT16 else T.FLOAT32
+    scale_type = float_scalar_type(t)
     by_scale = call.expect_type(1, T.INT32, scale_type) is not T.INT32
     call.expect_type(2, call.inputs[1].type)
     for i in range(3, len(call.inputs)):
