@@ -159,7 +159,8 @@ def prepare_pool2d(call: OpCall) -> Kernel:
             # through BLAS, about 3x faster than a reduction over a reshaped view.
             nb, h, w, c = x.shape
             weights = np.full(h * w, 1.0 / (h * w), dtype=x.dtype)
-            return np.matmul(weights, x.reshape(nb, h * w, c)).reshape(nb, 1, 1, c)
+            pooled: np.ndarray = np.matmul(weights, x.reshape(nb, h * w, c))
+            return pooled.reshape(nb, 1, 1, c)
         s = _reduce_axis(x, 2, g.left, g.k_w, g.stride_w, g.out_w, 0.0, np.add)
         s = _reduce_axis(s, 1, g.top, g.k_h, g.stride_h, g.out_h, 0.0, np.add)
         ch = _counts(x.shape[1], g.top, g.k_h, g.stride_h, g.out_h)
