@@ -1,4 +1,5 @@
-"""``nnrt simulate [SCENARIO.toml] [--seed N] [--policy nnrt,fifo,...] [--json F] [--csv F] [--plot F] [--compute]``.
+"""``nnrt simulate [SCENARIO.toml] [--seed N] [--policy nnrt,fifo,...] [--json F] [--csv F] [--plot F] [--compute]
+[--overheads] [--real]``.
 
 Without a file it runs the built-in scenario (``nnrt.sim._builtin``). The report goes to
 stdout (one table per run; with several policies, a side-by-side comparison after them);
@@ -43,6 +44,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--plot", metavar="FILE",
                         help="latency distributions and unit timelines (.png or .html; needs matplotlib)")
     parser.add_argument("--compute", action="store_true", help="also run the kernels (default: stubs of the right shapes)")
+    parser.add_argument("--overheads", action="store_true",
+                        help="model the host's per-execution overheads too (measured once on this machine)")
+    parser.add_argument("--real", action="store_true",
+                        help="run on the real clock with real devices and kernels (takes the scenario's duration)")
     parser.add_argument("--duration", type=float, default=None, help="for the built-in scenario: simulated seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(list(argv))
@@ -58,7 +63,8 @@ def main(argv: Sequence[str]) -> int:
         else:
             scenario = builtin_scenario(args.duration)
         result = simulate(scenario, seed=args.seed, policies=args.policy, compute=args.compute,
-                          timeline=bool(args.plot), progress=False if args.no_progress else None)
+                          timeline=bool(args.plot), progress=False if args.no_progress else None, real=args.real,
+                          overheads=args.overheads)
     except ScenarioError as err:
         sys.stderr.write(f"nnrt simulate: {err.args[0]}\n")
         return 2

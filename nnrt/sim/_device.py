@@ -22,6 +22,9 @@ every one is scheduled):
   ``compute`` they run the real kernel too. A step's actual time is its cost divided by the
   device's ``speed``, times a lognormal factor (mean 1, spread ``jitter``) when the model has
   jitter, while the scheduler's estimate stays the plain cost: admission works on estimates.
+* Host overheads (``simulate(..., overheads=True)``, ``nnrt.sim._overhead``): an execution
+  of a model with service samples first holds its unit for one sample (drawn with the
+  device's generator), as a real execution spends validation, hand-off and cold caches.
 * Memory: a device's ``memory_mb`` (and ``app_memory_mb``) is the CPU device's own budget,
   charged at preparation (``CpuDevice._reserve``): a model that does not fit fails to
   prepare with RESOURCE_EXHAUSTED_*, and the simulator reports every request of that
@@ -51,7 +54,7 @@ from nnrt.sim._models import SimModel, walk_steps
 from nnrt.sim._scenario import DeviceSpec
 from nnrt.types import ErrorStatus, Priority
 
-__all__ = ["ClassTally", "SimDevice", "Segment"]
+__all__ = ["AccountingDevice", "ClassTally", "SimDevice", "Segment", "device_bytes"]
 
 _Gen = Generator[int, None, list[Any]]
 
@@ -78,13 +81,63 @@ class ClassTally:
     queued_s: list[float] = field(default_factory=list)
 
 
-class SimDevice(CpuDevice):
+class AccountingDevice(CpuDevice):
+    """A ``CpuDevice`` that keeps the report's device-side figures per (app, priority) class and
+    per compute unit (the module docstring). Subclasses record, in ``_ran[id(ctx)]``, each
+    execution's job, its device time (None: the time it held units) and its run segments
+    ``(unit, start, end)`` once it has run; ``drive`` accounts for them when it ends."""
+
+    #: Step costs are divided by it (simulated devices; 1 on a real one).
+    speed: float = 1.0
+
+    def _init_accounting(self, units: int, timeline: bool) -> None:
+        self.tallies: dict[tuple[str, Priority], ClassTally] = {}
+        self.busy_s = [0.0] * units
+        self.timeline: list[Segment] | None = [] if timeline else None
+        self._ran: dict[int, tuple[Job | None, float | None, list[tuple[int, float, float]]]] = {}
+
+    async def drive(
+        self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
+    ) -> tuple[list[Any], int]:
+        status = ErrorStatus.NONE
+        try:
+            return await super().drive(gen, ctx, plan, app, priority)
+        except NnrtError as err:
+            status = err.status
+            raise
+        finally:
+            self._account(ctx, str(app), priority, status)
+
+    def _account(self, ctx: ExecContext, app: str, priority: Priority, status: ErrorStatus) -> None:
+        ran = self._ran.pop(id(ctx), None)
+        if ran is None:
+            return  # refused or expired before it ran
+        job, spent, segments = ran
+        if spent is None:
+            spent = sum(end - start for _, start, end in segments)
+        tally = self.tallies.get((app, priority))
+        if tally is None:
+            tally = self.tallies[app, priority] = ClassTally()
+        tally.device_s += spent
+        if status is not ErrorStatus.NONE:
+            tally.wasted_s += spent
+        if job is not None:
+            tally.preemptions += job.preemptions
+            if job.finished is not None:
+                tally.queued_s.append(max(0.0, job.finished - job.arrival - spent))
+        for unit, start, end in segments:
+            self.busy_s[unit] += end - start
+            if self.timeline is not None:
+                self.timeline.append(Segment(unit, start, end, app, priority, status))
+
+
+class SimDevice(AccountingDevice):
     """A simulated device (see the module docstring). Use from a ``VirtualTimeLoop``."""
 
     def __init__(self, spec: DeviceSpec, clock: Clock, policy: Policy, *, seed: int | np.random.SeedSequence,
                  compute: bool = False, timeline: bool = False) -> None:
         super().__init__(spec.name, clock=clock, compute_units=spec.compute_units, blas_threads=None, calibrate=False,
-                         memory_budget=_bytes(spec.memory_mb), app_memory_limit=_bytes(spec.app_memory_mb),
+                         memory_budget=device_bytes(spec.memory_mb), app_memory_limit=device_bytes(spec.app_memory_mb),
                          switch_interval_s=None)
         self.scheduler = Scheduler(clock, spec.compute_units)
         self.scheduler.policy = policy
@@ -92,15 +145,13 @@ class SimDevice(CpuDevice):
         self.speed = spec.speed
         self.compute = compute
         self.rng = np.random.default_rng(seed)
-        self.tallies: dict[tuple[str, Priority], ClassTally] = {}
-        self.busy_s = [0.0] * spec.compute_units
-        self.timeline: list[Segment] | None = [] if timeline else None
+        self._init_accounting(spec.compute_units, timeline)
         self._cost = 0.0
         self._plans: dict[str, Plan] = {}
         self._exact: dict[int, float] = {}
+        self._service: dict[int, tuple[float, ...]] = {}
         skip = getattr(clock, "skip_to", None)
         self._skip_to: Callable[[float], bool] = skip if callable(skip) else _never
-        self._ran: dict[int, tuple[Job, float, list[tuple[int, float, float]]]] = {}
 
     # -- preparation ----------------------------------------------------------------------------
 
@@ -124,6 +175,8 @@ class SimDevice(CpuDevice):
                 step.fn = self._timed(step.fn, step.cost_ns / 1e9, sim.jitter, out if stub else None)
         if not (plan.has_control_flow or sim.jitter):
             self._exact[id(plan)] = sum(s.cost_ns / 1e9 for s in plan.steps)
+        if sim.service_s:
+            self._service[id(plan)] = sim.service_s
         return plan
 
     def _timed(self, fn: Any, cost_s: float, jitter: float, stub_out: Any) -> Any:
@@ -158,37 +211,6 @@ class SimDevice(CpuDevice):
     def runs_inline(self, plan: Plan) -> bool:
         return False  # every execution takes virtual time, so every one goes through the scheduler
 
-    async def drive(
-        self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
-    ) -> tuple[list[Any], int]:
-        status = ErrorStatus.NONE
-        try:
-            return await super().drive(gen, ctx, plan, app, priority)
-        except NnrtError as err:
-            status = err.status
-            raise
-        finally:
-            self._account(ctx, str(app), priority, status)
-
-    def _account(self, ctx: ExecContext, app: str, priority: Priority, status: ErrorStatus) -> None:
-        ran = self._ran.pop(id(ctx), None)
-        if ran is None:
-            return  # refused or expired before it ran
-        job, spent, segments = ran
-        tally = self.tallies.get((app, priority))
-        if tally is None:
-            tally = self.tallies[app, priority] = ClassTally()
-        tally.device_s += spent
-        tally.preemptions += job.preemptions
-        if status is not ErrorStatus.NONE:
-            tally.wasted_s += spent
-        if job.finished is not None:
-            tally.queued_s.append(max(0.0, job.finished - job.arrival - spent))
-        for unit, start, end in segments:
-            self.busy_s[unit] += end - start
-            if self.timeline is not None:
-                self.timeline.append(Segment(unit, start, end, app, priority, status))
-
     async def _run_admitted(
         self, gen: _Gen, ctx: ExecContext, plan: Plan, job: Job, granted: int
     ) -> tuple[list[Any], int, int]:
@@ -200,7 +222,13 @@ class SimDevice(CpuDevice):
         exact = self._exact.get(id(plan))  # its time, when known in advance (no jitter, no control flow)
         segments: list[tuple[int, float, float]] = []
         on: list[Any] = [job.unit, clock.now()]  # the unit held (None: none) and since when
+        extra = 0.0  # host overhead, part of ``spent`` but not of the steps' ``exact`` time
         try:
+            service = self._service.get(id(plan))
+            if service:  # validation, hand-off, cold caches (see the module doc)
+                self._cost = service[int(self.rng.integers(len(service)))]
+                extra = await self._spend()
+                spent += extra
             reason = next(gen)
             while True:
                 if reason == INTERRUPTED:
@@ -210,7 +238,7 @@ class SimDevice(CpuDevice):
                 # OFFLOAD: a step is about to run; its kernel takes no virtual time, its cost does.
                 self._cost = 0.0
                 if exact is not None and not ctx.interrupt:
-                    end = clock.now() + exact - spent
+                    end = clock.now() + exact - (spent - extra)
                     if (ctx.deadline is None or end < ctx.deadline) and self._skip_to(end):
                         # Nothing can happen before the execution ends: run the rest in one go.
                         ctx.on_loop = False
@@ -260,7 +288,8 @@ class SimDevice(CpuDevice):
         on[0], on[1] = job.unit, self.clock.now()
 
 
-def _bytes(mb: float | None) -> int | None:
+def device_bytes(mb: float | None) -> int | None:
+    """A scenario's megabytes as the CPU device's byte budget (None: no budget)."""
     return None if mb is None else int(mb * 2**20)
 
 

@@ -8,6 +8,11 @@ a chain of ``execute_fenced`` calls, or ``burst.execute``, with a deadline relat
 intended arrival time. Open-loop arrivals are armed as timers at their exact times (one
 task per execution); closed-loop clients send, wait for the outcome, think, and send again.
 
+With ``real=True`` the same run happens on an ordinary asyncio loop on the real clock, with a
+real ``CpuDevice`` per scenario device (``nnrt.sim._real``): every model is prepared first,
+then the run's time starts, so arrival times and latencies count from the run's start
+exactly as in virtual time, and the report has the same structure.
+
 Each request's outcome is what its caller sees: success (latency from the intended arrival
 to the end) or the ``NnrtError``'s status. For a fenced chain that is the status of the
 first stage that failed (later stages only report that a wait-for fence failed).
@@ -31,9 +36,10 @@ from nnrt.execution import FencedExecutionCallback, PreparedModel
 from nnrt.fences import SyncFence
 from nnrt.sim._arrivals import arrival_times
 from nnrt.sim._baselines import POLICIES, make_policy
-from nnrt.sim._device import Segment, SimDevice
-from nnrt.sim._loop import LoopClock, VirtualTimeLoop
+from nnrt.sim._device import AccountingDevice, Segment, SimDevice
+from nnrt.sim._loop import LoopClock, SimulationError, VirtualTimeLoop
 from nnrt.sim._models import SimModel, load_models
+from nnrt.sim._overhead import real_loop
 from nnrt.sim._report import FAILURE_KEYS, ClassReport, DeviceReport, Report, RunStats, latency_summary, r
 from nnrt.sim._scenario import ModelSpec, Scenario, ScenarioError, WorkloadSpec
 from nnrt.types import ErrorStatus, Priority
@@ -103,27 +109,40 @@ def simulate(
     compute: bool = False,
     timeline: bool = False,
     progress: TextIO | bool | None = None,
+    real: bool = False,
+    overheads: bool = False,
 ) -> SimulationResult:
     """Run ``scenario`` once per policy (see ``POLICIES``) and report.
 
     ``seed`` overrides the scenario's; ``compute`` runs the kernels too; ``timeline`` keeps
     every run segment (for plots); ``progress``: a stream for the progress bar, True for
-    stderr when it is a terminal (None, the default), False for none.
+    stderr when it is a terminal (None, the default), False for none. ``real``: run on the
+    real clock with real devices and kernels instead (``nnrt.sim._real``; no progress bar),
+    taking the scenario's duration in wall time; the scenario must not ask for what a real
+    run cannot do (a device speed other than 1, model costs or jitter: ``ScenarioError``).
+    ``overheads``: model the host's overheads too (``nnrt.sim._overhead``; measured once per
+    model on this machine, then cached with the step costs).
     """
     policies = list(policies)
     for p in policies:
         if p not in POLICIES:
             raise ScenarioError(f"--policy: unknown policy {p!r} (choose from {', '.join(POLICIES)})")
+    if real:
+        from nnrt.sim._real import check_real
+
+        check_real(scenario)
     seed = scenario.seed if seed is None else seed
-    models = _models(scenario)
+    models = _models(scenario, overheads=overheads and not real)
     stream: TextIO | None
     if progress is None or progress is True:
         stream = sys.stderr if (progress is True or sys.stderr.isatty()) else None
     else:
         stream = progress or None
+    if real:
+        stream = None
     result = SimulationResult([], [], [])
     for policy in policies:
-        run = _Run(scenario, seed, policy, models, compute, timeline)
+        run = _Run(scenario, seed, policy, models, compute, timeline, real)
         report, stats, data = run.execute(stream)
         result.reports.append(report)
         result.stats.append(stats)
@@ -131,24 +150,26 @@ def simulate(
     return result
 
 
-def _models(scenario: Scenario) -> dict[str, SimModel]:
+def _models(scenario: Scenario, *, overheads: bool = False) -> dict[str, SimModel]:
     specs = {m.name: m for m in scenario.models}
     for w in scenario.workloads:
         for name in w.models:
             specs.setdefault(name, ModelSpec(name, builtin=name))
-    return load_models(specs)
+    return load_models(specs, overheads=overheads)
 
 
 class _Run:
     """One scenario under one policy."""
 
     def __init__(self, scenario: Scenario, seed: int, policy: str, models: dict[str, SimModel], compute: bool,
-                 timeline: bool) -> None:
+                 timeline: bool, real: bool = False) -> None:
         self.scenario, self.seed, self.policy, self.models = scenario, seed, policy, models
-        self.compute, self.timeline = compute, timeline
+        self.compute, self.timeline, self.real = compute, timeline, real
         self.outcomes: dict[tuple[str, Priority], _Outcomes] = {}
-        self.loop: VirtualTimeLoop | None = None
-        self.devices: dict[str, SimDevice] = {}
+        self.devices: dict[str, AccountingDevice] = {}
+        self.clock: LoopClock | None = None
+        self.model_costs: dict[str, tuple[float, str]] = {}  # real runs: the cost each model was prepared with
+        self.end = 0.0  # the run's time when its last request ended
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -156,51 +177,92 @@ class _Run:
         sc = self.scenario
         horizon = max(w.start_s + (w.duration_s or 0.0) for w in sc.workloads)
         bar = _Progress(stream, f"simulating ({self.policy})", horizon) if stream is not None else None
-        loop = self.loop = VirtualTimeLoop(limit_s=sc.max_time_s, on_tick=bar.tick if bar else None)
+        loop: asyncio.AbstractEventLoop
+        if self.real:
+            loop = real_loop()
+        else:
+            loop = VirtualTimeLoop(limit_s=sc.max_time_s, on_tick=bar.tick if bar else None)
         t0 = perf_ns()
         try:
             loop.run_until_complete(self._main())
         finally:
             _shut_down(loop)
+            for d in self.devices.values():
+                d.close()
             if bar is not None:
                 bar.close()
         wall = (perf_ns() - t0) / 1e9
-        report = self._report(loop.vtime)
-        stats = RunStats(self.policy, wall, loop.vtime, report.executions, loop.iterations)
+        assert self.clock is not None
+        span = self.end
+        report = self._report(span)
+        stats = RunStats(self.policy, wall, span, report.executions, getattr(loop, "iterations", 0))
         data = RunData(
             self.policy,
             {f"{a}/{p.name}": np.asarray(o.latencies) for (a, p), o in self.outcomes.items()},
             {n: d.timeline or [] for n, d in self.devices.items()},
-            loop.vtime,
+            span,
         )
         return report, stats, data
 
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
-        clock = LoopClock(loop)
+        clock = self.clock = LoopClock(loop)
         sc = self.scenario
         weights: dict[Hashable, float] = {a.name: a.weight for a in sc.apps}
         for k, spec in enumerate(sc.devices):
             policy = make_policy(self.policy, spec.compute_units, app_weights=weights, fairness=spec.fairness,
                                  aging_s=spec.aging_s, max_queued_per_app=spec.max_queued_per_app)
-            self.devices[spec.name] = SimDevice(spec, clock, policy, seed=_seed(self.seed, 1_000 + k),
-                                                compute=self.compute, timeline=self.timeline)
+            if self.real:
+                from nnrt.sim._real import RealDevice
+
+                self.devices[spec.name] = RealDevice(spec, clock, policy, timeline=self.timeline)
+            else:
+                self.devices[spec.name] = SimDevice(spec, clock, policy, seed=_seed(self.seed, 1_000 + k),
+                                                    compute=self.compute, timeline=self.timeline)
         for w in sc.workloads:  # classes appear in the report in workload order
             self.outcomes.setdefault((w.app, w.priority), _Outcomes())
-        await asyncio.gather(*(self._workload(w) for w in sc.workloads))
+        prepared = [await self._prepare(w) for w in sc.workloads]
+        if self.real:  # the run's time starts once everything is prepared
+            clock.set_origin(loop.time())
+            run = asyncio.gather(*(self._workload(w, p) for w, p in zip(sc.workloads, prepared)))
+            try:
+                await asyncio.wait_for(run, sc.max_time_s)
+            except TimeoutError:
+                raise SimulationError(f"the real-clock run passed its time limit max_time_s = {sc.max_time_s:g} s") from None
+        else:
+            await asyncio.gather(*(self._workload(w, p) for w, p in zip(sc.workloads, prepared)))
+        self.end = clock.now()
 
-    async def _workload(self, w: WorkloadSpec) -> None:
+    async def _prepare(self, w: WorkloadSpec) -> list[PreparedModel] | NnrtError:
+        """The workload's prepared models, or why they could not be prepared."""
         device = self.devices[w.device]
+        stages = []
         try:
-            stages = [device.prepare(self.models[m], w.app, w.priority) for m in w.models]
+            for m in w.models:
+                sim = self.models[m]
+                if isinstance(device, SimDevice):
+                    stages.append(device.prepare(sim, w.app, w.priority))
+                else:
+                    from nnrt.sim._real import RealDevice
+
+                    assert isinstance(device, RealDevice)
+                    stage = await device.prepare(sim, w.app, w.priority)
+                    self.model_costs.setdefault(m, (stage.plan.cost_ns, "calibrated in this run"))
+                    stages.append(stage)
         except NnrtError as err:  # e.g. over the memory budget: every request fails the same way
-            failure = err
+            return err
+        return stages
+
+    async def _workload(self, w: WorkloadSpec, prepared: list[PreparedModel] | NnrtError) -> None:
+        if isinstance(prepared, NnrtError):
+            failure = prepared
 
             async def refused(t0: float) -> None:
                 raise failure
 
             await self._drive(w, refused)
             return
+        stages = prepared
         inputs = [self.models[m].inputs for m in w.models]
         deadline_s = w.deadline_s
         if w.mode == "burst":
@@ -216,25 +278,31 @@ class _Run:
             async def one(t0: float) -> None:
                 await _fenced_chain(stages, inputs, None if deadline_s is None else t0 + deadline_s)
         else:
-            prepared = stages[0]
+            first = stages[0]
 
             async def one(t0: float) -> None:
-                await prepared.execute(inputs[0], deadline=None if deadline_s is None else t0 + deadline_s)
+                await first.execute(inputs[0], deadline=None if deadline_s is None else t0 + deadline_s)
 
         await self._drive(w, one)
 
     async def _drive(self, w: WorkloadSpec, one: Callable[[float], Coroutine[Any, Any, None]]) -> None:
         outcomes = self.outcomes[w.app, w.priority]
-        loop = asyncio.get_running_loop()
+        assert self.clock is not None
+        now = self.clock.now
+        # Host overhead: the loop wakes up late for an arrival on a timer (``nnrt.sim._overhead``).
+        wake = self.models[w.model].wake_s if w.arrival != "closed" or w.think_s > 0 else ()
+        rng = np.random.default_rng(_seed(self.seed, 2_000 + w.index))
 
         async def timed(t0: float) -> None:
             outcomes.offered += 1
+            if wake:
+                await asyncio.sleep(wake[int(rng.integers(len(wake)))])
             try:
                 await one(t0)
             except NnrtError as err:
                 outcomes.record(err.status, 0.0)
             else:
-                outcomes.record(ErrorStatus.NONE, loop.time() - t0)
+                outcomes.record(ErrorStatus.NONE, now() - t0)
 
         if w.arrival == "closed":
             await self._closed(w, timed)
@@ -244,6 +312,8 @@ class _Run:
     async def _open(self, w: WorkloadSpec, times: np.ndarray, timed: Callable[[float], Coroutine[Any, Any, None]]) -> None:
         """Arm each arrival as a timer at its exact time; each request runs as its own task."""
         loop = asyncio.get_running_loop()
+        assert self.clock is not None
+        origin = self.clock.origin  # arrival times count from the run's start
         pending: set[asyncio.Task[None]] = set()
         done: asyncio.Future[None] = loop.create_future()
         arrivals = times.tolist()
@@ -253,28 +323,29 @@ class _Run:
             pending.add(task)
             task.add_done_callback(pending.discard)
             if k + 1 < len(arrivals):
-                loop.call_at(arrivals[k + 1], arrive, k + 1)
+                loop.call_at(origin + arrivals[k + 1], arrive, k + 1)
             else:
                 done.set_result(None)
 
         if not arrivals:
             return
-        loop.call_at(arrivals[0], arrive, 0)
+        loop.call_at(origin + arrivals[0], arrive, 0)
         await done
         while pending:
             await asyncio.gather(*list(pending))
 
     async def _closed(self, w: WorkloadSpec, timed: Callable[[float], Coroutine[Any, Any, None]]) -> None:
-        loop = asyncio.get_running_loop()
+        assert self.clock is not None
+        now = self.clock.now
         end = math.inf if w.duration_s is None else w.start_s + w.duration_s
         left = [math.inf if w.count is None else w.count]
 
         async def client() -> None:
-            if w.start_s > loop.time():
-                await asyncio.sleep(w.start_s - loop.time())
-            while left[0] > 0 and loop.time() < end:
+            if w.start_s > now():
+                await asyncio.sleep(w.start_s - now())
+            while left[0] > 0 and now() < end:
                 left[0] -= 1
-                await timed(loop.time())
+                await timed(now())
                 if w.think_s > 0:
                     await asyncio.sleep(w.think_s)
 
@@ -317,10 +388,11 @@ class _Run:
                 wasted_s=r(sum(t.wasted_s for t in d.tallies.values()), 6),
             ))
         used = {m for w in self.scenario.workloads for m in w.models}
-        models: dict[str, dict[str, object]] = {
-            n: {"cost_ms": r(m.cost_ns / 1e6, 4), "source": m.cost_source, "steps": len(m.base_costs_ns)}
-            for n, m in self.models.items() if n in used
-        }
+        models: dict[str, dict[str, object]] = {}
+        for n, m in self.models.items():
+            if n in used:
+                cost_ns, source = self.model_costs.get(n, (m.cost_ns, m.cost_source))
+                models[n] = {"cost_ms": r(cost_ns / 1e6, 4), "source": source, "steps": len(m.base_costs_ns)}
         return Report(self.scenario.name, self.seed, self.policy, r(simulated, 6), sum(o.offered for o in self.outcomes.values()),
                       models, classes, devices)
 
@@ -350,12 +422,13 @@ def _seed(seed: int, stream: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([seed, stream])
 
 
-def _shut_down(loop: VirtualTimeLoop) -> None:
+def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel what is left (after an error), let it unwind, close the loop."""
     try:
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
         if tasks:
-            loop.limit_s = math.inf
+            if isinstance(loop, VirtualTimeLoop):
+                loop.limit_s = math.inf
             for t in tasks:
                 t.cancel()
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))

@@ -107,14 +107,27 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
 
 class LoopClock:
-    """An nnrt ``Clock`` reading the running loop's time: virtual time on a ``VirtualTimeLoop``."""
+    """An nnrt ``Clock`` reading the running loop's time: virtual time on a ``VirtualTimeLoop``.
 
-    __slots__ = ("_loop", "now")
+    ``origin`` is subtracted (a real-clock run counts from its own start; see ``set_origin``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    __slots__ = ("_loop", "now", "origin")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, origin: float = 0.0) -> None:
         self._loop = loop
+        self.origin = 0.0
         #: The current time (the loop's own ``time``, bound: the clock is read very often).
         self.now: Callable[[], float] = loop.time
+        self.set_origin(origin)
+
+    def set_origin(self, origin: float) -> None:
+        """Count from ``origin`` on the loop's time from now on (0: the loop's time as is)."""
+        self.origin = origin
+        if origin:
+            time = self._loop.time
+            self.now = lambda: time() - origin
+        else:
+            self.now = self._loop.time
 
     def skip_to(self, target: float) -> bool:
         """``VirtualTimeLoop.skip_to`` on a virtual loop; always False on a real one."""

@@ -10,7 +10,8 @@ Step costs come, in order of preference, from the scenario (``step_costs_us``, o
 from calibration on this machine: the CPU device's preparation measures each step, and the
 figures are kept in a small JSON file (``$NNRT_SIM_COSTS``, default
 ``~/.cache/nnrt/sim-costs.json``) so every later run, on any load, uses the same numbers and
-reports stay reproducible. Plans with control flow keep the compiler's estimates per step
+reports stay reproducible. With ``overheads`` the same file keeps each model's host
+overhead samples (``nnrt.sim._overhead``), measured once. Plans with control flow keep the compiler's estimates per step
 (calibration skips them) and always run their kernels, since their loop counts depend on
 the data.
 """
@@ -50,6 +51,10 @@ class SimModel:
     cost_source: str  # "scenario", "calibrated" or "estimated"
     outputs: list[Any]  # per step of ``walk_steps``: what its stub kernel returns
     jitter: float
+    #: Host overhead samples in seconds (empty unless asked for): the loop's lateness for an
+    #: arrival, and an execution's time beyond its kernels (``nnrt.sim._overhead``).
+    wake_s: tuple[float, ...] = ()
+    service_s: tuple[float, ...] = ()
 
     @property
     def cost_ns(self) -> float:
@@ -82,15 +87,16 @@ def cost_cache_path() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "nnrt" / "sim-costs.json"
 
 
-def load_models(specs: dict[str, ModelSpec]) -> dict[str, SimModel]:
-    """Build every model in ``specs`` (name -> spec); built-in names need no spec."""
+def load_models(specs: dict[str, ModelSpec], *, overheads: bool = False) -> dict[str, SimModel]:
+    """Build every model in ``specs`` (name -> spec); built-in names need no spec. ``overheads``:
+    with each model's host overhead samples (measured once, then cached)."""
     cache = _CostCache(cost_cache_path())
-    out = {name: _load(name, spec, cache) for name, spec in specs.items()}
+    out = {name: _load(name, spec, cache, overheads) for name, spec in specs.items()}
     cache.save()
     return out
 
 
-def _load(name: str, spec: ModelSpec, cache: _CostCache) -> SimModel:
+def _load(name: str, spec: ModelSpec, cache: _CostCache, overheads: bool = False) -> SimModel:
     where = f"models.{name}"
     if spec.path is not None:
         try:
@@ -120,7 +126,10 @@ def _load(name: str, spec: ModelSpec, cache: _CostCache) -> SimModel:
         costs, source = estimates, "estimated"
     else:
         costs, source = cache.get(f"{key}:{_VERSION}", model, len(steps)), "calibrated"
-    return SimModel(name, model, inputs, costs, source, outputs, spec.jitter)
+    sim = SimModel(name, model, inputs, costs, source, outputs, spec.jitter)
+    if overheads:
+        sim.wake_s, sim.service_s = cache.overheads(f"{key}:{_VERSION}", model, inputs)
+    return sim
 
 
 def _record(plan: Plan, inputs: list[np.ndarray], steps: list[Step], where: str) -> list[Any]:
@@ -184,6 +193,18 @@ class _CostCache:
         self.data[key] = costs
         self.dirty = True
         return costs
+
+    def overheads(self, key: str, model: Model, inputs: list[np.ndarray]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The model's (wake, service) host overhead samples in seconds, measured if not cached."""
+        wake, service = self.data.get(f"{key}:wake"), self.data.get(f"{key}:service")
+        if not (isinstance(wake, list) and wake and isinstance(service, list) and service):
+            from nnrt.sim._overhead import measure_overheads
+
+            wake, service = measure_overheads(model, inputs)
+            self.data[f"{key}:wake"] = wake = [round(w, 7) for w in wake]
+            self.data[f"{key}:service"] = service = [round(s, 7) for s in service]
+            self.dirty = True
+        return tuple(float(w) for w in wake), tuple(float(s) for s in service)
 
     def save(self) -> None:
         if not self.dirty:

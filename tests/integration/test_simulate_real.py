@@ -1,0 +1,151 @@
+"""``simulate(real=True)`` (``nnrt simulate --real``): the same scenario on the real clock with real
+devices, and the host overheads a simulation can model (``overheads=True``). Structure and
+counts only: real runs are never asserted on for timing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nnrt import cli
+from nnrt.sim import ScenarioError, parse_scenario, simulate
+from nnrt.types import ErrorStatus
+
+
+@pytest.fixture(autouse=True)
+def cost_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = tmp_path / "costs.json"
+    monkeypatch.setenv("NNRT_SIM_COSTS", str(path))
+    yield path
+
+
+SMALL = """
+duration_s = 0.3
+[devices.npu]
+compute_units = 2
+[[workloads]]
+app = "cam"
+model = "small_cnn"
+priority = "high"
+deadline_ms = 250
+arrival = "periodic"
+period_ms = 10
+count = 24
+[[workloads]]
+app = "bg"
+model = "one_add"
+priority = "low"
+arrival = "closed"
+think_ms = 5
+count = 20
+"""
+
+
+def test_real_run_has_the_virtual_runs_structure_and_counts() -> None:
+    threads = threading.active_count()
+    scenario = parse_scenario(SMALL)
+    (virtual,) = simulate(scenario, progress=False).reports
+    result = simulate(scenario, real=True, timeline=True)
+    (real,) = result.reports
+    assert [(c.app, c.priority) for c in real.classes] == [(c.app, c.priority) for c in virtual.classes]
+    cam, bg = real.get("cam", "high"), real.get("bg", "low")
+    assert (cam.offered, bg.offered) == (24, 20)
+    assert cam.succeeded + sum(cam.failures.values()) == 24 and bg.succeeded == 20 and sum(bg.failures.values()) == 0
+    lat = cam.latency_ms
+    assert lat["p50"] is not None and 0 < lat["p50"] <= lat["p99"] <= lat["max"]  # type: ignore[operator]
+    assert cam.device_s > 0 and cam.throughput_per_s > 0
+    (dev,) = real.devices
+    assert (dev.name, dev.units, dev.speed) == ("npu", 2, 1.0) and len(dev.unit_utilisation_pct) == 2
+    assert 0 < dev.utilisation_pct <= 100
+    assert real.models["small_cnn"]["source"] == "calibrated in this run"
+    assert real.simulated_s >= 0.23  # the last arrival is at 230 ms of the run's own time
+    segments = result.data[0].timelines["npu"]
+    assert segments and all(s.end >= s.start >= 0 and s.unit in (0, 1) for s in segments)
+    assert {s.app for s in segments} == {"cam", "bg"} and all(s.status is ErrorStatus.NONE for s in segments
+                                                                if s.app == "bg")
+    assert len(result.data[0].latencies_s["cam/HIGH"]) == cam.succeeded
+    assert threading.active_count() <= threads  # the real devices' workers are stopped
+
+
+def test_real_run_of_a_fenced_chain_and_a_deadline_it_cannot_meet() -> None:
+    text = """
+duration_s = 0.2
+[[workloads]]
+app = "a"
+mode = "fenced"
+models = ["one_add", "small_cnn"]
+arrival = "periodic"
+period_ms = 20
+count = 8
+[[workloads]]
+app = "b"
+model = "mobilenet_block"
+deadline_ms = 0.01
+arrival = "periodic"
+period_ms = 25
+count = 6
+"""
+    (rep,) = simulate(parse_scenario(text), real=True).reports
+    a, b = rep.get("a", "medium"), rep.get("b", "medium")
+    assert a.offered == 8 and a.succeeded == 8
+    assert b.offered == 6 and b.succeeded == 0
+    assert b.failures["MISSED_DEADLINE_PERSISTENT"] + b.failures["MISSED_DEADLINE_TRANSIENT"] == 6
+
+
+@pytest.mark.parametrize(
+    ("snippet", "field"),
+    [
+        ('[devices.npu]\nspeed = 2.0\n', "devices.npu.speed"),
+        ('[models.one_add]\nbuiltin = "one_add"\ncost_ms = 1.0\n', "models.one_add.cost_ms"),
+        ('[models.one_add]\nbuiltin = "one_add"\nstep_costs_us = [5]\n', "models.one_add.step_costs_us"),
+        ('[models.one_add]\nbuiltin = "one_add"\njitter = 0.2\n', "models.one_add.jitter"),
+    ],
+)
+def test_real_run_rejects_what_it_cannot_honour(snippet: str, field: str) -> None:
+    text = snippet + '[[workloads]]\napp = "a"\nmodel = "one_add"\narrival = "periodic"\nperiod_ms = 10\ncount = 2\n'
+    with pytest.raises(ScenarioError, match=rf"INVALID_ARGUMENT: {field}: "):
+        simulate(parse_scenario(text), real=True)
+    simulate(parse_scenario(text), progress=False)  # fine in virtual time
+
+
+def test_command_line_real(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--real", "--duration", "0.1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "camera/HIGH" in out and "calibrated in this run" in out
+
+
+OVERHEAD = """
+[models.m]
+builtin = "one_add"
+step_costs_us = [500]
+[[workloads]]
+app = "a"
+model = "m"
+arrival = "periodic"
+period_ms = 10
+count = 10
+[[workloads]]
+app = "c"
+model = "m"
+arrival = "closed"
+start_s = 0.2
+count = 4
+"""
+
+
+def test_host_overheads_are_drawn_from_the_measured_samples(cost_cache: Path) -> None:
+    # Samples as measurement would store them: every wake 1 ms, every service overhead 2 ms.
+    cost_cache.write_text(json.dumps({"builtin:one_add:1:wake": [0.001], "builtin:one_add:1:service": [0.002]}))
+    (plain,) = simulate(parse_scenario(OVERHEAD), progress=False).reports
+    (rep,) = simulate(parse_scenario(OVERHEAD), progress=False, overheads=True).reports
+    assert plain.get("a", "medium").latency_ms["max"] == 0.5
+    a, c = rep.get("a", "medium"), rep.get("c", "medium")
+    assert all(v == 3.5 for v in a.latency_ms.values())  # 1 ms late + 2 ms overhead + 0.5 ms step
+    assert a.device_s == pytest.approx(10 * 0.0025)  # the service overhead holds the unit
+    assert all(v == 2.5 for v in c.latency_ms.values())  # closed loop without think time: no timer to wake
+    again = simulate(parse_scenario(OVERHEAD), progress=False, overheads=True).reports[0]
+    assert again == rep
