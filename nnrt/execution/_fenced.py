@@ -109,8 +109,9 @@ async def execute_fenced(
 ) -> tuple[SyncFence, FencedExecutionCallback]:
     t_call = perf_ns()
     args, bufs = prepared._validate_request(inputs, outputs)
-    for j, op in enumerate(prepared._outputs):
-        if not op.fully_specified and (bufs is None or bufs[j] is None):
+    for j in prepared._unsized_outputs:
+        op = prepared._outputs[j]
+        if bufs is None or bufs[j] is None:
             raise InvalidArgumentError(
                 f"output {j} ({op.label}) has unspecified dimensions {list(op.dimensions)}: a fenced execution "
                 "needs fully specified outputs (or an output buffer)"

@@ -121,6 +121,11 @@ class PreparedModel:
         # The OutputShape of an output whose result has exactly the model's dimensions (shared:
         # OutputShape is immutable), so the common case allocates none.
         self._exact_shapes = [OutputShape(op.dimensions, True) for op in self._outputs]
+        # Per output: its dtype, and the fewest elements a caller's buffer needs (0: unknown).
+        self._out_dtypes = [op.type.dtype for op in self._outputs]
+        self._out_min_size = [op.byte_size // op.type.dtype.itemsize if op.fully_specified else 0 for op in self._outputs]
+        #: Outputs whose size only the run tells (fenced executions need a buffer for them).
+        self._unsized_outputs = [j for j, op in enumerate(self._outputs) if not op.fully_specified]
         self._n_executions = 0
         # Fenced executions run as tasks owned by the prepared model (kept here so they are
         # neither garbage-collected nor lost while running).
@@ -301,23 +306,27 @@ class PreparedModel:
         """Check output arrays; False when one is a memory location or device buffer."""
         if isinstance(outputs, np.ndarray) or len(outputs) != len(self._outputs):
             raise InvalidArgumentError(f"the model has {len(self._outputs)} outputs, the request gives {len(outputs)}")
-        for j, (op, buf) in enumerate(zip(self._outputs, outputs)):
+        for j, (buf, dtype, min_size) in enumerate(zip(outputs, self._out_dtypes, self._out_min_size)):
             if buf is None:
                 continue
-            where = f"output {j} ({op.label})"
-            if not isinstance(buf, np.ndarray):
+            if type(buf) is not np.ndarray and not isinstance(buf, np.ndarray):
                 if is_pool_arg(buf):
                     return False
-                raise InvalidArgumentError(f"{where}: an output buffer must be a numpy array, got {type(buf).__name__}")
-            if buf.dtype != op.type.dtype:
-                raise InvalidArgumentError(f"{where} has dtype {buf.dtype}; the model's {op.type.name} needs {op.type.dtype}")
-            if not buf.flags.writeable or not buf.flags.c_contiguous:
-                raise InvalidArgumentError(f"{where}: an output buffer must be writeable and C-contiguous")
-            if op.fully_specified and buf.size < op.byte_size // op.type.dtype.itemsize:
-                raise InvalidArgumentError(
-                    f"{where}: a buffer of {buf.size} elements is too small for dimensions {list(op.dimensions)}"
-                )
+                raise InvalidArgumentError(f"output {j} ({self._outputs[j].label}): an output buffer must be a numpy array, "
+                                           f"got {type(buf).__name__}")
+            flags = buf.flags
+            if buf.dtype != dtype or not (flags.writeable and flags.c_contiguous) or buf.size < min_size:
+                self._reject_output(j, buf)
         return True
+
+    def _reject_output(self, j: int, buf: np.ndarray) -> None:
+        op = self._outputs[j]
+        where = f"output {j} ({op.label})"
+        if buf.dtype != op.type.dtype:
+            raise InvalidArgumentError(f"{where} has dtype {buf.dtype}; the model's {op.type.name} needs {op.type.dtype}")
+        if not buf.flags.writeable or not buf.flags.c_contiguous:
+            raise InvalidArgumentError(f"{where}: an output buffer must be writeable and C-contiguous")
+        raise InvalidArgumentError(f"{where}: a buffer of {buf.size} elements is too small for dimensions {list(op.dimensions)}")
 
     def _finish(
         self,
@@ -328,8 +337,15 @@ class PreparedModel:
         t0: int,
         device_ns: int,
     ) -> ExecutionResult:
-        if bufs is None and not measure_timing:
-            return self._finish_fast(results, args)
+        if not measure_timing:
+            if bufs is None:
+                return self._finish_fast(results, args)
+            if type(bufs) is not ResolvedOutputs and self._fill_exact(results, bufs):
+                self._n_executions += 1
+                if vlog_enabled("execution"):
+                    _log.debug("execution.completed", app=self.app, priority=self.priority.name, status="NONE",
+                               outputs=len(bufs))
+                return ExecutionResult(list(bufs), tuple(self._exact_shapes))  # type: ignore[arg-type]
         outs: list[np.ndarray] = []
         shapes: list[OutputShape] = []
         short = False
@@ -367,6 +383,18 @@ class PreparedModel:
         if vlog_enabled("execution"):
             _log.debug("execution.completed", app=self.app, priority=self.priority.name, status="NONE", outputs=len(outs))
         return ExecutionResult(outs, tuple(shapes), timing)
+
+    def _fill_exact(self, results: list[Any], bufs: Sequence[np.ndarray | None]) -> bool:
+        """Copy results into caller buffers when every output has a buffer of exactly the
+        model's shape and a result of that shape (the common fenced pipeline); False otherwise,
+        having written nothing."""
+        for op, value, buf in zip(self._outputs, results, bufs):
+            if (buf is None or type(value) is not np.ndarray or value.shape != op.dimensions or buf.shape != op.dimensions
+                    or value.dtype != buf.dtype):
+                return False
+        for value, buf in zip(results, bufs):
+            np.copyto(buf, value)  # type: ignore[arg-type]
+        return True
 
     def _finish_fast(self, results: list[Any], args: list[Any]) -> ExecutionResult:
         """``_finish`` for the common request: no output buffers, no timing."""
