@@ -36,6 +36,9 @@ from nnrt.types import ErrorStatus, Priority
 
 __all__ = ["Interruptible", "Scheduler"]
 
+#: How early the expiry timer wakes before a deadline on a real clock (see ``_arm``).
+_SPIN_S = 0.0011
+
 _log = get_logger("manager")
 
 
@@ -64,7 +67,7 @@ class Scheduler:
     def __init__(self, clock: Clock, units: int = 1, **policy_options: Any) -> None:
         self.clock = clock
         self.policy = Policy(units, **policy_options)
-        self._timer: TimerHandle | asyncio.TimerHandle | None = None
+        self._timer: TimerHandle | asyncio.Handle | None = None
         self._timer_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Executions that ran on the idle fast path (never queued): counted for statistics.
@@ -213,10 +216,16 @@ class Scheduler:
         if isinstance(self.clock, VirtualClock):
             self._timer = self.clock.call_at(when, callback)
         else:
+            # Event loops wait in whole milliseconds (epoll), so a timer can fire up to 1 ms
+            # late. Wake up _SPIN_S early and re-check each loop iteration until it is due.
             loop = self._get_loop()
-            self._timer = loop.call_at(loop.time() + max(0.0, when - self.clock.now()), callback)
+            self._timer = loop.call_at(loop.time() + max(0.0, when - self.clock.now() - _SPIN_S), callback)
 
     def _on_timer(self) -> None:
+        when = self._timer_at
+        if when is not None and not isinstance(self.clock, VirtualClock) and self.clock.now() < when:
+            self._timer = self._get_loop().call_soon(self._on_timer)
+            return
         self._timer = self._timer_at = None
         self._pump(self.clock.now())
 
