@@ -433,6 +433,9 @@ def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
                 t.cancel()
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
+        # As asyncio.run does: join the default executor's threads (preparation runs there),
+        # so none outlives the run.
+        loop.run_until_complete(loop.shutdown_default_executor())
     except Exception:
         pass
     finally:

@@ -120,6 +120,11 @@ class LoopClock:
         self.now: Callable[[], float] = loop.time
         self.set_origin(origin)
 
+    @property
+    def precise_timers(self) -> bool:
+        """True on a virtual-time loop, where timers land exactly (no early wake-up needed)."""
+        return isinstance(self._loop, VirtualTimeLoop)
+
     def set_origin(self, origin: float) -> None:
         """Count from ``origin`` on the loop's time from now on (0: the loop's time as is)."""
         self.origin = origin
