@@ -54,9 +54,10 @@ def on_every_loop(test: AsyncTest) -> Callable[[tuple[str, dict[str, Any]]], Non
 
     def run(backend: tuple[str, dict[str, Any]]) -> None:
         name, options = backend
-        threads_before = threading.active_count()
+        threads_before = set(threading.enumerate())
         anyio.run(_checked, test, options.get("use_uvloop", False), backend=name, backend_options=options)
-        assert threading.active_count() == threads_before, "the test leaked a thread"
+        leaked = [t.name for t in threading.enumerate() if t not in threads_before]
+        assert not leaked, f"the test leaked threads: {leaked}"
 
     # Not functools.wraps: pytest-asyncio would follow __wrapped__ to the coroutine function.
     run.__name__ = test.__name__

@@ -46,7 +46,7 @@ count = 20
 
 
 def test_real_run_has_the_virtual_runs_structure_and_counts() -> None:
-    threads = threading.active_count()
+    threads = set(threading.enumerate())
     scenario = parse_scenario(SMALL)
     (virtual,) = simulate(scenario, progress=False).reports
     result = simulate(scenario, real=True, timeline=True)
@@ -68,7 +68,8 @@ def test_real_run_has_the_virtual_runs_structure_and_counts() -> None:
     assert {s.app for s in segments} == {"cam", "bg"} and all(s.status is ErrorStatus.NONE for s in segments
                                                                 if s.app == "bg")
     assert len(result.data[0].latencies_s["cam/HIGH"]) == cam.succeeded
-    assert threading.active_count() <= threads  # the real devices' workers are stopped
+    leaked = [t.name for t in threading.enumerate() if t not in threads]
+    assert not leaked, f"threads outlived the run: {leaked}"  # the real devices' workers are stopped
 
 
 def test_real_run_of_a_fenced_chain_and_a_deadline_it_cannot_meet() -> None:
