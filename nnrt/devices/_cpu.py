@@ -280,7 +280,7 @@ class CpuDevice(Device):
 
     def can_run_now(self, plan: Plan) -> bool:
         """True when ``plan`` may run inline right now, bypassing the queue (the device is idle)."""
-        return self.runs_inline(plan) and self.scheduler.idle()
+        return plan.inline and self.scheduler.idle()
 
     def run_now(
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM

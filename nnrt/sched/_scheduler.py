@@ -87,7 +87,9 @@ class Scheduler:
 
     def ran_fast(self, app: Hashable, priority: Priority) -> None:
         """Count an execution that ran on the idle fast path (it never needed the policy)."""
-        self._fast[(app, priority)] += 1
+        fast = self._fast
+        key = (app, priority)
+        fast[key] = fast.get(key, 0) + 1
 
     # -- events -----------------------------------------------------------------------------------
 
