@@ -50,3 +50,12 @@ def test_example_runs() -> None:
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
     assert "bad request -> INVALID_ARGUMENT" in out
     assert "late request -> MISSED_DEADLINE_PERSISTENT" in out
+
+
+def test_capabilities_are_measured_per_operand_type() -> None:
+    caps = nnrt.CpuDevice(name="caps").capabilities
+    assert caps.operand_performance[OperandType.TENSOR_FLOAT32].exec_time == 1.0
+    for t in (OperandType.TENSOR_FLOAT16, OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED):
+        assert caps.operand_performance[t].exec_time > 0
+        assert caps.measurements_us[f"reference_us_{t.name}"] > 0
+    assert caps.relaxed_float32_tensor == caps.operand_performance[OperandType.TENSOR_FLOAT32]
