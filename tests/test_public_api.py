@@ -45,11 +45,27 @@ def test_timing_invariant() -> None:
     assert not nnrt.TIMING_UNAVAILABLE.available
 
 
-def test_example_runs() -> None:
-    script = Path(__file__).parent.parent / "examples" / "01_execute.py"
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
+def run_example(name: str) -> str:
+    script = Path(__file__).parent.parent / "examples" / name
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True).stdout
+
+
+def test_example_01_runs() -> None:
+    out = run_example("01_execute.py")
     assert "bad request -> INVALID_ARGUMENT" in out
     assert "late request -> MISSED_DEADLINE_PERSISTENT" in out
+
+
+def test_example_02_fenced_pipeline_runs() -> None:
+    lines = run_example("02_fenced_pipeline.py").splitlines()
+    assert lines[0].split() == ["frame", "status", "latency", "ms", "class"]
+    statuses = {line.split()[1] for line in lines[1:]}
+    assert len(lines) == 21 and statuses <= {status.name for status in ErrorStatus}
+
+
+def test_example_03_priorities_runs() -> None:
+    out = run_example("03_priorities_deadlines.py")
+    assert "camera HIGH classify" in out and "scheduler statistics:" in out
 
 
 def test_capabilities_are_measured_per_operand_type() -> None:
