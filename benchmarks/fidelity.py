@@ -28,7 +28,7 @@ import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from nnrt.sim import BUILTIN_SCENARIO, Report, parse_scenario, simulate
+from nnrt.sim import Report, builtin_scenario_text, parse_scenario, simulate
 from nnrt.sim._report import FAILURE_KEYS
 
 LAT_BOUND = 0.10  # relative, on p50 and p99
@@ -36,7 +36,7 @@ MISS_BOUND = 2.0  # percentage points
 
 
 def scenario_text(duration: float, saturate: bool) -> str:
-    text = BUILTIN_SCENARIO.replace("duration_s = 60.0", f"duration_s = {duration!r}", 1)
+    text = builtin_scenario_text(duration)
     if not saturate:
         text = text.replace("clients = 2", "clients = 1\nthink_ms = 10.0", 1)
     return text

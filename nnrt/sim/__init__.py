@@ -11,7 +11,7 @@ FIFO, priority and EDF baselines (``nnrt.sim._baselines``).
 """
 
 from nnrt.sim._baselines import POLICIES, make_policy
-from nnrt.sim._builtin import BUILTIN_SCENARIO, builtin_scenario
+from nnrt.sim._builtin import BUILTIN_SCENARIO, builtin_scenario, builtin_scenario_text
 from nnrt.sim._engine import RunData, SimulationResult, simulate
 from nnrt.sim._loop import LoopClock, SimulationError, VirtualTimeLoop
 from nnrt.sim._report import ClassReport, DeviceReport, Report, RunStats, comparison_table, report_table, to_csv, to_json
@@ -32,6 +32,7 @@ __all__ = [
     "SimulationResult",
     "VirtualTimeLoop",
     "builtin_scenario",
+    "builtin_scenario_text",
     "comparison_table",
     "load_scenario",
     "make_policy",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from nnrt.sim._scenario import Scenario, parse_scenario
 
-__all__ = ["BUILTIN_SCENARIO", "builtin_scenario"]
+__all__ = ["BUILTIN_SCENARIO", "builtin_scenario", "builtin_scenario_text"]
 
 BUILTIN_SCENARIO = """\
 name = "camera vs assistant vs background"
@@ -55,9 +55,16 @@ clients = 2
 """
 
 
+def builtin_scenario_text(duration_s: float | None = None) -> str:
+    """The built-in scenario's TOML (optionally with another duration)."""
+    if duration_s is None:
+        return BUILTIN_SCENARIO
+    head = "duration_s = 60.0"
+    if head not in BUILTIN_SCENARIO:  # pragma: no cover - the constant above changed
+        raise AssertionError("the built-in scenario's duration line moved")
+    return BUILTIN_SCENARIO.replace(head, f"duration_s = {float(duration_s)!r}", 1)
+
+
 def builtin_scenario(duration_s: float | None = None) -> Scenario:
     """The built-in scenario (optionally with another duration)."""
-    text = BUILTIN_SCENARIO
-    if duration_s is not None:
-        text = text.replace("duration_s = 60.0", f"duration_s = {float(duration_s)!r}", 1)
-    return parse_scenario(text, source="<built-in>")
+    return parse_scenario(builtin_scenario_text(duration_s), source="<built-in>")
