@@ -2,16 +2,19 @@
 
 NNAPI's ``executeFenced`` (digest section 3), made Pythonic. The request is validated at the
 call, synchronously: a bad request, an output whose size is unknown, a wait-for fence already
-in error, or a deadline already passed raise at once. Otherwise the execution becomes a task
-owned by the prepared model, and the call returns a ``SyncFence`` that signals when the
-outputs are written, plus a ``FencedExecutionCallback``.
+in error, or a deadline already passed raise at once. Otherwise the call returns a ``SyncFence``
+that signals when the outputs are written, plus a ``FencedExecutionCallback``.
 
-The task first awaits every wait-for fence, holding no device compute; a wait-for fence that
+The execution first waits for every wait-for fence, holding no device compute; one that
 fails puts the returned fence in error (GENERAL_FAILURE) at once, without running the model.
 Once they have signaled, ``timeout_after_fence`` starts counting: the effective deadline is the
 earlier of it and ``deadline``, and missing it puts the fence in error with MISSED_DEADLINE_*.
 Cancelling the execution (``callback.cancel()``) puts its fence in error; nothing waits forever.
-Cheap plans run eagerly, without a task, the moment their fences signal (see ``_FencedRun``).
+Cheap plans run eagerly, without a task, the moment their fences signal; others run as a task
+owned by the prepared model (see ``FencedExecutionCallback``). A fenced stage of a cheap plan
+costs little more than an ``execute``: one callback object per execution holds the request
+until it resolves, timestamps are taken only when timing is asked for, and the execution info
+is built when asked.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -29,12 +32,18 @@ from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError
 from nnrt.execution._interpreter import ExecContext, run_plan
 from nnrt.fences import FenceState, SyncFence, all_of
 from nnrt.fences._state import FenceCore
-from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, Timing
+from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, OutputShape, Timing
 
 if TYPE_CHECKING:
     from nnrt.execution._prepared import ExecutionResult, PreparedModel
 
-__all__ = ["FencedExecutionCallback", "FencedExecutionInfo", "execute_fenced"]
+__all__ = ["FencedExecutionCallback", "FencedExecutionInfo", "start_fenced"]
+
+# Module constants for the hot path (an enum member read through its class is a descriptor call).
+_ACTIVE = FenceState.ACTIVE
+_SIGNALED = FenceState.SIGNALED
+_ERROR = FenceState.ERROR
+_NONE = ErrorStatus.NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +60,45 @@ class FencedExecutionInfo:
     timing_fenced: Timing = TIMING_UNAVAILABLE
 
 
+#: What an execution that completed before ``execute_fenced`` returned gets as its fence: one
+#: shared, already-signaled fence (NNAPI returns no sync fence, -1, in that case). A resolved
+#: fence never changes and an nnrt fence cannot be signaled by the app, so sharing it is safe.
+_COMPLETED = SyncFence.signaled()
+#: The execution info of every successful execution that did not measure timing (immutable).
+_INFO_NONE = FencedExecutionInfo(ErrorStatus.NONE)
+
+
 class FencedExecutionCallback:
-    """The handle a fenced execution returns beside its fence (no public constructor)."""
+    """The handle a fenced execution returns beside its fence (no public constructor).
 
-    __slots__ = ("_fence", "_info", "_result", "_run", "_task")
+    It is also the execution's own state, and is kept lean, since a pipeline makes one per
+    stage: when the wait-for fences have already signaled and the plan runs inline (the common
+    chain), the execution runs before the call returns and the callback keeps only its outcome;
+    otherwise it holds the request until the execution resolves, and no longer (no reference
+    cycle, so the request's arrays are freed as soon as the fence resolves).
 
-    def __init__(self, fence: SyncFence) -> None:
-        self._fence = fence
+    Two ways to run. A plan the device runs inline (cheap, no control flow) starts *eagerly*:
+    at once when its wait-for fences have already signaled, else from a listener on them the
+    moment they signal on the loop thread (or scheduled there when they signal from another
+    thread), so a chain of fenced stages runs back to back with no task switch. Other plans run
+    as a task that awaits the fences and then the device.
+    """
+
+    __slots__ = ("_fence", "_info", "_req", "_result", "_task", "_wait")
+
+    def __init__(self) -> None:
+        #: The execution's fence; ``_COMPLETED`` when it completed before the call returned.
+        self._fence = _COMPLETED
+        #: Set once the execution has resolved (before its fence is).
         self._info: FencedExecutionInfo | None = None
-        self._result: ExecutionResult | None = None
+        #: The ExecutionResult, or, when the outputs went straight into the caller's buffers,
+        #: (buffers, output shapes), from which ``result`` builds it if someone asks.
+        self._result: ExecutionResult | tuple[Sequence[np.ndarray | None], tuple[OutputShape, ...]] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._run: _FencedRun | None = None
+        #: The request while it waits for its fences or its task: None once it has started.
+        self._req: _Request | None = None
+        #: (gate fence, listener handle, loop, loop thread) while an eager execution waits.
+        self._wait: tuple[SyncFence, int | None, asyncio.AbstractEventLoop, int] | None = None
 
     @property
     def fence(self) -> SyncFence:
@@ -69,35 +106,192 @@ class FencedExecutionCallback:
 
     def get_execution_info(self) -> FencedExecutionInfo:
         """Status and timings; GENERAL_FAILURE while the fence has not resolved yet."""
-        if self._info is None:
+        info = self._info
+        if info is None:
             raise GeneralFailureError("get_execution_info: the execution's fence has not signaled yet")
-        return self._info
+        return info
 
     @property
     def result(self) -> ExecutionResult:
         """The ``ExecutionResult`` (outputs, shapes, timing) once the fence has signaled."""
-        if self._result is None:
+        result = self._result
+        if result is None:
             raise GeneralFailureError("the fenced execution has not completed successfully")
-        return self._result
+        if type(result) is tuple:
+            from nnrt.execution._prepared import ExecutionResult  # a cycle at import time
+
+            bufs, shapes = result
+            result = self._result = ExecutionResult([b for b in bufs if b is not None], shapes)
+        return cast("ExecutionResult", result)
 
     def cancel(self) -> bool:
         """Cancel the execution if it has not finished; its fence goes into error."""
-        if self._run is not None:
-            return self._run.cancel()
-        return self._task is not None and self._task.cancel()
+        if self._task is not None:
+            return self._task.cancel()
+        if self._req is None:  # finished (or failed) already
+            return False
+        if self._wait is not None:
+            self._wait[0]._core.remove_listener(self._wait[1])
+        self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
+        return True
+
+    # -- outcome --------------------------------------------------------------------------------
+
+    def _pending(self) -> None:
+        """The execution will resolve later: it gets a fence of its own."""
+        self._fence = SyncFence._derived()
+
+    def _fail(self, status: ErrorStatus, message: str) -> None:
+        if self._info is None:
+            self._info = FencedExecutionInfo(status)
+        self._req = self._wait = None
+        if self._fence is _COMPLETED:  # failed before the call returned
+            self._fence = SyncFence.failed(status, message)
+        else:
+            self._fence._core.try_fail(status, message)
+
+    def _succeed(self, device_ns: int, measure: bool, t_call: int, t_fenced: int) -> None:
+        if measure:
+            end = perf_ns()
+            launched, fenced = end - t_call, end - t_fenced
+            self._info = FencedExecutionInfo(ErrorStatus.NONE, Timing(min(device_ns, launched), launched),
+                                             Timing(min(device_ns, fenced), fenced))
+        else:
+            self._info = _INFO_NONE
+        if self._fence is not _COMPLETED:
+            self._fence._core.try_signal()
+
+    @staticmethod
+    def _fences_signaled(prepared: PreparedModel, ctx: ExecContext, after_fence: float | None, measure: bool) -> int:
+        """Start ``timeout_after_fence``; the time the fences signaled (measured runs only)."""
+        if after_fence is not None:
+            limit = prepared._driver.clock.now() + after_fence
+            ctx.deadline = limit if ctx.deadline is None else min(ctx.deadline, limit)
+        return perf_ns() if measure else 0
+
+    def _keep(self, prepared: PreparedModel, results: list[Any], bufs: Sequence[np.ndarray | None] | None,
+              args: list[Any], measure: bool, t_call: int, device_ns: int) -> None:
+        """Write the outputs out and keep the result (NnrtError if they cannot be)."""
+        if not measure and bufs is not None and prepared._fill_into(results, bufs):
+            self._result = (bufs, prepared._exact_shapes)
+        else:
+            self._result = prepared._finish(results, bufs, args, measure, t_call, device_ns)
+
+    # -- eager path (inline plans) ----------------------------------------------------------------
+
+    def _wait_eagerly(self, req: _Request, fences: tuple[SyncFence, ...]) -> None:
+        self._pending()
+        self._req = req
+        gate = fences[0] if len(fences) == 1 else all_of(fences)
+        self._wait = (gate, None, asyncio.get_running_loop(), threading.get_ident())
+        handle = gate._core.add_listener(self._on_gate)
+        if self._wait is not None:  # still waiting (else the listener has run already)
+            self._wait = (gate, handle, self._wait[2], self._wait[3])
+
+    def _on_gate(self, core: FenceCore) -> None:
+        wait = self._wait
+        if wait is None:
+            return
+        if core.state is _ERROR:
+            self._fail(ErrorStatus.GENERAL_FAILURE, f"a wait-for fence failed: {core.status.name if core.status else '?'}"
+                       f" {core.message}".rstrip())
+        elif threading.get_ident() == wait[3]:
+            self._resume()
+        else:
+            wait[2].call_soon_threadsafe(self._resume)
+
+    def _resume(self) -> None:
+        req = self._req
+        if req is None:  # cancelled meanwhile
+            return
+        self._req = self._wait = None
+        self._run_inline(*req)
+
+    def _run_inline(self, prepared: PreparedModel, args: list[Any], bufs: Sequence[np.ndarray | None] | None,
+                    ctx: ExecContext, measure: bool, after_fence: float | None, t_call: int) -> None:
+        driver, plan = prepared._driver, prepared.plan
+        if not driver.can_run_now(plan):
+            # The device is busy: queue like any other execution (fences already signaled).
+            self._spawn(_Request(prepared, args, bufs, ctx, measure, after_fence, t_call), ())
+            return
+        t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure)
+        try:
+            results, device_ns = driver.run_now(run_plan(plan, args, ctx), ctx, plan, prepared.app, prepared.priority)
+            self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
+        except NnrtError as err:
+            self._fail(err.status, str(err))
+        else:
+            self._succeed(device_ns, measure, t_call, t_fenced)
+
+    # -- task path --------------------------------------------------------------------------------
+
+    def _spawn(self, req: _Request, fences: tuple[SyncFence, ...]) -> None:
+        if self._fence is _COMPLETED:
+            self._pending()
+        self._req = req
+        self._task = task = asyncio.get_running_loop().create_task(self._run_task(fences))
+        task.add_done_callback(self._task_done)
+        req.prepared._track(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        # A task cancelled before its first step never enters ``_run_task``: fail the fence here.
+        if self._fence._core.state is _ACTIVE:
+            self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
+
+    async def _run_task(self, fences: tuple[SyncFence, ...]) -> None:
+        req = self._req
+        assert req is not None
+        self._req = None
+        prepared, args, bufs, ctx, measure, after_fence, t_call = req
+        try:
+            if fences:
+                try:
+                    await (fences[0] if len(fences) == 1 else all_of(fences))
+                except NnrtError as err:
+                    raise GeneralFailureError(f"a wait-for fence failed: {err}") from err
+            t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure)
+            plan = prepared.plan
+            results, device_ns = await prepared._driver.drive(run_plan(plan, args, ctx), ctx, plan, prepared.app,
+                                                              prepared.priority)
+            self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
+        except NnrtError as err:
+            self._fail(err.status, str(err))
+        except asyncio.CancelledError:
+            self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
+            raise
+        else:
+            self._succeed(device_ns, measure, t_call, t_fenced)
 
 
-def _check_fences(wait_for: Sequence[SyncFence]) -> tuple[SyncFence, ...]:
+class _Request(NamedTuple):
+    """A validated fenced request, kept while the execution waits."""
+
+    prepared: PreparedModel
+    args: list[Any]
+    bufs: Sequence[np.ndarray | None] | None
+    ctx: ExecContext
+    measure: bool
+    after_fence: float | None
+    t_call: int
+
+
+def _check_fences(wait_for: Sequence[SyncFence]) -> tuple[tuple[SyncFence, ...], bool]:
+    """The wait-for fences, and whether all have signaled already. INVALID_ARGUMENT for a
+    non-fence or a fence already in error."""
     fences = tuple(wait_for)
+    ready = True
     for k, fence in enumerate(fences):
         if not isinstance(fence, SyncFence):
             raise InvalidArgumentError(f"wait_for[{k}]: {type(fence).__name__} is not a SyncFence")
-        if fence.state is FenceState.ERROR:
-            raise InvalidArgumentError(f"wait_for[{k}] is already in error ({fence.status.name if fence.status else '?'})")
-    return fences
+        state = fence._core.state
+        if state is not _SIGNALED:
+            if state is _ERROR:
+                raise InvalidArgumentError(f"wait_for[{k}] is already in error ({fence.status.name if fence.status else '?'})")
+            ready = False
+    return fences, ready
 
 
-async def execute_fenced(
+def start_fenced(
     prepared: PreparedModel,
     inputs: Sequence[Any],
     outputs: Sequence[np.ndarray | None] | None,
@@ -107,7 +301,8 @@ async def execute_fenced(
     loop_timeout: float | None,
     timeout_after_fence: float | None,
 ) -> tuple[SyncFence, FencedExecutionCallback]:
-    t_call = perf_ns()
+    """Validate a fenced request and start it (eagerly or as a task); called on the loop thread."""
+    t_call = perf_ns() if measure_timing else 0
     args, bufs = prepared._validate_request(inputs, outputs)
     for j in prepared._unsized_outputs:
         op = prepared._outputs[j]
@@ -116,157 +311,15 @@ async def execute_fenced(
                 f"output {j} ({op.label}) has unspecified dimensions {list(op.dimensions)}: a fenced execution "
                 "needs fully specified outputs (or an output buffer)"
             )
-    fences = _check_fences(wait_for)
+    fences, ready = _check_fences(wait_for) if wait_for else ((), True)
     if timeout_after_fence is not None and (not isinstance(timeout_after_fence, (int, float)) or not timeout_after_fence >= 0):
         raise InvalidArgumentError(f"timeout_after_fence must be a non-negative number of seconds, got {timeout_after_fence!r}")
     ctx = prepared._context(deadline, loop_timeout)  # raises MISSED_DEADLINE_PERSISTENT if already late
-    fence = SyncFence._derived()
-    callback = FencedExecutionCallback(fence)
-    run = _FencedRun(prepared, args, bufs, ctx, measure_timing, timeout_after_fence, t_call, fence, callback)
-    if prepared._driver.runs_inline(prepared.plan):
-        run.start_eagerly(fences)
+    callback = FencedExecutionCallback()
+    if not prepared._driver.runs_inline(prepared.plan):
+        callback._spawn(_Request(prepared, args, bufs, ctx, measure_timing, timeout_after_fence, t_call), fences)
+    elif ready:  # the common chain: the previous stage has run already
+        callback._run_inline(prepared, args, bufs, ctx, measure_timing, timeout_after_fence, t_call)
     else:
-        task = asyncio.get_running_loop().create_task(run.run_task(fences))
-        callback._task = task
-        prepared._track(task)
-    return fence, callback
-
-
-class _FencedRun:
-    """One fenced execution: waits for its fences, runs, resolves its fence and callback.
-
-    Two ways to run. A plan the device runs inline (cheap, no control flow) starts *eagerly*:
-    a listener on the wait-for fences runs it synchronously the moment they signal on the loop
-    thread (or schedules it there when they signal from another thread), so a chain of fenced
-    stages runs back to back with no task switch. Other plans run as a task that awaits the
-    fences and then the device.
-    """
-
-    __slots__ = (
-        "after_fence",
-        "args",
-        "bufs",
-        "callback",
-        "ctx",
-        "fence",
-        "gate",
-        "handle",
-        "loop",
-        "measure",
-        "prepared",
-        "t_call",
-        "thread",
-    )
-
-    def __init__(
-        self,
-        prepared: PreparedModel,
-        args: list[Any],
-        bufs: Sequence[np.ndarray | None] | None,
-        ctx: ExecContext,
-        measure: bool,
-        after_fence: float | None,
-        t_call: int,
-        fence: SyncFence,
-        callback: FencedExecutionCallback,
-    ) -> None:
-        self.prepared, self.args, self.bufs, self.ctx = prepared, args, bufs, ctx
-        self.measure, self.after_fence, self.t_call = measure, after_fence, t_call
-        self.fence, self.callback = fence, callback
-        self.loop = asyncio.get_running_loop()
-        self.thread = threading.get_ident()
-        self.handle: int | None = None
-        self.gate: SyncFence | None = None
-
-    # -- outcome --------------------------------------------------------------------------------
-
-    def _fail(self, status: ErrorStatus, message: str) -> None:
-        self.callback._info = FencedExecutionInfo(status)
-        self.fence._core.try_fail(status, message)
-
-    def _succeed(self, result: ExecutionResult, device_ns: int, t_fenced: int) -> None:
-        end = perf_ns()
-        if self.measure:
-            launched = Timing(min(device_ns, end - self.t_call), end - self.t_call)
-            fenced = Timing(min(device_ns, end - t_fenced), end - t_fenced)
-            self.callback._info = FencedExecutionInfo(ErrorStatus.NONE, launched, fenced)
-        else:
-            self.callback._info = FencedExecutionInfo(ErrorStatus.NONE)
-        self.callback._result = result
-        self.fence._core.try_signal()
-
-    def _fences_signaled(self) -> int:
-        if self.after_fence is not None:
-            limit = self.prepared._driver.clock.now() + self.after_fence
-            self.ctx.deadline = limit if self.ctx.deadline is None else min(self.ctx.deadline, limit)
-        return perf_ns()
-
-    # -- eager path (inline plans) ----------------------------------------------------------------
-
-    def start_eagerly(self, fences: tuple[SyncFence, ...]) -> None:
-        self.callback._run = self
-        if not fences:
-            self._run_inline()
-            return
-        self.gate = fences[0] if len(fences) == 1 else all_of(fences)
-        self.handle = self.gate._core.add_listener(self._on_gate)
-
-    def _on_gate(self, core: FenceCore) -> None:
-        if core.state is FenceState.ERROR:
-            self._fail(ErrorStatus.GENERAL_FAILURE, f"a wait-for fence failed: {core.status.name if core.status else '?'}"
-                       f" {core.message}".rstrip())
-        elif threading.get_ident() == self.thread:
-            self._run_inline()
-        else:
-            self.loop.call_soon_threadsafe(self._run_inline)
-
-    def _run_inline(self) -> None:
-        if self.fence.done():  # cancelled meanwhile
-            return
-        prepared = self.prepared
-        if not prepared._driver.can_run_now(prepared.plan):
-            # The device is busy: queue like any other execution (fences already signaled).
-            task = self.loop.create_task(self.run_task(()))
-            self.callback._run = None  # cancel() now cancels the task
-            self.callback._task = task
-            prepared._track(task)
-            return
-        t_fenced = self._fences_signaled()
-        try:
-            gen = run_plan(prepared.plan, self.args, self.ctx)
-            results, device_ns = prepared._driver.run_now(gen, self.ctx, prepared.plan, prepared.app, prepared.priority)
-            result = prepared._finish(results, self.bufs, self.args, self.measure, self.t_call, device_ns)
-        except NnrtError as err:
-            self._fail(err.status, str(err))
-        else:
-            self._succeed(result, device_ns, t_fenced)
-
-    def cancel(self) -> bool:
-        if self.fence.done():
-            return False
-        if self.gate is not None:
-            self.gate._core.remove_listener(self.handle)
-        self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
-        return True
-
-    # -- task path --------------------------------------------------------------------------------
-
-    async def run_task(self, fences: tuple[SyncFence, ...]) -> None:
-        prepared = self.prepared
-        try:
-            if fences:
-                try:
-                    await (fences[0] if len(fences) == 1 else all_of(fences))
-                except NnrtError as err:
-                    raise GeneralFailureError(f"a wait-for fence failed: {err}") from err
-            t_fenced = self._fences_signaled()
-            gen = run_plan(prepared.plan, self.args, self.ctx)
-            results, device_ns = await prepared._driver.drive(gen, self.ctx, prepared.plan, prepared.app, prepared.priority)
-            result = prepared._finish(results, self.bufs, self.args, self.measure, self.t_call, device_ns)
-        except NnrtError as err:
-            self._fail(err.status, str(err))
-        except asyncio.CancelledError:
-            self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
-            raise
-        else:
-            self._succeed(result, device_ns, t_fenced)
+        callback._wait_eagerly(_Request(prepared, args, bufs, ctx, measure_timing, timeout_after_fence, t_call), fences)
+    return callback._fence, callback

@@ -21,7 +21,7 @@ import numpy as np
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError, OutputInsufficientSizeError
-from nnrt.execution._fenced import FencedExecutionCallback, execute_fenced
+from nnrt.execution._fenced import FencedExecutionCallback, start_fenced
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._plan import Plan
 from nnrt.execution._request import ResolvedOutputs, is_pool_arg, resolve_request
@@ -120,7 +120,7 @@ class PreparedModel:
         self._outputs = [model.operands[i] for i in model.output_indexes]
         # The OutputShape of an output whose result has exactly the model's dimensions (shared:
         # OutputShape is immutable), so the common case allocates none.
-        self._exact_shapes = [OutputShape(op.dimensions, True) for op in self._outputs]
+        self._exact_shapes = tuple(OutputShape(op.dimensions, True) for op in self._outputs)
         # Per output: its dtype, and the fewest elements a caller's buffer needs (0: unknown).
         self._out_dtypes = [op.type.dtype for op in self._outputs]
         self._out_min_size = [op.byte_size // op.type.dtype.itemsize if op.fully_specified else 0 for op in self._outputs]
@@ -194,9 +194,7 @@ class PreparedModel:
         (written into ``outputs`` when given, else ``callback.result.outputs``). The request is
         validated now; see ``nnrt.execution._fenced`` for the rules.
         """
-        return await execute_fenced(
-            self, inputs, outputs, wait_for, measure_timing, deadline, loop_timeout, timeout_after_fence
-        )
+        return start_fenced(self, inputs, outputs, wait_for, measure_timing, deadline, loop_timeout, timeout_after_fence)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
@@ -346,12 +344,8 @@ class PreparedModel:
         if not measure_timing:
             if bufs is None:
                 return self._finish_fast(results, args)
-            if type(bufs) is not ResolvedOutputs and self._fill_exact(results, bufs):
-                self._n_executions += 1
-                if vlog_enabled("execution"):
-                    _log.debug("execution.completed", app=self.app, priority=self.priority.name, status="NONE",
-                               outputs=len(bufs))
-                return ExecutionResult(list(bufs), tuple(self._exact_shapes))  # type: ignore[arg-type]
+            if self._fill_into(results, bufs):
+                return ExecutionResult(list(bufs), self._exact_shapes)  # type: ignore[arg-type]
         outs: list[np.ndarray] = []
         shapes: list[OutputShape] = []
         short = False
@@ -389,6 +383,16 @@ class PreparedModel:
         if vlog_enabled("execution"):
             _log.debug("execution.completed", app=self.app, priority=self.priority.name, status="NONE", outputs=len(outs))
         return ExecutionResult(outs, tuple(shapes), timing)
+
+    def _fill_into(self, results: list[Any], bufs: Sequence[np.ndarray | None]) -> bool:
+        """Finish a request whose outputs all go into caller arrays of exactly the model's shapes
+        (the common fenced pipeline): copy, count, log; False, having written nothing, otherwise."""
+        if type(bufs) is ResolvedOutputs or not self._fill_exact(results, bufs):
+            return False
+        self._n_executions += 1
+        if vlog_enabled("execution"):
+            _log.debug("execution.completed", app=self.app, priority=self.priority.name, status="NONE", outputs=len(bufs))
+        return True
 
     def _fill_exact(self, results: list[Any], bufs: Sequence[np.ndarray | None]) -> bool:
         """Copy results into caller buffers when every output has a buffer of exactly the
