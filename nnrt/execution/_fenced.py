@@ -209,19 +209,25 @@ class FencedExecutionCallback:
 
     def _run_inline(self, prepared: PreparedModel, args: list[Any], bufs: Sequence[np.ndarray | None] | None,
                     ctx: ExecContext, measure: bool, after_fence: float | None, t_call: int) -> None:
+        # The hot path of a fenced pipeline: keep it to the calls an ``execute`` makes.
         driver, plan = prepared._driver, prepared.plan
         if not driver.can_run_now(plan):
             # The device is busy: queue like any other execution (fences already signaled).
             self._spawn(_Request(prepared, args, bufs, ctx, measure, after_fence, t_call), ())
             return
-        t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure)
+        t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure) if after_fence is not None or measure else 0
         try:
             results, device_ns = driver.run_now(run_plan(plan, args, ctx), ctx, plan, prepared.app, prepared.priority)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
             self._fail(err.status, str(err))
-        else:
+            return
+        if measure:
             self._succeed(device_ns, measure, t_call, t_fenced)
+        else:
+            self._info = _INFO_NONE
+            if self._fence is not _COMPLETED:
+                self._fence._core.try_signal()
 
     # -- task path --------------------------------------------------------------------------------
 
@@ -291,6 +297,16 @@ def _check_fences(wait_for: Sequence[SyncFence]) -> tuple[tuple[SyncFence, ...],
     return fences, ready
 
 
+def _check_sized(prepared: PreparedModel, bufs: Sequence[np.ndarray | None] | None) -> None:
+    for j in prepared._unsized_outputs:
+        op = prepared._outputs[j]
+        if bufs is None or bufs[j] is None:
+            raise InvalidArgumentError(
+                f"output {j} ({op.label}) has unspecified dimensions {list(op.dimensions)}: a fenced execution "
+                "needs fully specified outputs (or an output buffer)"
+            )
+
+
 def start_fenced(
     prepared: PreparedModel,
     inputs: Sequence[Any],
@@ -304,14 +320,15 @@ def start_fenced(
     """Validate a fenced request and start it (eagerly or as a task); called on the loop thread."""
     t_call = perf_ns() if measure_timing else 0
     args, bufs = prepared._validate_request(inputs, outputs)
-    for j in prepared._unsized_outputs:
-        op = prepared._outputs[j]
-        if bufs is None or bufs[j] is None:
-            raise InvalidArgumentError(
-                f"output {j} ({op.label}) has unspecified dimensions {list(op.dimensions)}: a fenced execution "
-                "needs fully specified outputs (or an output buffer)"
-            )
-    fences, ready = _check_fences(wait_for) if wait_for else ((), True)
+    if prepared._unsized_outputs:
+        _check_sized(prepared, bufs)
+    fences: tuple[SyncFence, ...]
+    if not wait_for:
+        fences, ready = (), True
+    elif len(wait_for) == 1 and type(wait_for[0]) is SyncFence and wait_for[0]._core.state is _SIGNALED:
+        fences, ready = (wait_for[0],), True  # the common chain: the previous stage has run already
+    else:
+        fences, ready = _check_fences(wait_for)
     if timeout_after_fence is not None and (not isinstance(timeout_after_fence, (int, float)) or not timeout_after_fence >= 0):
         raise InvalidArgumentError(f"timeout_after_fence must be a non-negative number of seconds, got {timeout_after_fence!r}")
     ctx = prepared._context(deadline, loop_timeout)  # raises MISSED_DEADLINE_PERSISTENT if already late

@@ -124,6 +124,9 @@ class PreparedModel:
         # Per output: its dtype, and the fewest elements a caller's buffer needs (0: unknown).
         self._out_dtypes = [op.type.dtype for op in self._outputs]
         self._out_min_size = [op.byte_size // op.type.dtype.itemsize if op.fully_specified else 0 for op in self._outputs]
+        # What the output checks read, per output, in one tuple each (the hot path's loops).
+        self._out_checks = tuple(zip(self._out_dtypes, self._out_min_size))
+        self._out_dims = tuple(op.dimensions for op in self._outputs)
         #: Outputs whose size only the run tells (fenced executions need a buffer for them).
         self._unsized_outputs = [j for j, op in enumerate(self._outputs) if not op.fully_specified]
         self._n_executions = 0
@@ -310,7 +313,7 @@ class PreparedModel:
         """Check output arrays; False when one is a memory location or device buffer."""
         if isinstance(outputs, np.ndarray) or len(outputs) != len(self._outputs):
             raise InvalidArgumentError(f"the model has {len(self._outputs)} outputs, the request gives {len(outputs)}")
-        for j, (buf, dtype, min_size) in enumerate(zip(outputs, self._out_dtypes, self._out_min_size)):
+        for j, (buf, (dtype, min_size)) in enumerate(zip(outputs, self._out_checks)):
             if buf is None:
                 continue
             if type(buf) is not np.ndarray and not isinstance(buf, np.ndarray):
@@ -398,12 +401,19 @@ class PreparedModel:
         """Copy results into caller buffers when every output has a buffer of exactly the
         model's shape and a result of that shape (the common fenced pipeline); False otherwise,
         having written nothing."""
-        for op, value, buf in zip(self._outputs, results, bufs):
-            if (buf is None or type(value) is not np.ndarray or value.shape != op.dimensions or buf.shape != op.dimensions
+        if len(results) == 1:  # most models: no loops
+            value, buf, dims = results[0], bufs[0], self._out_dims[0]
+            if (buf is None or type(value) is not np.ndarray or value.shape != dims or buf.shape != dims
+                    or value.dtype != buf.dtype):
+                return False
+            buf[...] = value
+            return True
+        for dims, value, buf in zip(self._out_dims, results, bufs):
+            if (buf is None or type(value) is not np.ndarray or value.shape != dims or buf.shape != dims
                     or value.dtype != buf.dtype):
                 return False
         for value, buf in zip(results, bufs):
-            np.copyto(buf, value)  # type: ignore[arg-type]
+            buf[...] = value  # type: ignore[index]  # same shape and dtype: a plain copy (cheaper than np.copyto)
         return True
 
     def _finish_fast(self, results: list[Any], args: list[Any]) -> ExecutionResult:
