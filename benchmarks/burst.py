@@ -82,10 +82,11 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
         for _ in range(n):
             await prepared.execute(xs, bufs)
 
-    def pipelined(w: float) -> Callable[[int], Awaitable[None]]:
+    def pipelined(w: float, inline: bool) -> Callable[[int], Awaitable[None]]:
         burst, (ins, outs) = bursts[w], locs[w]
 
         async def run(n: int) -> None:
+            burst._inline_ok = inline
             window: deque[asyncio.Future[nnrt.ExecutionResult]] = deque()
             for _ in range(n):
                 if len(window) >= IN_FLIGHT:
@@ -93,17 +94,18 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
                 window.append(await burst.submit(ins, outs))
             for fut in window:
                 await fut
+            burst._inline_ok = True
 
         return run
 
-    def one(w: float, eager: bool) -> Callable[[int], Awaitable[None]]:
+    def one(w: float, inline: bool, eager: bool) -> Callable[[int], Awaitable[None]]:
         burst, (ins, outs) = bursts[w], locs[w]
 
         async def run(n: int) -> None:
-            burst._eager = eager
+            burst._inline_ok, burst._eager = inline, eager
             for _ in range(n):
                 await burst.execute(ins, outs)
-            burst._eager = True
+            burst._inline_ok = burst._eager = True
 
         return run
 
@@ -111,15 +113,30 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
         for _ in range(n):
             await bursts[50e-6].execute(xs, bufs)
 
+    steps = prepared.plan.steps
+    template, inputs, outputs = prepared.plan.template, prepared.plan.inputs, prepared.plan.outputs
+
+    async def kernels(n: int) -> None:  # the model's kernels back to back, no runtime
+        for _ in range(n):
+            slots = template.copy()
+            for i, x in zip(inputs, xs):
+                slots[i] = x
+            for step in steps:
+                slots[step.out] = step.fn(*step.fetch(slots))  # type: ignore[misc]
+            [slots[i] for i in outputs]
+
     cases: dict[str, Callable[[int], Awaitable[None]]] = {
         "seq_plain": seq_plain,
         "seq_outs": seq_outs,
-        "pipe_0": pipelined(0.0),
-        "pipe_50": pipelined(50e-6),
-        "one_eager": one(50e-6, True),
-        "one_0": one(0.0, False),
-        "one_50": one(50e-6, False),
+        "pipe": pipelined(50e-6, True),
+        "pipe_0": pipelined(0.0, False),
+        "pipe_50": pipelined(50e-6, False),
+        "one": one(50e-6, True, True),
+        "one_eager": one(50e-6, False, True),
+        "one_0": one(0.0, False, False),
+        "one_50": one(50e-6, False, False),
         "arrays": arrays,
+        "kernels": kernels,
     }
     for fn in cases.values():  # warm up
         await fn(max(IN_FLIGHT, number // 10))
@@ -138,32 +155,37 @@ def report(name: str, value: float, unit: str = "us") -> None:
     _common.report(name, value, unit, width=60)
 
 
-def ratio(name: str, value: float, target: float, at_least: bool) -> None:
+def ratio(name: str, value: float, target: float | None, at_least: bool) -> None:
     _common.ratio(name, value, target, at_least=at_least, width=60)
 
 
 async def main(quick: bool, loop_name: str) -> None:
     device = nnrt.CpuDevice(blas_threads=1)
     sys.stdout.write(f"[{loop_name}]\n")
-    for model, number, pipe_target in ((zoo.one_add(), 2000, 1.0), (zoo.mlp(), 400, 1.3)):
+    for model, number, pipe_target, one_target in ((zoo.one_add(), 2000, 1.0, None), (zoo.mlp(), 400, 1.3, 1.5)):
         n = number // 4 if quick else number
         r = await measure(device, model, n, 3 if quick else 7)
         base = min(r["seq_plain"], r["seq_outs"])
         name = model.name
-        report(f"{name}: sequential await execute (no outputs / outputs given)", r["seq_plain"])
+        report(f"{name}: sequential await execute (no outputs)", r["seq_plain"])
         report(f"{name}: sequential await execute, outputs given", r["seq_outs"])
-        report(f"{name}: burst, {IN_FLIGHT} in flight, polling 0 (per request)", r["pipe_0"])
-        report(f"{name}: burst, {IN_FLIGHT} in flight, polling 50 us (per request)", r["pipe_50"])
-        report(f"{name}: burst, 1 in flight (eager: run in the caller's task)", r["one_eager"])
-        report(f"{name}: burst, 1 in flight through the server task, polling 0", r["one_0"])
-        report(f"{name}: burst, 1 in flight through the server task, polling 50 us", r["one_50"])
+        report(f"{name}: burst, {IN_FLIGHT} in flight, default path (per request)", r["pipe"])
+        report(f"{name}: burst, {IN_FLIGHT} in flight, server task, polling 0", r["pipe_0"])
+        report(f"{name}: burst, {IN_FLIGHT} in flight, server task, polling 50 us", r["pipe_50"])
+        report(f"{name}: burst, 1 in flight, default path", r["one"])
+        report(f"{name}: burst, 1 in flight, eager (server code in the caller's task)", r["one_eager"])
+        report(f"{name}: burst, 1 in flight, server task, polling 0", r["one_0"])
+        report(f"{name}: burst, 1 in flight, server task, polling 50 us", r["one_50"])
         report(f"{name}: burst.execute with plain arrays (transient slots)", r["arrays"])
-        best_pipe = r["pipe_50"]
-        ratio(f"{name}: pipelined throughput / sequential (polling 50 us)", base / best_pipe, pipe_target, True)
-        ratio(f"{name}: pipelined throughput / sequential (polling 0)", base / r["pipe_0"], pipe_target, True)
-        ratio(f"{name}: 1-in-flight latency / await execute (eager)", r["one_eager"] / base, 1.5, False)
-        ratio(f"{name}: 1-in-flight latency / await execute (server, polling 50 us)", r["one_50"] / base, 1.5, False)
-        ratio(f"{name}: 1-in-flight latency / await execute (server, polling 0)", r["one_0"] / base, 1.5, False)
+        report(f"{name}: the kernels alone, back to back (no runtime)", r["kernels"])
+        ratio(f"{name}: pipelined throughput / sequential (default path)", base / r["pipe"], pipe_target, True)
+        ratio(f"{name}: pipelined throughput / sequential (server task, polling 50 us)", base / r["pipe_50"], None, True)
+        ratio(f"{name}: pipelined throughput / sequential (server task, polling 0)", base / r["pipe_0"], None, True)
+        ratio(f"{name}: ceiling of one-at-a-time: sequential / kernels alone", base / r["kernels"], None, True)
+        ratio(f"{name}: 1-in-flight latency / await execute (default path)", r["one"] / base, one_target, False)
+        ratio(f"{name}: 1-in-flight latency / await execute (eager)", r["one_eager"] / base, None, False)
+        ratio(f"{name}: 1-in-flight latency / await execute (server, polling 50 us)", r["one_50"] / base, None, False)
+        ratio(f"{name}: 1-in-flight latency / await execute (server, polling 0)", r["one_0"] / base, None, False)
     device.close()
 
 

@@ -54,7 +54,7 @@ from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._channel import Channel, ChannelClosed
 from nnrt.burst._packet import Location, RequestPacket, ResultPacket
 from nnrt.burst._server import BurstServer
-from nnrt.errors import DeadObjectError, InvalidArgumentError, NnrtError, error_for
+from nnrt.errors import DeadObjectError, GeneralFailureError, InvalidArgumentError, NnrtError, error_for
 from nnrt.execution import ExecutionResult
 from nnrt.memory import Memory
 from nnrt.types import ErrorStatus, ExecutionPreference, OutputShape
@@ -82,6 +82,7 @@ class BurstStatistics:
     failed: int
     fallbacks: int
     eager: int
+    inline: int
     queued: int
     max_queue_depth: int
     slots: int
@@ -136,9 +137,15 @@ class Burst:
         model = prepared.model
         self._in_ops = [model.operands[i] for i in model.input_indexes]
         self._out_ops = [model.operands[i] for i in model.output_indexes]
-        self._submitted = self._completed = self._failed = self._fallbacks = self._eagers = 0
+        self._submitted = self._completed = self._failed = self._fallbacks = self._eagers = self._inline = 0
         #: Run ``execute`` in the caller's task when the server is idle (benchmarks turn it off).
         self._eager = True
+        #: Run requests naming locations at once on the device's inline fast path when it may
+        #: (benchmarks turn it off to measure the server task).
+        self._inline_ok = True
+        self._driver = prepared._driver
+        self._plan = prepared.plan
+        self._run_now = self._server.run_now_fn
 
     def __repr__(self) -> str:
         state = ("new", "open", "closed")[self._state]
@@ -280,24 +287,30 @@ class Burst:
         """Run one request through the burst and wait for its result (see ``submit``).
 
         When nothing is queued and the server is idle, the request runs at once in the
-        caller's task (same checks, same execution, same result packet), which saves waking
-        the server task; otherwise it queues like ``submit``.
+        caller's task: synchronously on the device's inline fast path when the device may run
+        the plan now (see ``submit``), else through the server's code without waking the
+        server task (same checks, same execution, same result packet); otherwise it queues
+        like ``submit``.
         """
-        if self._eager and self._state == _OPEN and not self._pending and self._gate is None:
-            server = self._server
-            packed = self._pack(inputs, outputs, measure_timing, deadline, loop_timeout)
-            if packed is not None and server.begin_eager():
-                packet, out_arrays, transient = packed
-                self._submitted += 1
-                self._eagers += 1
-                try:
-                    result = await server.serve(packet)
-                finally:
-                    server.end_eager()
-                    self._release_transient(transient)
-                return self._result(result, out_arrays)
-            if packed is not None:
-                self._release_transient(packed[2])
+        if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
+            done = self._try_at_once(inputs, outputs, measure_timing, deadline, loop_timeout)
+            if done is not None:
+                return await done
+            if self._eager:
+                server = self._server
+                packed = self._pack(inputs, outputs, measure_timing, deadline, loop_timeout)
+                if packed is not None and server.begin_eager():
+                    packet, out_arrays, transient = packed
+                    self._submitted += 1
+                    self._eagers += 1
+                    try:
+                        result_packet = await server.serve(packet)
+                    finally:
+                        server.end_eager()
+                        self._release_transient(transient)
+                    return self._result(result_packet, out_arrays)
+                if packed is not None:
+                    self._release_transient(packed[2])
         fut = await self.submit(inputs, outputs, measure_timing=measure_timing, deadline=deadline, loop_timeout=loop_timeout)
         return await fut
 
@@ -316,7 +329,16 @@ class Burst:
         ``None`` for omitted optional inputs; ``outputs`` likewise (``None`` entries, or no
         list, are allocated). Waits for room when ``max_in_flight`` requests are queued. The
         future raises the ``NnrtError`` matching the result's status.
+
+        A request naming only locations runs at once, before ``submit`` returns (its future
+        already resolved), when nothing is queued, the server is idle and the device may run
+        the plan inline now (``Driver.can_run_now``: a cheap plan, nothing admitted): the
+        same execution the server would run, without a packet, a task switch or a wake-up.
         """
+        if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
+            done = self._try_at_once(inputs, outputs, measure_timing, deadline, loop_timeout)
+            if done is not None:
+                return done
         self._check_open()
         while self._gate is not None:
             await asyncio.shield(self._gate)
@@ -340,6 +362,47 @@ class Burst:
         self._submitted += 1
         return fut
 
+    # -- the inline path -----------------------------------------------------------------------
+
+    def _try_at_once(
+        self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
+    ) -> asyncio.Future[ExecutionResult] | None:
+        """Run a request synchronously if it may skip the queue; its future comes back resolved.
+
+        The caller checked that the burst is open with nothing queued or running. The request
+        must name locations only, and the device must be able to run the plan inline now
+        (``Driver.can_run_now``: cheap, nothing admitted). ``None``: queue it instead.
+        """
+        server = self._server
+        if not self._inline_ok or not self._driver.can_run_now(self._plan):
+            return None
+        lane = server.cached_lane(inputs, outputs)  # the same location objects as an earlier request
+        if lane is None:
+            self._check_counts(inputs, outputs)
+            if outputs is None or not all(x is None or type(x) is Location for x in inputs):
+                return None
+            if not all(type(y) is Location for y in outputs):
+                return None
+        fut: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        self._submitted += 1
+        self._inline += 1
+        try:
+            if lane is None:
+                lane = server.lane(inputs, outputs)  # type: ignore[arg-type]
+            result = self._run_now(lane, measure, deadline, loop_timeout)
+            if not lane.exact:
+                result.outputs = self._outputs(result.outputs, result.output_shapes)  # flat regions take the result's shape
+        except NnrtError as exc:
+            self._failed += 1
+            fut.set_exception(exc)
+        except Exception as exc:  # a location nobody foresaw: answer, as the server does
+            self._failed += 1
+            fut.set_exception(GeneralFailureError(f"bad request: {type(exc).__name__}: {exc}"))
+        else:
+            self._completed += 1
+            fut.set_result(result)
+        return fut
+
     def _send_raw(self, item: Any) -> asyncio.Future[ExecutionResult]:
         """Queue any object as a request packet, unchecked (tests: malformed packets)."""
         self._check_open()
@@ -349,16 +412,19 @@ class Burst:
         self._submitted += 1
         return fut
 
-    def _pack(
-        self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
-    ) -> tuple[RequestPacket, list[np.ndarray], tuple[int, ...]] | None:
-        """The request packet, the client's output arrays and the transient slots; None: not expressible."""
+    def _check_counts(self, inputs: Sequence[Any], outputs: Sequence[Any] | None) -> None:
         if isinstance(inputs, np.ndarray) or len(inputs) != len(self._in_ops):
             n = 1 if isinstance(inputs, np.ndarray) else len(inputs)
             raise InvalidArgumentError(f"the model has {len(self._in_ops)} inputs, the request gives {n}")
         if outputs is not None and (isinstance(outputs, np.ndarray) or len(outputs) != len(self._out_ops)):
             n = 1 if isinstance(outputs, np.ndarray) else len(outputs)
             raise InvalidArgumentError(f"the model has {len(self._out_ops)} outputs, the request gives {n}")
+
+    def _pack(
+        self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
+    ) -> tuple[RequestPacket, list[np.ndarray], tuple[int, ...]] | None:
+        """The request packet, the client's output arrays and the transient slots; None: not expressible."""
+        self._check_counts(inputs, outputs)
         arrays: list[tuple[int, np.ndarray]] = []  # (position, array) to register transiently
         in_locs: list[Location | None] = []
         if outputs is not None and all(type(a) is Location for a in (*inputs, *outputs)):  # the streaming case
@@ -522,6 +588,7 @@ class Burst:
             failed=self._failed,
             fallbacks=self._fallbacks,
             eager=self._eagers,
+            inline=self._inline,
             queued=len(ch),
             max_queue_depth=ch.max_depth,
             slots=len(self._pools),

@@ -17,26 +17,36 @@ and no timing; an execution failure keeps its own status (and its shapes, for
 OUTPUT_INSUFFICIENT_SIZE). Nothing a client sends can end the server: every exception other
 than cancellation becomes a result packet.
 
-Eager requests: when the server is idle and its channel empty, ``Burst.execute`` may run a
-request in the caller's task (``begin_eager`` / ``serve`` / ``end_eager``) instead of waking
-the server task and waiting for it, which saves two task switches per request; ``busy`` keeps
-the one-at-a-time rule across both paths (the server task waits for an eager request to end).
+Lanes: the validated arguments of one set of location objects (input views, output views)
+are a ``Lane``, cached per set, so a stream that reuses its locations is resolved and validated
+once. ``run_now(lane, ...)`` runs a lane synchronously through the device's inline fast path
+(``Driver.can_run_now`` / ``run_now``, exactly as ``PreparedModel.execute`` does): no packet,
+no task switch, the outputs copied straight into their pools. ``Burst`` uses it when its
+server is idle, nothing is queued and the device may run the plan at once.
+
+Eager requests: when the server is idle and its channel empty, ``Burst.execute`` may also run a
+request that cannot run at once in the caller's task (``begin_eager`` / ``serve`` /
+``end_eager``) instead of waking the server task and waiting for it, which saves two task
+switches per request; ``busy`` keeps the one-at-a-time rule across both paths (the server
+task waits for an eager request to end).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nnrt._log import get_logger
 from nnrt.burst._channel import Channel, ChannelClosed
+from nnrt.burst._lane import Lane, LeanRunner
 from nnrt.burst._packet import Location, RequestPacket, ResultPacket, check_header, check_location, decode_request
+from nnrt.clock import perf_ns
 from nnrt.errors import InvalidArgumentError, NnrtError
+from nnrt.execution import ExecutionResult, run_plan
 from nnrt.memory import Memory
 from nnrt.types import ErrorStatus
 
@@ -73,9 +83,10 @@ class BurstServer:
         model = prepared.model
         self._in_ops = [model.operands[i] for i in model.input_indexes]
         self._out_ops = [model.operands[i] for i in model.output_indexes]
-        # id(location) per input and output -> (locations, args, bufs): see ``_prepare``.
-        self._validated: dict[tuple[int, ...], tuple[tuple[Location | None, ...], list[Any], Any]] = {}
+        # id(location) per input and output -> its lane: see ``lane``.
+        self._lanes: dict[tuple[int, ...], Lane] = {}
         self._cacheable = not any(op.type.is_scalar for op in self._in_ops)
+        self._lean = LeanRunner.for_model(prepared)
         self.served = 0
         #: True while a request is executing (in the server task or eagerly in a client's).
         self.busy = False
@@ -85,15 +96,23 @@ class BurstServer:
 
     def add_memory(self, slot: int, memory: Memory) -> None:
         """Cache ``memory`` under ``slot`` (replacing whatever the slot held)."""
+        if slot in self._pools:
+            self._drop_lanes(slot)
         self._pools[slot] = memory
         self._views.pop(slot, None)
-        self._validated.clear()
 
     def free_memory(self, slot: int) -> None:
         """Evict ``slot``; later requests naming it fail with INVALID_ARGUMENT."""
         self._pools.pop(slot, None)
         self._views.pop(slot, None)
-        self._validated.clear()
+        self._drop_lanes(slot)
+
+    def _drop_lanes(self, slot: int) -> None:
+        """Forget the lanes that name ``slot`` (their views belong to the old pool)."""
+        lanes = self._lanes
+        stale = [key for key, lane in lanes.items() if any(loc is not None and loc.slot == slot for loc in lane.locs)]
+        for key in stale:
+            del lanes[key]
 
     @property
     def slots(self) -> int:
@@ -102,7 +121,7 @@ class BurstServer:
     def clear(self) -> None:
         self._pools.clear()
         self._views.clear()
-        self._validated.clear()
+        self._lanes.clear()
 
     # -- the task ------------------------------------------------------------------------------
 
@@ -144,14 +163,14 @@ class BurstServer:
         """Execute one request (a ``RequestPacket`` or its flat datum form); never raises but cancellation."""
         try:
             packet = check_header(item) if type(item) is RequestPacket else decode_request(item)
-            args, bufs = self._prepare(packet)
+            lane = self.lane(packet.inputs, packet.outputs)
         except NnrtError as exc:
             return ResultPacket(exc.status, message=str(exc.args[0]))
         except Exception as exc:  # a packet nobody foresaw: answer, don't die
             return ResultPacket(ErrorStatus.GENERAL_FAILURE, message=f"bad request packet: {type(exc).__name__}: {exc}")
         try:
             result = await self._prepared._execute_validated(
-                args, bufs, packet.measure_timing, packet.deadline, packet.loop_timeout
+                lane.args, lane.bufs, packet.measure_timing, packet.deadline, packet.loop_timeout
             )
         except NnrtError as exc:
             return ResultPacket(exc.status, exc.output_shapes, message=str(exc.args[0]))
@@ -162,38 +181,76 @@ class BurstServer:
 
     # -- slot resolution -----------------------------------------------------------------------
 
-    def _prepare(self, packet: RequestPacket) -> tuple[list[Any], Any]:
-        """The validated arguments for ``packet``, cached per set of location objects.
+    def lane(self, inputs: Sequence[Location | None], outputs: Sequence[Location]) -> Lane:
+        """The validated arguments for these locations, cached per set of location objects.
 
         A stream that reuses its ``Location`` objects is validated against the model once
         (by the prepared model's own ``_validate_request``); later requests only look it up.
         Scalar inputs are read from their pool at validation, so requests with them are
-        never cached.
+        never cached. Raises the request's ``NnrtError`` (INVALID_ARGUMENT, or
+        GENERAL_FAILURE for a malformed location).
         """
-        locs = packet.inputs + packet.outputs
+        locs = (*inputs, *outputs)
         key = tuple(map(id, locs))
-        hit = self._validated.get(key)
-        if hit is not None and all(map(operator.is_, hit[0], locs)):
-            return hit[1], hit[2]
-        inputs, outputs = self._resolve(packet)
-        args, bufs = self._prepared._validate_request(inputs, outputs)
+        hit = self._lanes.get(key)
+        if hit is not None:  # it keeps its locations alive: their ids are theirs
+            return hit
+        views_in, views_out = self._resolve(inputs, outputs)
+        args, bufs = self._prepared._validate_request(views_in, views_out)
+        exact = all(op.fully_specified and v.shape == op.dimensions for op, v in zip(self._out_ops, views_out))
+        lane = Lane(locs, args, bufs, exact)
         if self._cacheable:
-            if len(self._validated) >= _MAX_VIEWS_PER_SLOT:
-                self._validated.clear()
-            self._validated[key] = (locs, args, bufs)
-        return args, bufs
+            if len(self._lanes) >= _MAX_VIEWS_PER_SLOT:
+                self._lanes.clear()
+            self._lanes[key] = lane
+        return lane
 
-    def _resolve(self, packet: RequestPacket) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
-        if len(packet.inputs) != len(self._in_ops) or len(packet.outputs) != len(self._out_ops):
+    def cached_lane(self, inputs: Sequence[Any], outputs: Sequence[Any] | None) -> Lane | None:
+        """The lane of exactly these location objects if it is cached, else ``None``. (A cached
+        lane keeps its locations alive, so no other object can have their ids meanwhile.)"""
+        if outputs is None:
+            return None
+        return self._lanes.get((*map(id, inputs), *map(id, outputs)))
+
+    @property
+    def run_now_fn(self) -> Callable[[Lane, bool, float | None, float | None], ExecutionResult]:
+        """``run_now``, or the lean runner's ``run`` that it would call (one layer fewer)."""
+        return self.run_now if self._lean is None else self._lean.run
+
+    def run_now(self, lane: Lane, measure: bool, deadline: float | None, loop_timeout: float | None) -> ExecutionResult:
+        """Run ``lane`` synchronously on the device's inline fast path; the caller checked
+        ``Driver.can_run_now`` (the device is idle and the plan cheap). Raises the
+        execution's ``NnrtError``. On a ``CpuDevice`` the lean runner does it (``_lane.py``);
+        otherwise this is ``PreparedModel.execute``'s fast path: same context, same driver
+        call, same ``_finish`` (which writes the outputs into their pools only once every
+        output is computed)."""
+        if self._lean is not None:
+            return self._lean.run(lane, measure, deadline, loop_timeout)
+        prepared = self._prepared
+        t0 = perf_ns()
+        try:
+            ctx = prepared._context(deadline, loop_timeout)
+            plan = prepared.plan
+            results, device_ns = prepared._driver.run_now(
+                run_plan(plan, lane.args, ctx), ctx, plan, prepared.app, prepared.priority
+            )
+            result = prepared._finish(results, lane.bufs, lane.args, measure, t0, device_ns)
+        except NnrtError as err:
+            prepared._log_failure(err)
+            raise
+        return result
+
+    def _resolve(
+        self, inputs: Sequence[Location | None], outputs: Sequence[Location]
+    ) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
+        if len(inputs) != len(self._in_ops) or len(outputs) != len(self._out_ops):
             raise InvalidArgumentError(
                 f"the model has {len(self._in_ops)} inputs and {len(self._out_ops)} outputs; "
-                f"the request gives {len(packet.inputs)} and {len(packet.outputs)}"
+                f"the request gives {len(inputs)} and {len(outputs)}"
             )
-        inputs: list[np.ndarray | None] = [
-            None if loc is None else self._view(0, k, loc) for k, loc in enumerate(packet.inputs)
-        ]
-        outputs = [self._view(1, j, loc) for j, loc in enumerate(packet.outputs)]
-        return inputs, outputs
+        views_in: list[np.ndarray | None] = [None if loc is None else self._view(0, k, loc) for k, loc in enumerate(inputs)]
+        views_out = [self._view(1, j, loc) for j, loc in enumerate(outputs)]
+        return views_in, views_out
 
     def _view(self, direction: int, k: int, loc: Location) -> np.ndarray:
         views = self._views.get(loc.slot)

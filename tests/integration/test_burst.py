@@ -37,6 +37,17 @@ class Pools:
         return self.data[8:].tolist()
 
 
+#: The three ways a request can run: at once on the device's inline fast path, through the
+#: server's code in the caller's task (eager), and through the server task.
+PATHS = ("inline", "eager", "server")
+
+
+def use_path(burst: nnrt.Burst, path: str) -> None:
+    """Make ``burst.execute`` take ``path`` (when its conditions hold)."""
+    burst._inline_ok = path == "inline"
+    burst._eager = path != "server"
+
+
 async def add_burst(device: nnrt.CpuDevice, **kwargs: Any) -> tuple[nnrt.PreparedModel, nnrt.Burst]:
     prepared = await device.prepare_model(zoo.one_add())
     return prepared, await prepared.burst(**kwargs).configure()
@@ -98,12 +109,14 @@ async def test_unknown_or_released_slot_is_invalid_argument_without_shapes(devic
         burst.release_memory(pools.slot)
     else:
         x = Location(42 if how == "unknown" else -1, 0, 16, (1, 4))
-    for eager in (True, False):  # run in the caller's task, and through the server task
-        burst._eager = eager
+    for path in PATHS:
+        use_path(burst, path)
         with pytest.raises(nnrt.InvalidArgumentError, match="slot") as info:
             await burst.execute([x, pools.y], [pools.out], measure_timing=True)
         assert info.value.status is ErrorStatus.INVALID_ARGUMENT and info.value.output_shapes == ()
-    assert burst.statistics().eager == 1
+    stats = burst.statistics()
+    assert (stats.inline, stats.eager, stats.submitted, stats.failed) == (1, 1, 3, 3)
+    use_path(burst, "inline")
     fut = await burst.submit([x, pools.y], [pools.out], measure_timing=True)  # queued path too
     with pytest.raises(nnrt.InvalidArgumentError):
         await fut
