@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-__all__ = ["atimed", "bench", "quick_flag", "ratio", "report", "run_on_event_loops"]
+__all__ = ["atimed", "atimed_pair", "bench", "quick_flag", "ratio", "report", "run_on_event_loops"]
 
 
 def bench(fn: Callable[[], object], number: int, repeat: int = 7) -> float:
@@ -40,6 +40,23 @@ async def atimed(fn: Callable[[], Awaitable[object]], number: int, repeat: int =
             await fn()
         times.append((time.perf_counter() - t) / number * 1e6)
     return statistics.median(times)
+
+
+async def atimed_pair(
+    base: Callable[[], Awaitable[object]], other: Callable[[], Awaitable[object]], number: int, repeat: int = 11
+) -> tuple[float, float]:
+    """Median microseconds per awaited call of ``base`` and of ``other``, their batches
+    interleaved (base, other, base, ...) so that drift in the machine's load hits both alike."""
+    await base()
+    await other()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for fn, out in ((base, times[0]), (other, times[1])):
+            t = time.perf_counter()
+            for _ in range(number):
+                await fn()
+            out.append((time.perf_counter() - t) / number * 1e6)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def report(name: str, value: float, unit: str = "us", width: int = 56) -> None:

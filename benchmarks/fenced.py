@@ -2,7 +2,7 @@
 
 (a) a chain of 3 models executed with fences, awaiting only the last fence, against the same
     three awaited one after the other with ``execute``: one-ADD models and the MLP
-    784-256-256-10 (targets: <= 1.2x and <= 1.0x);
+    784-256-256-10 (targets: <= 1.2x and <= 1.0x); batches of the two interleaved, medians;
 (b) fence signal to the waiting execution's first kernel starting, against one asyncio future
     round trip (create_future + call_soon(set_result) + await) (target: <= 2x).
 
@@ -21,7 +21,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 from _common import atimed as timed
-from _common import quick_flag, ratio, report, run_on_event_loops
+from _common import atimed_pair, quick_flag, ratio, report, run_on_event_loops
 
 import nnrt
 from nnrt import zoo
@@ -53,7 +53,7 @@ async def chain_ratio(device: nnrt.CpuDevice, model: nnrt.Model, number: int) ->
         assert fence is not None
         await fence
 
-    return await timed(sequential, number), await timed(fenced, number)
+    return await atimed_pair(sequential, fenced, number)
 
 
 async def signal_to_start(device: nnrt.CpuDevice, number: int) -> tuple[float, float]:

@@ -184,3 +184,56 @@ async def test_three_stage_chain_awaits_only_the_last_fence(device: nnrt.CpuDevi
     f3, _ = await prepared.execute_fenced([b, x], outputs=[c], wait_for=[f2])
     await f3
     assert c.tolist() == [[4, 4, 4, 4]]
+
+
+async def test_cancel_before_the_execution_starts(device: nnrt.CpuDevice) -> None:
+    """Cancelled before its task (or its listener) ever ran: the fence still fails, nothing waits."""
+    prepared = await device.prepare_model(zoo.one_add())
+    calls = spy_on_first_step(prepared)
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[SyncFence()])
+    assert callback.cancel()
+    with pytest.raises(nnrt.GeneralFailureError, match="cancelled"):
+        await fence.wait(10.0)  # bounded, so a fence left ACTIVE fails the test instead of hanging it
+    assert callback.get_execution_info().status is ErrorStatus.GENERAL_FAILURE
+    assert not callback.cancel()  # already resolved
+    await spin()
+    assert not prepared._tasks and not calls
+
+
+async def test_completed_at_the_call_and_results_in_the_callers_buffers(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    out = np.zeros((1, 4), np.float32)
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], [out])
+    if device.inline_limit_ns:  # eager: ran before the call returned (NNAPI's "no fence" case)
+        assert fence.state is nnrt.FenceState.SIGNALED
+    await fence
+    assert out.tolist() == [[2, 2, 2, 2]]
+    result = callback.result
+    assert result.outputs[0] is out and result.output_shapes[0].dimensions == (1, 4)
+    assert callback.result is result
+    info = callback.get_execution_info()
+    assert info.status is ErrorStatus.NONE and not info.timing_launched.available
+
+
+async def test_a_resolved_execution_keeps_no_request_alive(device: nnrt.CpuDevice) -> None:
+    """The callback drops the request once the fence resolves: the inputs are freed by
+    reference counting alone (no cycle for the garbage collector)."""
+    import gc
+    import weakref
+
+    prepared = await device.prepare_model(zoo.one_add())
+    x = ones(1, 4)
+    gone = weakref.ref(x)
+    gate = SyncFence()
+    gc.disable()
+    try:
+        fence, callback = await prepared.execute_fenced([x, ones(1, 4)], wait_for=[gate])
+        del x
+        assert gone() is not None  # held while waiting
+        gate.signal()
+        await fence
+        await spin()
+        assert gone() is None
+        assert callback.result.outputs[0].tolist() == [[2, 2, 2, 2]]
+    finally:
+        gc.enable()
