@@ -37,7 +37,7 @@ from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, OutputShape, Timing
 if TYPE_CHECKING:
     from nnrt.execution._prepared import ExecutionResult, PreparedModel
 
-__all__ = ["FencedExecutionCallback", "FencedExecutionInfo", "start_fenced"]
+__all__ = ["FencedExecutionCallback", "FencedExecutionInfo", "execute_fenced"]
 
 # Module constants for the hot path (an enum member read through its class is a descriptor call).
 _ACTIVE = FenceState.ACTIVE
@@ -307,17 +307,24 @@ def _check_sized(prepared: PreparedModel, bufs: Sequence[np.ndarray | None] | No
             )
 
 
-def start_fenced(
+async def execute_fenced(
     prepared: PreparedModel,
     inputs: Sequence[Any],
-    outputs: Sequence[np.ndarray | None] | None,
-    wait_for: Sequence[SyncFence],
-    measure_timing: bool,
-    deadline: float | None,
-    loop_timeout: float | None,
-    timeout_after_fence: float | None,
+    outputs: Sequence[np.ndarray | None] | None = None,
+    *,
+    wait_for: Sequence[SyncFence] = (),
+    measure_timing: bool = False,
+    deadline: float | None = None,
+    loop_timeout: float | None = None,
+    timeout_after_fence: float | None = None,
 ) -> tuple[SyncFence, FencedExecutionCallback]:
-    """Validate a fenced request and start it (eagerly or as a task); called on the loop thread."""
+    """Start an execution once every fence in ``wait_for`` has signaled (``PreparedModel.execute_fenced``).
+
+    Returns at once with ``(fence, callback)``: ``await fence`` waits for the outputs
+    (written into ``outputs`` when given, else ``callback.result.outputs``). The request is
+    validated now; ``deadline`` is absolute on the device clock, ``timeout_after_fence``
+    counts from the moment the fences signal. See ``nnrt.execution._fenced`` for the rules.
+    """
     t_call = perf_ns() if measure_timing else 0
     args, bufs = prepared._validate_request(inputs, outputs)
     if prepared._unsized_outputs:

@@ -21,11 +21,10 @@ import numpy as np
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError, OutputInsufficientSizeError
-from nnrt.execution._fenced import FencedExecutionCallback, start_fenced
+from nnrt.execution._fenced import execute_fenced
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._plan import Plan
 from nnrt.execution._request import ResolvedOutputs, is_pool_arg, resolve_request
-from nnrt.fences import SyncFence
 from nnrt.model import Model, Operand
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Priority, Timing
 
@@ -180,24 +179,9 @@ class PreparedModel:
         results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan, self.app, self.priority)
         return self._finish(results, bufs, args, measure_timing, t0, device_ns)
 
-    async def execute_fenced(
-        self,
-        inputs: Sequence[Any],
-        outputs: Sequence[np.ndarray | None] | None = None,
-        *,
-        wait_for: Sequence[SyncFence] = (),
-        measure_timing: bool = False,
-        deadline: float | None = None,
-        loop_timeout: float | None = None,
-        timeout_after_fence: float | None = None,
-    ) -> tuple[SyncFence, FencedExecutionCallback]:
-        """Start an execution once every fence in ``wait_for`` has signaled.
-
-        Returns at once with ``(fence, callback)``: ``await fence`` waits for the outputs
-        (written into ``outputs`` when given, else ``callback.result.outputs``). The request is
-        validated now; see ``nnrt.execution._fenced`` for the rules.
-        """
-        return start_fenced(self, inputs, outputs, wait_for, measure_timing, deadline, loop_timeout, timeout_after_fence)
+    # ``execute_fenced`` is defined with the rest of fenced execution; bound here as a method
+    # directly (no wrapper coroutine: a pipeline calls it once per stage).
+    execute_fenced = execute_fenced
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
