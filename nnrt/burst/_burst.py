@@ -146,6 +146,8 @@ class Burst:
         self._driver = prepared._driver
         self._plan = prepared.plan
         self._run_now = self._server.run_now_fn
+        self._lanes = self._server.lanes  # read here, written by the server only
+        self._loop: asyncio.AbstractEventLoop  # set by configure (the burst is open only after it)
 
     def __repr__(self) -> str:
         state = ("new", "open", "closed")[self._state]
@@ -167,7 +169,8 @@ class Burst:
         """Start the server task on the running loop (``async with`` does this)."""
         if self._state != _NEW:
             raise self._dead() if self._state == _CLOSED else InvalidArgumentError("burst: configure called twice")
-        self._task = asyncio.get_running_loop().create_task(self._server.run(), name=f"nnrt-burst-{id(self):x}")
+        self._loop = loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._server.run(), name=f"nnrt-burst-{id(self):x}")
         self._task.add_done_callback(self._server_done)
         self._state = _OPEN
         if vlog_enabled("execution"):
@@ -376,14 +379,16 @@ class Burst:
         server = self._server
         if not self._inline_ok or not self._driver.can_run_now(self._plan):
             return None
-        lane = server.cached_lane(inputs, outputs)  # the same location objects as an earlier request
+        # The lane of the same location objects as an earlier request (a cached lane keeps its
+        # locations alive, so no other object has their ids meanwhile).
+        lane = None if outputs is None else self._lanes.get((*map(id, inputs), *map(id, outputs)))
         if lane is None:
             self._check_counts(inputs, outputs)
             if outputs is None or not all(x is None or type(x) is Location for x in inputs):
                 return None
             if not all(type(y) is Location for y in outputs):
                 return None
-        fut: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[ExecutionResult] = self._loop.create_future()
         self._submitted += 1
         self._inline += 1
         try:

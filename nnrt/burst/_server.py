@@ -83,8 +83,9 @@ class BurstServer:
         model = prepared.model
         self._in_ops = [model.operands[i] for i in model.input_indexes]
         self._out_ops = [model.operands[i] for i in model.output_indexes]
-        # id(location) per input and output -> its lane: see ``lane``.
-        self._lanes: dict[tuple[int, ...], Lane] = {}
+        #: id(location) per input and output -> its lane (see ``lane``); the dict is never
+        #: replaced, so a client may keep a reference to read it.
+        self.lanes: dict[tuple[int, ...], Lane] = {}
         self._cacheable = not any(op.type.is_scalar for op in self._in_ops)
         self._lean = LeanRunner.for_model(prepared)
         self.served = 0
@@ -109,7 +110,7 @@ class BurstServer:
 
     def _drop_lanes(self, slot: int) -> None:
         """Forget the lanes that name ``slot`` (their views belong to the old pool)."""
-        lanes = self._lanes
+        lanes = self.lanes
         stale = [key for key, lane in lanes.items() if any(loc is not None and loc.slot == slot for loc in lane.locs)]
         for key in stale:
             del lanes[key]
@@ -121,7 +122,7 @@ class BurstServer:
     def clear(self) -> None:
         self._pools.clear()
         self._views.clear()
-        self._lanes.clear()
+        self.lanes.clear()
 
     # -- the task ------------------------------------------------------------------------------
 
@@ -192,7 +193,7 @@ class BurstServer:
         """
         locs = (*inputs, *outputs)
         key = tuple(map(id, locs))
-        hit = self._lanes.get(key)
+        hit = self.lanes.get(key)
         if hit is not None:  # it keeps its locations alive: their ids are theirs
             return hit
         views_in, views_out = self._resolve(inputs, outputs)
@@ -200,17 +201,10 @@ class BurstServer:
         exact = all(op.fully_specified and v.shape == op.dimensions for op, v in zip(self._out_ops, views_out))
         lane = Lane(locs, args, bufs, exact)
         if self._cacheable:
-            if len(self._lanes) >= _MAX_VIEWS_PER_SLOT:
-                self._lanes.clear()
-            self._lanes[key] = lane
+            if len(self.lanes) >= _MAX_VIEWS_PER_SLOT:
+                self.lanes.clear()
+            self.lanes[key] = lane
         return lane
-
-    def cached_lane(self, inputs: Sequence[Any], outputs: Sequence[Any] | None) -> Lane | None:
-        """The lane of exactly these location objects if it is cached, else ``None``. (A cached
-        lane keeps its locations alive, so no other object can have their ids meanwhile.)"""
-        if outputs is None:
-            return None
-        return self._lanes.get((*map(id, inputs), *map(id, outputs)))
 
     @property
     def run_now_fn(self) -> Callable[[Lane, bool, float | None, float | None], ExecutionResult]:
