@@ -22,6 +22,7 @@ import asyncio
 import os
 import statistics
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,7 @@ from _common import quick_flag, run_on_event_loops
 
 import nnrt
 from nnrt import zoo
+from nnrt.execution._interpreter import fp_errors_ignored
 
 IN_FLIGHT = 32
 
@@ -61,6 +63,55 @@ def pools(burst: nnrt.Burst, model: nnrt.Model) -> tuple[list[nnrt.burst.Locatio
         outs.append(burst.location(so, offset, op.byte_size, op.dimensions))
         offset += op.byte_size
     return ins, outs
+
+
+class ThreadBound:
+    """A toy threaded server: the kernels alone on a dedicated thread, back to back, for
+    futures the loop queues; results resolved in batches of up to 16 (one
+    ``call_soon_threadsafe`` per batch). No validation, no scheduler, no packets: what a
+    burst server on its own thread could reach at best, with the GIL shared with the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, run_once: Callable[[], None]) -> None:
+        self._loop = loop
+        self._run_once = run_once
+        self._queue: deque[asyncio.Future[None]] = deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, name="burst-bench-thread-bound")
+        self._thread.start()
+
+    def submit(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._queue.append(fut)
+        self._wake.set()
+        return fut
+
+    def _serve(self) -> None:
+        fp_errors_ignored()
+        queue, post = self._queue, self._loop.call_soon_threadsafe
+        while not self._stop:
+            self._wake.wait(0.05)
+            self._wake.clear()
+            done: list[asyncio.Future[None]] = []
+            while queue:
+                fut = queue.popleft()
+                self._run_once()
+                done.append(fut)
+                if len(done) >= 16:
+                    post(_resolve, done)
+                    done = []
+            if done:
+                post(_resolve, done)
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join()
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for fut in futures:
+        fut.set_result(None)
 
 
 async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat: int) -> dict[str, float]:
@@ -116,14 +167,28 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
     steps = prepared.plan.steps
     template, inputs, outputs = prepared.plan.template, prepared.plan.inputs, prepared.plan.outputs
 
-    async def kernels(n: int) -> None:  # the model's kernels back to back, no runtime
+    def run_kernels() -> None:  # the model's kernels back to back, no runtime
+        slots = template.copy()
+        for i, x in zip(inputs, xs):
+            slots[i] = x
+        for step in steps:
+            slots[step.out] = step.fn(*step.fetch(slots))  # type: ignore[misc]
+        [slots[i] for i in outputs]
+
+    async def kernels(n: int) -> None:
         for _ in range(n):
-            slots = template.copy()
-            for i, x in zip(inputs, xs):
-                slots[i] = x
-            for step in steps:
-                slots[step.out] = step.fn(*step.fetch(slots))  # type: ignore[misc]
-            [slots[i] for i in outputs]
+            run_kernels()
+
+    bound = ThreadBound(asyncio.get_running_loop(), run_kernels)
+
+    async def thread_bound(n: int) -> None:
+        window: deque[asyncio.Future[None]] = deque()
+        for _ in range(n):
+            if len(window) >= IN_FLIGHT:
+                await window.popleft()
+            window.append(bound.submit())
+        for fut in window:
+            await fut
 
     cases: dict[str, Callable[[int], Awaitable[None]]] = {
         "seq_plain": seq_plain,
@@ -137,6 +202,7 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
         "one_50": one(50e-6, False, False),
         "arrays": arrays,
         "kernels": kernels,
+        "thread": thread_bound,
     }
     for fn in cases.values():  # warm up
         await fn(max(IN_FLIGHT, number // 10))
@@ -144,6 +210,7 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
     for _ in range(repeat):
         for name, fn in cases.items():
             samples[name].append(await per_call(fn, number))
+    bound.close()
     for b in bursts.values():
         stats = b.statistics()
         assert stats.failed == 0, stats
@@ -178,10 +245,12 @@ async def main(quick: bool, loop_name: str) -> None:
         report(f"{name}: burst, 1 in flight, server task, polling 50 us", r["one_50"])
         report(f"{name}: burst.execute with plain arrays (transient slots)", r["arrays"])
         report(f"{name}: the kernels alone, back to back (no runtime)", r["kernels"])
+        report(f"{name}: toy threaded server, {IN_FLIGHT} in flight (kernels alone)", r["thread"])
         ratio(f"{name}: pipelined throughput / sequential (default path)", base / r["pipe"], pipe_target, True)
         ratio(f"{name}: pipelined throughput / sequential (server task, polling 50 us)", base / r["pipe_50"], None, True)
         ratio(f"{name}: pipelined throughput / sequential (server task, polling 0)", base / r["pipe_0"], None, True)
         ratio(f"{name}: ceiling of one-at-a-time: sequential / kernels alone", base / r["kernels"], None, True)
+        ratio(f"{name}: toy threaded server (kernels alone on a thread) / sequential", base / r["thread"], None, True)
         ratio(f"{name}: 1-in-flight latency / await execute (default path)", r["one"] / base, one_target, False)
         ratio(f"{name}: 1-in-flight latency / await execute (eager)", r["one_eager"] / base, None, False)
         ratio(f"{name}: 1-in-flight latency / await execute (server, polling 50 us)", r["one_50"] / base, None, False)

@@ -27,6 +27,15 @@ Rules, and why:
 * **Pipelining.** ``fut = await burst.submit(...)`` queues a request and returns a future
   at once; a producer may have up to ``max_in_flight`` requests queued. Results resolve the
   futures in submission order.
+* **At once.** A request naming only locations runs synchronously, before ``submit`` or
+  ``execute`` returns (the future comes back resolved), when nothing is queued or running
+  in the burst and the device may run the plan inline now (``Driver.can_run_now``: a cheap
+  plan, nothing admitted), exactly when ``prepared.execute`` would take its own fast path.
+  Same checks, statuses and scheduler accounting as the server; no packet, no channel, no
+  task switch; on a ``CpuDevice`` the lean runner of ``_lane.py`` runs it on arguments
+  validated once per set of location objects, so it costs less than ``prepared.execute``.
+  Anything else (a busy device, requests already queued, arrays, a heavy plan) queues for
+  the server task, in order. Like ``execute``'s fast path it does not yield to the loop.
 * **Polling window.** After each request the server polls for the next one for
   ``polling_window`` seconds before parking (NNAPI's sample server: 50 us; 0 when the
   prepared model's preference is LOW_POWER). See ``_channel.py`` and ``benchmarks/burst.py``.
@@ -35,7 +44,8 @@ Rules, and why:
   written) and fails every request not yet answered with **DEAD_OBJECT**: the object they
   were sent to no longer exists, and the request may or may not have run, which is what
   DEAD_OBJECT tells NNAPI clients (GENERAL_FAILURE would claim the execution failed).
-  Using a closed burst is DEAD_OBJECT too. Slots and views are dropped.
+  Requests that ran at once were answered before ``submit`` returned: nothing of theirs is
+  in flight. Using a closed burst is DEAD_OBJECT too. Slots, views and lanes are dropped.
 """
 
 from __future__ import annotations
@@ -52,12 +62,12 @@ import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._channel import Channel, ChannelClosed
-from nnrt.burst._packet import Location, RequestPacket, ResultPacket
+from nnrt.burst._packet import Location, RequestPacket, ResultPacket, shaped_outputs
 from nnrt.burst._server import BurstServer
 from nnrt.errors import DeadObjectError, GeneralFailureError, InvalidArgumentError, NnrtError, error_for
 from nnrt.execution import ExecutionResult
 from nnrt.memory import Memory
-from nnrt.types import ErrorStatus, ExecutionPreference, OutputShape
+from nnrt.types import ErrorStatus, ExecutionPreference
 
 if TYPE_CHECKING:
     from nnrt.execution import PreparedModel
@@ -289,11 +299,10 @@ class Burst:
     ) -> ExecutionResult:
         """Run one request through the burst and wait for its result (see ``submit``).
 
-        When nothing is queued and the server is idle, the request runs at once in the
-        caller's task: synchronously on the device's inline fast path when the device may run
-        the plan now (see ``submit``), else through the server's code without waking the
-        server task (same checks, same execution, same result packet); otherwise it queues
-        like ``submit``.
+        When nothing is queued and the server is idle, the request runs in the caller's task:
+        at once when it may (see the module docstring), else through the server's code
+        without waking the server task (same checks, same execution, same result packet);
+        otherwise it queues like ``submit``.
         """
         if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
             done = self._try_at_once(inputs, outputs, measure_timing, deadline, loop_timeout)
@@ -333,10 +342,8 @@ class Burst:
         list, are allocated). Waits for room when ``max_in_flight`` requests are queued. The
         future raises the ``NnrtError`` matching the result's status.
 
-        A request naming only locations runs at once, before ``submit`` returns (its future
-        already resolved), when nothing is queued, the server is idle and the device may run
-        the plan inline now (``Driver.can_run_now``: a cheap plan, nothing admitted): the
-        same execution the server would run, without a packet, a task switch or a wake-up.
+        A request naming only locations may run at once, before ``submit`` returns, its
+        future already resolved (see the module docstring).
         """
         if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
             done = self._try_at_once(inputs, outputs, measure_timing, deadline, loop_timeout)
@@ -396,7 +403,7 @@ class Burst:
                 lane = server.lane(inputs, outputs)  # type: ignore[arg-type]
             result = self._run_now(lane, measure, deadline, loop_timeout)
             if not lane.exact:
-                result.outputs = self._outputs(result.outputs, result.output_shapes)  # flat regions take the result's shape
+                result.outputs = shaped_outputs(result.outputs, result.output_shapes)  # flat regions take the result's shape
         except NnrtError as exc:
             self._failed += 1
             fut.set_exception(exc)
@@ -565,22 +572,9 @@ class Burst:
         """The ``ExecutionResult`` of a result packet, or raise the error its status names."""
         if result.status is ErrorStatus.NONE:
             self._completed += 1
-            return ExecutionResult(self._outputs(arrays, result.output_shapes), result.output_shapes, result.timing)
+            return ExecutionResult(shaped_outputs(arrays, result.output_shapes), result.output_shapes, result.timing)
         self._failed += 1
         raise error_for(result.status, result.message or "the burst execution failed", output_shapes=result.output_shapes)
-
-    @staticmethod
-    def _outputs(arrays: list[np.ndarray], shapes: tuple[OutputShape, ...]) -> list[np.ndarray]:
-        outs = []
-        for arr, shape in zip(arrays, shapes):
-            dims = shape.dimensions
-            if arr.shape != dims:
-                n = 1
-                for d in dims:
-                    n *= d
-                arr = arr.reshape(-1)[:n].reshape(dims)
-            outs.append(arr)
-        return outs
 
     # -- introspection -------------------------------------------------------------------------
 

@@ -25,9 +25,12 @@ per input and per output ``[has_value, slot, offset, length, n_dims, *dims]``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from nnrt.errors import GeneralFailureError
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, OutputShape, Timing
@@ -43,6 +46,7 @@ __all__ = [
     "check_request",
     "decode_request",
     "encode_request",
+    "shaped_outputs",
 ]
 
 #: Datums in a request header: size, n_inputs, n_outputs, measure_timing, deadline_ns, loop_timeout_ns.
@@ -90,6 +94,18 @@ class ResultPacket:
     output_shapes: tuple[OutputShape, ...] = ()
     timing: Timing = TIMING_UNAVAILABLE
     message: str = field(default="", compare=False)
+
+
+def shaped_outputs(arrays: list[np.ndarray], shapes: Sequence[OutputShape]) -> list[np.ndarray]:
+    """The output arrays a result packet's shapes describe: each region, or the front of a flat
+    region reshaped to the result's dimensions (an output location without dimensions)."""
+    outs = []
+    for arr, shape in zip(arrays, shapes):
+        dims = shape.dimensions
+        if arr.shape != dims:
+            arr = arr.reshape(-1)[: math.prod(dims)].reshape(dims)
+        outs.append(arr)
+    return outs
 
 
 def _is_count(value: Any) -> bool:
