@@ -103,11 +103,10 @@ class LeanRunner:
             slots = self._template.copy()
             for slot, value in zip(self._inputs, lane.args):
                 slots[slot] = value
-            now = self._clock.now
             token = fp_errors_ignored()
             try:
                 for step in self._steps:
-                    if deadline is not None and now() >= deadline:
+                    if deadline is not None and self._clock.now() >= deadline:
                         transient = ErrorStatus.MISSED_DEADLINE_TRANSIENT
                         raise MissedDeadlineError(f"deadline passed before {step.label}", status=transient)
                     try:

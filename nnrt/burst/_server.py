@@ -86,6 +86,7 @@ class BurstServer:
         #: id(location) per input and output -> its lane (see ``lane``); the dict is never
         #: replaced, so a client may keep a reference to read it.
         self.lanes: dict[tuple[int, ...], Lane] = {}
+        self._lanes_of: dict[int, list[tuple[int, ...]]] = {}  # slot -> keys of the lanes naming it
         self._cacheable = not any(op.type.is_scalar for op in self._in_ops)
         self._lean = LeanRunner.for_model(prepared)
         self.served = 0
@@ -111,9 +112,8 @@ class BurstServer:
     def _drop_lanes(self, slot: int) -> None:
         """Forget the lanes that name ``slot`` (their views belong to the old pool)."""
         lanes = self.lanes
-        stale = [key for key, lane in lanes.items() if any(loc is not None and loc.slot == slot for loc in lane.locs)]
-        for key in stale:
-            del lanes[key]
+        for key in self._lanes_of.pop(slot, ()):
+            lanes.pop(key, None)
 
     @property
     def slots(self) -> int:
@@ -123,6 +123,7 @@ class BurstServer:
         self._pools.clear()
         self._views.clear()
         self.lanes.clear()
+        self._lanes_of.clear()
 
     # -- the task ------------------------------------------------------------------------------
 
@@ -203,7 +204,11 @@ class BurstServer:
         if self._cacheable:
             if len(self.lanes) >= _MAX_VIEWS_PER_SLOT:
                 self.lanes.clear()
+                self._lanes_of.clear()
             self.lanes[key] = lane
+            for loc in locs:
+                if loc is not None:
+                    self._lanes_of.setdefault(loc.slot, []).append(key)
         return lane
 
     @property

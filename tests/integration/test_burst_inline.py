@@ -199,9 +199,14 @@ async def test_lanes_follow_slot_changes(device: nnrt.CpuDevice) -> None:
     async with prepared.burst() as burst:
         r = Regions(burst)
         assert (await burst.execute(r.inputs, r.outputs)).outputs[0].tolist() == [[4, 6, 8, 10]]
+        key = (*map(id, r.inputs), *map(id, r.outputs))
+        assert key in burst._server.lanes
+        await burst.execute([ones(1, 4), ones(1, 4)])  # transient slots come and go ...
+        assert key in burst._server.lanes and len(burst._server.lanes) == 1  # ... and only their lanes with them
         burst.release_memory(r.slot)
         with pytest.raises(nnrt.InvalidArgumentError, match="slot"):
             await burst.execute(r.inputs, r.outputs)  # the cached lane went with its slot
+        assert key not in burst._server.lanes
         other = np.full(12, 2.0, np.float32)
         assert burst.register_memory(nnrt.Memory(other)) == r.slot  # same slot, another pool
         result = await burst.execute(r.inputs, r.outputs)  # the same Location objects
