@@ -215,6 +215,8 @@ async def measure(device: nnrt.CpuDevice, model: nnrt.Model, number: int, repeat
         stats = b.statistics()
         assert stats.failed == 0, stats
         await b.close()
+    sys.stdout.write(f"  {model.name}: calibrated cost {prepared.plan.cost_ns / 1e3:.1f} us, "
+                     f"{'runs inline on the loop' if prepared.plan.inline else 'runs on the worker thread'}\n")
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
