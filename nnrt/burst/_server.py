@@ -18,11 +18,12 @@ OUTPUT_INSUFFICIENT_SIZE). Nothing a client sends can end the server: every exce
 than cancellation becomes a result packet.
 
 Lanes: the validated arguments of one set of location objects (input views, output views)
-are a ``Lane``, cached per set, so a stream that reuses its locations is resolved and validated
-once. ``run_now(lane, ...)`` runs a lane synchronously through the device's inline fast path
-(``Driver.can_run_now`` / ``run_now``, exactly as ``PreparedModel.execute`` does): no packet,
-no task switch, the outputs copied straight into their pools. ``Burst`` uses it when its
-server is idle, nothing is queued and the device may run the plan at once.
+are a ``Lane`` (``_lane.py``), cached per set and indexed by slot (freeing a slot drops the
+lanes naming it), so a stream that reuses its locations is resolved and validated once.
+``run_now(lane, ...)`` runs a lane synchronously on the device's inline fast path: through the
+lean runner on a ``CpuDevice``, else through ``Driver.run_now`` exactly as
+``PreparedModel.execute`` does; no packet, no task switch, the outputs copied straight into
+their pools. ``Burst`` uses it when nothing is queued or running and ``can_run_now`` holds.
 
 Eager requests: when the server is idle and its channel empty, ``Burst.execute`` may also run a
 request that cannot run at once in the caller's task (``begin_eager`` / ``serve`` /
