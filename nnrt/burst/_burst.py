@@ -36,6 +36,9 @@ Rules, and why:
   validated once per set of location objects, so it costs less than ``prepared.execute``.
   Anything else (a busy device, requests already queued, arrays, a heavy plan) queues for
   the server task, in order. Like ``execute``'s fast path it does not yield to the loop.
+* **Worker batches.** For a plan too heavy for the loop, the server runs the requests queued
+  at once as a batch on the device's worker, under one scheduler job that yields its unit
+  between two requests when a more urgent execution wants it (``_lane.py``).
 * **Polling window.** After each request the server polls for the next one for
   ``polling_window`` seconds before parking (NNAPI's sample server: 50 us; 0 when the
   prepared model's preference is LOW_POWER). See ``_channel.py`` and ``benchmarks/burst.py``.
@@ -85,7 +88,9 @@ _NEW, _OPEN, _CLOSED = 0, 1, 2
 
 @dataclass(frozen=True, slots=True)
 class BurstStatistics:
-    """A snapshot of a burst's counters (``Burst.statistics()``)."""
+    """A snapshot of a burst's counters (``Burst.statistics()``): requests ``eager`` (server code
+    in the caller's task) and ``inline`` (run at once), ``worker_batches`` run on the device's
+    worker, the request channel's ``queued`` and ``max_queue_depth``, and its polling counters."""
 
     submitted: int
     completed: int
@@ -93,6 +98,7 @@ class BurstStatistics:
     fallbacks: int
     eager: int
     inline: int
+    worker_batches: int
     queued: int
     max_queue_depth: int
     slots: int
@@ -377,12 +383,8 @@ class Burst:
     def _try_at_once(
         self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
     ) -> asyncio.Future[ExecutionResult] | None:
-        """Run a request synchronously if it may skip the queue; its future comes back resolved.
-
-        The caller checked that the burst is open with nothing queued or running. The request
-        must name locations only, and the device must be able to run the plan inline now
-        (``Driver.can_run_now``: cheap, nothing admitted). ``None``: queue it instead.
-        """
+        """Run a request at once if it may (the caller checked that the burst is open with
+        nothing queued or running); its future comes back resolved. ``None``: queue it."""
         server = self._server
         if not self._inline_ok or not self._driver.can_run_now(self._plan):
             return None
@@ -588,6 +590,7 @@ class Burst:
             fallbacks=self._fallbacks,
             eager=self._eagers,
             inline=self._inline,
+            worker_batches=self._server.batches,
             queued=len(ch),
             max_queue_depth=ch.max_depth,
             slots=len(self._pools),

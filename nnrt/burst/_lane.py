@@ -1,4 +1,4 @@
-"""Lanes: a burst's requests resolved once, and the lean runner that executes them at once.
+"""Lanes: a burst's requests resolved once, and the lean runner that executes them.
 
 A ``Lane`` is one set of location objects (a request's inputs and outputs) resolved to
 zero-copy views of their pools and validated against the model: the argument list the
@@ -6,24 +6,33 @@ interpreter takes and the output buffers results are copied into. The server cac
 per set of location objects, so a stream that reuses its locations pays for slicing and
 validation once (NNAPI maps each pool once, not per request).
 
-``LeanRunner`` runs a lane synchronously on a ``CpuDevice``'s inline fast path, when the
-burst has nothing queued and ``can_run_now`` holds (a cheap plan, nothing admitted). It is
-``CpuDevice.run_now`` + ``run_plan`` + ``PreparedModel._finish`` specialised for a plan of
-kernels only (inline plans have no control flow) whose arguments are already validated, and
-it keeps every rule of that path: a passed deadline is MISSED_DEADLINE_PERSISTENT before any
-work, so is a deadline the plan's admission cost cannot meet; the deadline is checked before
-each step (MISSED_DEADLINE_TRANSIENT); a kernel's exception is GENERAL_FAILURE naming the
-operation; floating-point warnings are off; the scheduler counts the run as a fast-path
-completion; results are copied into the pools only once every output is computed. What it
-saves is per-request set-up: the interpreter generator and its checks for yields that a
-synchronous run never takes, the execution context when there is no deadline, and the
-layers between. Keep it in step with those three functions. A device whose ``run_now`` or
-``can_run_now`` is not ``CpuDevice``'s own (say, one that accounts for each run) gets no lean
-runner: its lanes run through ``Driver.run_now`` as ``PreparedModel.execute`` would.
-"""
+``LeanRunner`` executes lanes of a plan of kernels on a ``CpuDevice``, two ways:
 
+* ``run``: at once, on the loop, when the burst has nothing queued and ``can_run_now``
+  holds (a cheap plan, nothing admitted). It is ``CpuDevice.run_now`` + ``run_plan`` +
+  ``PreparedModel._finish`` specialised for arguments already validated, and keeps every
+  rule of that path: a passed deadline is MISSED_DEADLINE_PERSISTENT before any work, so is
+  a deadline the plan's admission cost cannot meet; the deadline is checked before each step
+  (MISSED_DEADLINE_TRANSIENT); a kernel's exception is GENERAL_FAILURE naming the operation;
+  floating-point warnings are off; the scheduler counts a fast-path completion; results are
+  copied into the pools only once every output is computed. What it saves is per-request
+  set-up: the interpreter generator and its checks for yields a synchronous run never takes,
+  the execution context when there is no deadline, the layers between.
+* ``run_on_worker``: a batch of queued requests of a plan too heavy for the loop, back to
+  back on the device's worker thread in one hand-off, under one scheduler job that holds a
+  compute unit for the batch and gives it back between two requests when the scheduler
+  raises its interrupt flag (so priorities and preemption work between requests; a request
+  once started runs to its end). ``execute`` would pay a hand-off to the worker and back and
+  an admission per request.
+
+Keep both in step with the functions they specialise. A device whose ``run_now`` or
+``can_run_now`` is not ``CpuDevice``'s own (say, one that accounts for each run) gets no lean
+runner: its lanes run through ``Driver.run_now`` / ``drive`` as ``PreparedModel.execute``'s
+would.
+"""
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,12 +44,14 @@ from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
 from nnrt.execution import ExecutionResult
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import KERNEL
+from nnrt.sched import Job
 from nnrt.types import ErrorStatus
 
 if TYPE_CHECKING:
+    from nnrt.devices import CpuDevice
     from nnrt.execution import PreparedModel
 
-__all__ = ["Lane", "LeanRunner"]
+__all__ = ["Lane", "LeanRunner", "Request", "RunFlag"]
 
 _log = get_logger("execution")
 
@@ -60,10 +71,28 @@ class Lane:
         self.exact = exact
 
 
+#: One request of a worker batch: its lane, measure_timing, deadline, and when it was taken
+#: from the channel (``perf_ns``, for timing).
+Request = tuple[Lane, bool, "float | None", int]
+
+
+class RunFlag:
+    """Raised by the scheduler (``interrupt``: give the unit back) or the server (``stop``: the
+    burst is closing) to end a worker batch between two requests."""
+
+    __slots__ = ("interrupt", "stop")
+
+    def __init__(self) -> None:
+        self.interrupt = False
+        self.stop = False
+
+
 class LeanRunner:
     """Runs lanes of one prepared model at once on its ``CpuDevice`` (see the module docstring)."""
 
-    __slots__ = ("_app", "_clock", "_inputs", "_outputs", "_plan", "_prepared", "_priority", "_sched", "_steps", "_template")
+    __slots__ = (
+        "_app", "_clock", "_device", "_inputs", "_outputs", "_plan", "_prepared", "_priority", "_sched", "_steps", "_template",
+    )
 
     @staticmethod
     def for_model(prepared: PreparedModel) -> LeanRunner | None:
@@ -80,7 +109,8 @@ class LeanRunner:
 
     def __init__(self, prepared: PreparedModel) -> None:
         plan = prepared.plan
-        device = prepared._driver
+        device: CpuDevice = prepared._driver  # type: ignore[assignment]  # checked by for_model
+        self._device = device
         self._prepared = prepared
         self._plan = plan
         self._steps = tuple(plan.steps)
@@ -88,65 +118,138 @@ class LeanRunner:
         self._inputs = plan.inputs
         self._outputs = plan.outputs
         self._clock = device.clock
-        self._sched = device.scheduler  # type: ignore[attr-defined]
+        self._sched = device.scheduler
         self._app = prepared.app
         self._priority = prepared.priority
 
     def run(self, lane: Lane, measure: bool, deadline: float | None, loop_timeout: float | None) -> ExecutionResult:
         """Execute ``lane`` now; the caller checked ``can_run_now``. Raises the ``NnrtError``."""
-        prepared = self._prepared
         t0 = perf_ns() if measure else 0
         try:
             if deadline is not None or loop_timeout is not None:
-                self._admit(deadline, loop_timeout)
-            # run_plan, for kernels run to completion (no yields to offer).
-            slots = self._template.copy()
-            for slot, value in zip(self._inputs, lane.args):
-                slots[slot] = value
-            token = fp_errors_ignored()
-            try:
-                for step in self._steps:
-                    if deadline is not None and self._clock.now() >= deadline:
-                        transient = ErrorStatus.MISSED_DEADLINE_TRANSIENT
-                        raise MissedDeadlineError(f"deadline passed before {step.label}", status=transient)
-                    try:
-                        result = step.fn(*step.fetch(slots))  # type: ignore[misc]
-                    except NnrtError:
-                        raise
-                    except Exception as exc:
-                        raise GeneralFailureError(f"{step.label} failed: {type(exc).__name__}: {exc}") from exc
-                    if step.out >= 0:
-                        slots[step.out] = result
-                    else:
-                        for slot, value in zip(step.outs, result):
-                            slots[slot] = value
-                    for slot in step.free:
-                        slots[slot] = None
-            finally:
-                fp_errors_restored(token)
-            results = [slots[i] for i in self._outputs]
+                self.admit(deadline, loop_timeout)
+            results = self._kernels(lane.args, deadline)
             self._sched.ran_fast(self._app, self._priority)
-            bufs = lane.bufs
-            if lane.exact and not measure:
-                # PreparedModel._fill_into, for buffers known to have the model's shapes.
-                for value, buf in zip(results, bufs):
-                    if type(value) is not np.ndarray or value.shape != buf.shape or value.dtype != buf.dtype:
-                        break
-                else:
-                    for value, buf in zip(results, bufs):
-                        buf[...] = value
-                    prepared._n_executions += 1
-                    if vlog_enabled("execution"):
-                        _log.debug("execution.completed", app=self._app, priority=self._priority.name, status="NONE",
-                                   outputs=len(bufs))
-                    return ExecutionResult(list(bufs), prepared._exact_shapes)
-            return prepared._finish(results, bufs, lane.args, measure, t0, perf_ns() - t0 if measure else 0)
+            return self._finish(lane, results, measure, t0)
         except NnrtError as err:
-            prepared._log_failure(err)
+            self._prepared._log_failure(err)
             raise
 
-    def _admit(self, deadline: float | None, loop_timeout: float | None) -> None:
-        """The checks of ``PreparedModel._context`` and ``CpuDevice.run_now``'s admission test."""
+    async def run_on_worker(self, batch: list[Request]) -> list[ExecutionResult | NnrtError]:
+        """Run ``batch`` back to back on the device's worker under one job of the scheduler.
+
+        The job is admitted and waits its turn like any execution (a refusal fails every
+        request alike); once granted it holds a compute unit while the worker runs request
+        after request, and gives it back when the batch is done or, between two requests,
+        when the scheduler raises its interrupt flag (the requests not run come back without
+        an outcome: the caller queues them again). Cancelled (the burst is closing), it lets
+        the request in progress finish, so no output is left half written, and re-raises.
+        The job counts one completion; the scheduler's fast-path counter gets the others, so
+        the per-class ``completed`` figure counts requests.
+        """
+        device, sched, plan = self._device, self._sched, self._plan
+        job = Job(self._app, self._priority, cost=plan.admission_cost_ns / 1e9 * len(batch))
+        flag = RunFlag()
+        try:
+            sched.admit(job, flag)
+        except NnrtError as err:
+            return [err] * len(batch)
+        try:
+            granted = await sched.wait_turn(job)
+            future = asyncio.wrap_future(device._workers.submit(self._run_batch, batch, flag))
+            try:
+                outcomes = await asyncio.shield(future)
+            except asyncio.CancelledError:
+                flag.stop = True  # end after the request in progress
+                await asyncio.wait([future])
+                raise
+            except Exception as exc:  # nnrt's own bug: fail the batch, keep the server
+                _log.warning("burst.batch_failed", error=f"{type(exc).__name__}: {exc}")
+                outcomes = [GeneralFailureError(f"{type(exc).__name__}: {exc}")] * len(batch)
+        except BaseException:
+            sched.withdraw(job)
+            raise
+        held_ns = perf_ns() - granted
+        ok = sum(1 for outcome in outcomes if type(outcome) is ExecutionResult)
+        failed = next((o.status for o in outcomes if isinstance(o, NnrtError)), ErrorStatus.NONE)
+        sched.finish(job, ErrorStatus.NONE if ok or not outcomes else failed)
+        for _ in range(ok - 1):
+            sched.ran_fast(self._app, self._priority)
+        if outcomes:
+            plan.observe(held_ns / len(outcomes))
+        for outcome in outcomes:
+            if isinstance(outcome, NnrtError):
+                self._prepared._log_failure(outcome)
+        return outcomes
+
+    def _run_batch(self, batch: list[Request], flag: RunFlag) -> list[ExecutionResult | NnrtError]:
+        """On the worker: run requests back to back, stopping (between two requests) once
+        ``flag.interrupt`` or ``flag.stop`` is set. One outcome per request run, in order;
+        touches no loop-side state. A deadline that passed while the request waited in its
+        burst is MISSED_DEADLINE_TRANSIENT, as for an execution expiring in the queue."""
+        outcomes: list[ExecutionResult | NnrtError] = []
+        for lane, measure, deadline, t0 in batch:
+            if flag.interrupt or flag.stop:
+                break
+            try:
+                if deadline is not None and self._clock.now() >= deadline:
+                    raise MissedDeadlineError("the deadline passed while the request waited in its burst",
+                                              status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+                outcomes.append(self._finish(lane, self._kernels(lane.args, deadline), measure, t0))
+            except NnrtError as err:
+                outcomes.append(err)
+        return outcomes
+
+    def _kernels(self, args: list[Any], deadline: float | None) -> list[Any]:
+        """``run_plan`` for kernels run to completion (no yields to offer)."""
+        slots = self._template.copy()
+        for slot, value in zip(self._inputs, args):
+            slots[slot] = value
+        token = fp_errors_ignored()
+        try:
+            for step in self._steps:
+                if deadline is not None and self._clock.now() >= deadline:
+                    transient = ErrorStatus.MISSED_DEADLINE_TRANSIENT
+                    raise MissedDeadlineError(f"deadline passed before {step.label}", status=transient)
+                try:
+                    result = step.fn(*step.fetch(slots))  # type: ignore[misc]
+                except NnrtError:
+                    raise
+                except Exception as exc:
+                    raise GeneralFailureError(f"{step.label} failed: {type(exc).__name__}: {exc}") from exc
+                if step.out >= 0:
+                    slots[step.out] = result
+                else:
+                    for slot, value in zip(step.outs, result):
+                        slots[slot] = value
+                for slot in step.free:
+                    slots[slot] = None
+        finally:
+            fp_errors_restored(token)
+        return [slots[i] for i in self._outputs]
+
+    def _finish(self, lane: Lane, results: list[Any], measure: bool, t0: int) -> ExecutionResult:
+        """Write the results into the lane's pools and make the ``ExecutionResult``."""
+        prepared = self._prepared
+        bufs = lane.bufs
+        if lane.exact and not measure:
+            # PreparedModel._fill_into, for buffers known to have the model's shapes.
+            for value, buf in zip(results, bufs):
+                if type(value) is not np.ndarray or value.shape != buf.shape or value.dtype != buf.dtype:
+                    break
+            else:
+                for value, buf in zip(results, bufs):
+                    buf[...] = value
+                prepared._n_executions += 1
+                if vlog_enabled("execution"):
+                    _log.debug("execution.completed", app=self._app, priority=self._priority.name, status="NONE",
+                               outputs=len(bufs))
+                return ExecutionResult(list(bufs), prepared._exact_shapes)
+        return prepared._finish(results, bufs, lane.args, measure, t0, perf_ns() - t0 if measure else 0)
+
+    def admit(self, deadline: float | None, loop_timeout: float | None) -> None:
+        """The checks of ``PreparedModel._context`` and ``CpuDevice.run_now``'s admission test
+        (MISSED_DEADLINE_PERSISTENT for a deadline passed or out of reach)."""
         self._prepared._context(deadline, loop_timeout)  # a passed deadline, bad values: refused here
         if deadline is not None:
             cost_s = self._plan.admission_cost_ns / 1e9

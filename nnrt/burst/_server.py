@@ -25,6 +25,13 @@ lean runner on a ``CpuDevice``, else through ``Driver.run_now`` exactly as
 ``PreparedModel.execute`` does; no packet, no task switch, the outputs copied straight into
 their pools. ``Burst`` uses it when nothing is queued or running and ``can_run_now`` holds.
 
+Worker batches: for a plan too heavy for the loop (it runs on the device's worker), the task
+takes the request it woke for and those queued behind it (up to ``MAX_BATCH``), checks them on
+the loop, and runs them back to back on the worker under one scheduler job
+(``LeanRunner.run_on_worker``): one hand-off per batch instead of two per request. Results
+are written in order; requests the batch did not reach because the scheduler wanted the unit
+are served next, before anything still in the channel.
+
 Eager requests: when the server is idle and its channel empty, ``Burst.execute`` may also run a
 request that cannot run at once in the caller's task (``begin_eager`` / ``serve`` /
 ``end_eager``) instead of waking the server task and waiting for it, which saves two task
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +51,7 @@ import numpy as np
 
 from nnrt._log import get_logger
 from nnrt.burst._channel import Channel, ChannelClosed
-from nnrt.burst._lane import Lane, LeanRunner
+from nnrt.burst._lane import Lane, LeanRunner, Request
 from nnrt.burst._packet import Location, RequestPacket, ResultPacket, check_header, check_location, decode_request
 from nnrt.clock import perf_ns
 from nnrt.errors import InvalidArgumentError, NnrtError
@@ -61,6 +69,18 @@ _log = get_logger("burst")
 #: Cached views per slot before the slot's cache is cleared (a client making a new Location
 #: per request would otherwise grow it without bound).
 _MAX_VIEWS_PER_SLOT = 256
+
+
+#: Requests a worker batch takes at most: enough to keep the worker busy while the client
+#: reads the previous batch's results, few enough that results come back often.
+MAX_BATCH = 16
+
+
+def _refusal(exc: Exception) -> ResultPacket:
+    """The result packet of a request refused before it ran: its status, no shapes, no timing."""
+    if isinstance(exc, NnrtError):
+        return ResultPacket(exc.status, message=str(exc.args[0]))
+    return ResultPacket(ErrorStatus.GENERAL_FAILURE, message=f"bad request packet: {type(exc).__name__}: {exc}")
 
 
 class BurstServer:
@@ -90,7 +110,12 @@ class BurstServer:
         self._lanes_of: dict[int, list[tuple[int, ...]]] = {}  # slot -> keys of the lanes naming it
         self._cacheable = not any(op.type.is_scalar for op in self._in_ops)
         self._lean = LeanRunner.for_model(prepared)
+        # Requests taken from the channel for a worker batch but not run (the unit was wanted
+        # elsewhere): served next, before anything still in the channel.
+        self._carry: deque[Any] = deque()
         self.served = 0
+        #: Batches run on the device's worker (plans too heavy for the loop; see ``_serve_batch``).
+        self.batches = 0
         #: True while a request is executing (in the server task or eagerly in a client's).
         self.busy = False
         self._eager_done: asyncio.Future[None] | None = None
@@ -125,6 +150,7 @@ class BurstServer:
         self._views.clear()
         self.lanes.clear()
         self._lanes_of.clear()
+        self._carry.clear()
 
     # -- the task ------------------------------------------------------------------------------
 
@@ -133,25 +159,76 @@ class BurstServer:
         receive = self._requests.receive
         serve = self.serve
         write = self._write_result
+        carry = self._carry
         while True:
-            try:
-                item = await receive(self.poll_window)
-            except ChannelClosed:
-                return
+            if carry:
+                item = carry.popleft()
+            else:
+                try:
+                    item = await receive(self.poll_window)
+                except ChannelClosed:
+                    return
             while self.busy:  # a client is running an eager request (``Burst.execute``)
                 self._eager_done = asyncio.get_running_loop().create_future()
                 await self._eager_done
             self.busy = True
             try:
+                if self._lean is not None and not self._prepared.plan.inline:
+                    await self._serve_batch(item)
+                    continue
                 result = await serve(item)
             finally:
                 self.busy = False
             self.served += 1
             write(result)
 
+    async def _serve_batch(self, first: Any) -> None:
+        """Serve ``first`` and the requests queued behind it (up to ``MAX_BATCH``) in one run on
+        the device's worker (``LeanRunner.run_on_worker``), and write their results in order.
+        Requests the run did not reach (the scheduler wanted the unit) are served next."""
+        items = [first]
+        carry, channel = self._carry, self._requests
+        while len(items) < MAX_BATCH and (carry or len(channel)):
+            items.append(carry.popleft() if carry else channel.receive_nowait())
+        lean = self._lean
+        assert lean is not None
+        results: list[ResultPacket | None] = [None] * len(items)
+        batch: list[Request] = []
+        where: list[int] = []
+        for k, item in enumerate(items):
+            try:
+                packet = check_header(item) if type(item) is RequestPacket else decode_request(item)
+                lane = self.lane(packet.inputs, packet.outputs)
+            except Exception as exc:  # a packet nobody foresaw: answer, don't die
+                results[k] = _refusal(exc)
+                continue
+            t0 = perf_ns()
+            try:
+                lean.admit(packet.deadline, packet.loop_timeout)
+            except NnrtError as exc:
+                self._prepared._log_failure(exc)
+                results[k] = ResultPacket(exc.status, exc.output_shapes, message=str(exc.args[0]))
+                continue
+            batch.append((lane, packet.measure_timing, packet.deadline, t0))
+            where.append(k)
+        if batch:
+            self.batches += 1
+            for k, outcome in zip(where, await lean.run_on_worker(batch)):
+                if isinstance(outcome, NnrtError):
+                    results[k] = ResultPacket(outcome.status, outcome.output_shapes, message=str(outcome.args[0]))
+                else:
+                    results[k] = ResultPacket(ErrorStatus.NONE, outcome.output_shapes, outcome.timing)
+        write = self._write_result
+        for k, result in enumerate(results):
+            if result is None:  # not reached: it and those behind it go first next time
+                carry.extendleft(reversed(items[k:]))
+                return
+            self.served += 1
+            write(result)
+
     def begin_eager(self) -> bool:
         """Claim the server for a request run in the caller's task; False if it is busy."""
-        if self.busy or len(self._requests):
+        if self.busy or len(self._requests) or self._carry:
             return False
         self.busy = True
         return True
@@ -167,10 +244,8 @@ class BurstServer:
         try:
             packet = check_header(item) if type(item) is RequestPacket else decode_request(item)
             lane = self.lane(packet.inputs, packet.outputs)
-        except NnrtError as exc:
-            return ResultPacket(exc.status, message=str(exc.args[0]))
         except Exception as exc:  # a packet nobody foresaw: answer, don't die
-            return ResultPacket(ErrorStatus.GENERAL_FAILURE, message=f"bad request packet: {type(exc).__name__}: {exc}")
+            return _refusal(exc)
         try:
             result = await self._prepared._execute_validated(
                 lane.args, lane.bufs, packet.measure_timing, packet.deadline, packet.loop_timeout
