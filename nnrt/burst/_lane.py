@@ -152,7 +152,8 @@ class LeanRunner:
         flag = RunFlag()
         try:
             sched.admit(job, flag)
-        except NnrtError as err:
+        except NnrtError as err:  # refused (RESOURCE_EXHAUSTED_*, say): every request alike
+            self._prepared._log_failure(err)
             return [err] * len(batch)
         try:
             granted = await sched.wait_turn(job)
@@ -162,6 +163,8 @@ class LeanRunner:
             except asyncio.CancelledError:
                 flag.stop = True  # end after the request in progress
                 await asyncio.wait([future])
+                if not future.cancelled():
+                    future.exception()  # retrieved: the burst is closing, nobody wants it
                 raise
             except Exception as exc:  # nnrt's own bug: fail the batch, keep the server
                 _log.warning("burst.batch_failed", error=f"{type(exc).__name__}: {exc}")

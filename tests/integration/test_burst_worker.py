@@ -174,3 +174,29 @@ async def test_closing_while_the_worker_runs_a_batch(heavy: nnrt.CpuDevice) -> N
     assert heavy.scheduler.idle() and heavy.statistics().running == 0
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("nnrt-burst")]
     assert set(threading.enumerate()) <= threads
+
+
+async def test_a_refused_batch_fails_each_of_its_requests() -> None:
+    device = nnrt.CpuDevice(clock=nnrt.VirtualClock(1000.0), compute_units=1, inline_limit_ns=0, max_queued_per_app=1)
+    try:
+        prepared = await device.prepare_model(zoo.one_add(), app="full")
+        other = await device.prepare_model(zoo.one_add(), app="full")
+        gate = Gate.on_step(other, 0)
+        running = asyncio.create_task(other.execute([ones(1, 4), ones(1, 4)]))
+        await gate.wait_entered()
+        waiting = asyncio.create_task(other.execute([ones(1, 4), ones(1, 4)]))  # the app's one queued job
+        await settle()
+        async with prepared.burst() as burst:
+            ring = Ring(burst, 2)
+            futures = [await ring.submit(burst, k) for k in range(2)]
+            await asyncio.wait(futures)
+            for fut in futures:
+                with pytest.raises(nnrt.NnrtError) as info:
+                    fut.result()
+                assert info.value.status is ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+            gate.release.set()
+            await asyncio.gather(running, waiting)
+            assert (await (await ring.submit(burst, 1))).outputs[0][0, 0] == 2  # room again
+        assert device.scheduler.idle()
+    finally:
+        device.close()
