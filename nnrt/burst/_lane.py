@@ -42,7 +42,7 @@ from nnrt.burst._packet import Location
 from nnrt.clock import perf_ns
 from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
 from nnrt.execution import ExecutionResult
-from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
+from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored, run_kernels
 from nnrt.execution._plan import KERNEL
 from nnrt.sched import Job
 from nnrt.types import ErrorStatus
@@ -91,7 +91,7 @@ class LeanRunner:
     """Runs lanes of one prepared model at once on its ``CpuDevice`` (see the module docstring)."""
 
     __slots__ = (
-        "_app", "_clock", "_device", "_inputs", "_outputs", "_plan", "_prepared", "_priority", "_sched", "_steps", "_template",
+        "_app", "_clock", "_device", "_plan", "_prepared", "_priority", "_sched",
     )
 
     @staticmethod
@@ -113,10 +113,6 @@ class LeanRunner:
         self._device = device
         self._prepared = prepared
         self._plan = plan
-        self._steps = tuple(plan.steps)
-        self._template = plan.template
-        self._inputs = plan.inputs
-        self._outputs = plan.outputs
         self._clock = device.clock
         self._sched = device.scheduler
         self._app = prepared.app
@@ -204,32 +200,12 @@ class LeanRunner:
         return outcomes
 
     def _kernels(self, args: list[Any], deadline: float | None) -> list[Any]:
-        """``run_plan`` for kernels run to completion (no yields to offer)."""
-        slots = self._template.copy()
-        for slot, value in zip(self._inputs, args):
-            slots[slot] = value
+        """``run_plan`` for kernels run to completion (no yields to offer), warnings off."""
         token = fp_errors_ignored()
         try:
-            for step in self._steps:
-                if deadline is not None and self._clock.now() >= deadline:
-                    transient = ErrorStatus.MISSED_DEADLINE_TRANSIENT
-                    raise MissedDeadlineError(f"deadline passed before {step.label}", status=transient)
-                try:
-                    result = step.fn(*step.fetch(slots))  # type: ignore[misc]
-                except NnrtError:
-                    raise
-                except Exception as exc:
-                    raise GeneralFailureError(f"{step.label} failed: {type(exc).__name__}: {exc}") from exc
-                if step.out >= 0:
-                    slots[step.out] = result
-                else:
-                    for slot, value in zip(step.outs, result):
-                        slots[slot] = value
-                for slot in step.free:
-                    slots[slot] = None
+            return run_kernels(self._plan, args, self._clock, deadline)
         finally:
             fp_errors_restored(token)
-        return [slots[i] for i in self._outputs]
 
     def _finish(self, lane: Lane, results: list[Any], measure: bool, t0: int) -> ExecutionResult:
         """Write the results into the lane's pools and make the ``ExecutionResult``."""

@@ -28,7 +28,7 @@ from nnrt.execution._control import while_counts
 from nnrt.execution._plan import IF, KERNEL, Plan, Step
 from nnrt.types import ErrorStatus
 
-__all__ = ["INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_plan"]
+__all__ = ["INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_kernels", "run_plan"]
 
 INTERRUPTED, OFFLOAD = 1, 2
 
@@ -103,6 +103,8 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
             raise MissedDeadlineError(f"deadline passed before {step.label}", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
         if step.heavy and ctx.on_loop:
             yield OFFLOAD
+        # ``_kernel`` and ``_store`` inlined: two calls per step cost 50-90 ns, 10% of a chain
+        # of 50 ADDs (measured); ``run_kernels`` calls them.
         if step.kind == KERNEL:
             t0 = perf_ns() if profile is not None else 0
             try:
@@ -125,6 +127,41 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
         for slot in step.free:
             slots[slot] = None
     return [slots[i] for i in plan.outputs]
+
+
+def run_kernels(plan: Plan, args: list[Any], clock: Clock, deadline: float | None) -> list[Any]:
+    """``run_plan`` to completion, without a generator, for a plan without control flow run
+    where nothing can interrupt it (a burst's lean runner): the same deadline checks before
+    each step, the same failures. Floating-point warnings are the caller's to turn off."""
+    slots = plan.template.copy()
+    for slot, value in zip(plan.inputs, args):
+        slots[slot] = value
+    for step in plan.steps:
+        if deadline is not None and clock.now() >= deadline:
+            raise MissedDeadlineError(f"deadline passed before {step.label}", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        _store(step, slots, _kernel(step, slots))
+    return [slots[i] for i in plan.outputs]
+
+
+def _kernel(step: Step, slots: list[Any]) -> Any:
+    """Run a kernel step on its inputs; an exception other than ``NnrtError`` is GENERAL_FAILURE."""
+    try:
+        return step.fn(*step.fetch(slots))  # type: ignore[misc]
+    except NnrtError:
+        raise
+    except Exception as exc:
+        raise GeneralFailureError(f"{step.label} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _store(step: Step, slots: list[Any], result: Any) -> None:
+    """Put a step's result(s) in their slots and free the temporaries it read last."""
+    if step.out >= 0:
+        slots[step.out] = result
+    else:
+        for slot, value in zip(step.outs, result):
+            slots[slot] = value
+    for slot in step.free:
+        slots[slot] = None
 
 
 def _truth(value: Any, step: Step) -> bool:
