@@ -45,7 +45,8 @@ def main(argv: Sequence[str]) -> int:
                         help="latency distributions and unit timelines (.png or .html; needs matplotlib)")
     parser.add_argument("--compute", action="store_true", help="also run the kernels (default: stubs of the right shapes)")
     parser.add_argument("--overheads", action="store_true",
-                        help="model the host's per-execution overheads too (measured once on this machine)")
+                        help="model this host too: wake-up lateness, hand-offs and kernel-time variance, alone and "
+                             "beside a busy unit (measured once per model on this machine, then cached)")
     parser.add_argument("--real", action="store_true",
                         help="run on the real clock with real devices and kernels (takes the scenario's duration)")
     parser.add_argument("--duration", type=float, default=None, help="for the built-in scenario: simulated seconds")

@@ -22,9 +22,16 @@ every one is scheduled):
   ``compute`` they run the real kernel too. A step's actual time is its cost divided by the
   device's ``speed``, times a lognormal factor (mean 1, spread ``jitter``) when the model has
   jitter, while the scheduler's estimate stays the plain cost: admission works on estimates.
-* Host overheads (``simulate(..., overheads=True)``, ``nnrt.sim._overhead``): an execution
-  of a model with service samples first holds its unit for one sample (drawn with the
-  device's generator), as a real execution spends validation, hand-off and cold caches.
+* The host model (``simulate(..., overheads=True)``, ``nnrt.sim._overhead``): the device
+  counts the units held (``holding``). An execution of a model with a host model first
+  holds its unit for a hand-off time (validation, admission, the hops to a worker and back)
+  drawn, with the device's generator, from the samples of the condition when it gets its
+  unit (another unit busy or not). Each step then has two durations, its cost times a ratio
+  drawn from the step's samples alone and beside a busy unit, and progresses at the rate of
+  the condition of the moment: when another unit is taken or given back mid-step, the
+  step's remaining fraction continues at the other rate (so a long execution is slowed only
+  for the part that overlaps another). A preempted
+  execution pays one more hand-off when it resumes (it hops back to a worker).
 * Memory: a device's ``memory_mb`` (and ``app_memory_mb``) is the CPU device's own budget,
   charged at preparation (``CpuDevice._reserve``): a model that does not fit fails to
   prepare with RESOURCE_EXHAUSTED_*, and the simulator reports every request of that
@@ -51,6 +58,7 @@ from nnrt.errors import InternalError, MissedDeadlineError, NnrtError
 from nnrt.execution import INTERRUPTED, ExecContext, Plan, PreparedModel
 from nnrt.sched import Action, Job, Policy, Scheduler
 from nnrt.sim._models import SimModel, walk_steps
+from nnrt.sim._overhead import HostModel
 from nnrt.sim._scenario import DeviceSpec
 from nnrt.types import ErrorStatus, Priority
 
@@ -149,7 +157,14 @@ class SimDevice(AccountingDevice):
         self._cost = 0.0
         self._plans: dict[str, Plan] = {}
         self._exact: dict[int, float] = {}
-        self._service: dict[int, tuple[float, ...]] = {}
+        self._host: dict[int, HostModel] = {}
+        #: Units held by executions right now (the host model's condition).
+        self.holding = 0
+        # The host model: the running execution's ratio rows (alone, busy), the busy-condition
+        # time its step charges, and the steps in progress waiting for a change of condition.
+        self._rows: tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]] = ((), ())
+        self._cost_busy = 0.0
+        self._changes: list[asyncio.Future[None]] = []
         skip = getattr(clock, "skip_to", None)
         self._skip_to: Callable[[float], bool] = skip if callable(skip) else _never
 
@@ -169,24 +184,41 @@ class SimDevice(AccountingDevice):
         plan = sim.compile()
         plan.set_inline_limit(-1.0)  # every step heavy: OFFLOAD before each (see the module doc)
         stub = not (self.compute or plan.has_control_flow)
-        for step, base, out in zip(walk_steps(plan), sim.base_costs_ns, sim.outputs):
+        ratios = sim.host is not None and bool(sim.host.alone.ratios)
+        for k, (step, base, out) in enumerate(zip(walk_steps(plan), sim.base_costs_ns, sim.outputs)):
             step.cost_ns = base / self.speed
             if step.fn is not None:
-                step.fn = self._timed(step.fn, step.cost_ns / 1e9, sim.jitter, out if stub else None)
-        if not (plan.has_control_flow or sim.jitter):
+                step.fn = self._timed(step.fn, step.cost_ns / 1e9, sim.jitter, out if stub else None, k if ratios else -1)
+        if not (plan.has_control_flow or sim.jitter or sim.host):
             self._exact[id(plan)] = sum(s.cost_ns / 1e9 for s in plan.steps)
-        if sim.service_s:
-            self._service[id(plan)] = sim.service_s
+        if sim.host is not None:
+            self._host[id(plan)] = sim.host
         return plan
 
-    def _timed(self, fn: Any, cost_s: float, jitter: float, stub_out: Any) -> Any:
+    def _timed(self, fn: Any, cost_s: float, jitter: float, stub_out: Any, index: int = -1) -> Any:
+        """``fn`` charging its step's time to ``_cost``: ``cost_s``, times a lognormal factor with
+        ``jitter``, times the running execution's host ratio for step ``index`` (>= 0)."""
         dev = self
         if jitter > 0:
             sigma = math.sqrt(math.log1p(jitter * jitter))
             mu = -sigma * sigma / 2
 
             def charge() -> None:
-                dev._cost += cost_s * float(dev.rng.lognormal(mu, sigma))
+                factor = cost_s * float(dev.rng.lognormal(mu, sigma))
+                if index < 0:
+                    dev._cost += factor
+                    return
+                alone, busy = dev._rows[0][index], dev._rows[1][index]
+                u = int(dev.rng.integers(1 << 30))
+                dev._cost += factor * alone[u % len(alone)]
+                dev._cost_busy += factor * busy[u % len(busy)]
+        elif index >= 0:
+
+            def charge() -> None:
+                alone, busy = dev._rows[0][index], dev._rows[1][index]
+                u = int(dev.rng.integers(1 << 30))
+                dev._cost += cost_s * alone[u % len(alone)]
+                dev._cost_busy += cost_s * busy[u % len(busy)]
         else:
 
             def charge() -> None:
@@ -222,23 +254,27 @@ class SimDevice(AccountingDevice):
         exact = self._exact.get(id(plan))  # its time, when known in advance (no jitter, no control flow)
         segments: list[tuple[int, float, float]] = []
         on: list[Any] = [job.unit, clock.now()]  # the unit held (None: none) and since when
-        extra = 0.0  # host overhead, part of ``spent`` but not of the steps' ``exact`` time
+        host = self._host.get(id(plan))
+        draw = 0  # which hand-off samples the execution takes (see the module doc)
+        self._hold(+1)
         try:
-            service = self._service.get(id(plan))
-            if service:  # validation, hand-off, cold caches (see the module doc)
-                self._cost = service[int(self.rng.integers(len(service)))]
-                extra = await self._spend()
-                spent += extra
+            if host is not None:  # validation, admission, hand-offs (see the module doc)
+                draw = int(self.rng.integers(1 << 30))
+                spent += await self._handoff(host, draw)
             reason = next(gen)
             while True:
                 if reason == INTERRUPTED:
-                    await self._checkpoint(job, spent, segments, on)
+                    spent += await self._checkpoint(job, spent, segments, on, host, draw)
                     reason = next(gen)
                     continue
                 # OFFLOAD: a step is about to run; its kernel takes no virtual time, its cost does.
-                self._cost = 0.0
-                if exact is not None and not ctx.interrupt:
-                    end = clock.now() + exact - (spent - extra)
+                self._cost = self._cost_busy = 0.0
+                rated = host is not None and bool(host.alone.ratios)
+                if rated:
+                    assert host is not None
+                    self._rows = (host.alone.ratios, host.busy.ratios)
+                elif exact is not None and not ctx.interrupt:
+                    end = clock.now() + exact - spent
                     if (ctx.deadline is None or end < ctx.deadline) and self._skip_to(end):
                         # Nothing can happen before the execution ends: run the rest in one go.
                         ctx.on_loop = False
@@ -252,19 +288,62 @@ class SimDevice(AccountingDevice):
                 try:
                     reason = next(gen)
                 except StopIteration as stop:
-                    spent += await self._spend()
+                    spent += await (self._progress() if rated else self._spend())
                     held = sum(end - start for _, start, end in segments) + clock.now() - on[1]
                     return stop.value, round(spent * 1e9), round(held * 1e9)
-                spent += await self._spend()
+                spent += await (self._progress() if rated else self._spend())
                 # The interpreter checked the next boundary before this step's time passed: again.
                 if ctx.interrupt:
-                    await self._checkpoint(job, spent, segments, on)
+                    spent += await self._checkpoint(job, spent, segments, on, host, draw)
                 if ctx.deadline is not None and clock.now() >= ctx.deadline:
                     raise MissedDeadlineError("deadline passed during a step", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
         finally:
             if on[0] is not None:
+                self._hold(-1)
                 segments.append((on[0], on[1], clock.now()))
             self._ran[id(ctx)] = (job, spent, segments)
+
+    async def _handoff(self, host: HostModel, draw: int) -> float:
+        """Hold the unit for a measured hand-off time of the current condition."""
+        handoff = host.pick(self.holding > 1).handoff_s
+        self._cost = handoff[draw % len(handoff)]
+        return await self._spend()
+
+    def _hold(self, delta: int) -> None:
+        """A unit was taken (+1) or given back (-1): steps in progress re-read their condition."""
+        self.holding += delta
+        if self._changes:
+            changes, self._changes = self._changes, []
+            for fut in changes:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _progress(self) -> float:
+        """Let a step's time pass under the host model: ``_cost`` seconds if no other unit is busy
+        throughout, ``_cost_busy`` if one is throughout, pro rata when that changes mid-step."""
+        durations = (self._cost, self._cost_busy)
+        clock = self.clock
+        start = clock.now()
+        done = 0.0  # fraction of the step done
+        loop: asyncio.AbstractEventLoop | None = None
+        while True:
+            duration = durations[self.holding > 1]
+            need = (1.0 - done) * duration
+            now = clock.now()
+            if need <= 0.0 or self._skip_to(now + need):
+                return clock.now() - start
+            loop = loop or asyncio.get_running_loop()
+            change: asyncio.Future[None] = loop.create_future()
+            self._changes.append(change)
+            timer = loop.call_later(need, _resolve, change)
+            try:
+                await change
+            finally:
+                timer.cancel()
+            elapsed = clock.now() - now
+            if elapsed >= need:
+                return clock.now() - start
+            done += elapsed / duration
 
     async def _spend(self) -> float:
         """Let the step's time pass: skip the clock forward if nothing can happen meanwhile."""
@@ -273,19 +352,24 @@ class SimDevice(AccountingDevice):
             await asyncio.sleep(cost)
         return cost
 
-    async def _checkpoint(self, job: Job, spent: float, segments: list[tuple[int, float, float]], on: list[Any]) -> None:
-        """``CpuDevice``'s answer to INTERRUPTED, keeping the segments on units up to date."""
+    async def _checkpoint(self, job: Job, spent: float, segments: list[tuple[int, float, float]], on: list[Any],
+                          host: HostModel | None = None, draw: int = 0) -> float:
+        """``CpuDevice``'s answer to INTERRUPTED, keeping the segments on units (and ``holding``) up
+        to date. Returns the host model's hand-off time spent on resuming (0 without one)."""
         sched = self.scheduler
         decision = sched.checkpoint(job, max(0.0, job.cost - spent))
         if decision.action is Action.CONTINUE:
-            return
+            return 0.0
         now = self.clock.now()
         segments.append((on[0], on[1], now))
         on[0] = None
+        self._hold(-1)
         if decision.action is Action.ABORT:
             raise MissedDeadlineError("aborted at a checkpoint: the deadline cannot be met", status=decision.status)
         await sched.wait_turn(job)
         on[0], on[1] = job.unit, self.clock.now()
+        self._hold(+1)
+        return 0.0 if host is None else await self._handoff(host, draw + 1)
 
 
 def device_bytes(mb: float | None) -> int | None:
@@ -295,3 +379,8 @@ def device_bytes(mb: float | None) -> int | None:
 
 def _never(_target: float) -> bool:
     return False
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -120,8 +120,9 @@ def simulate(
     real clock with real devices and kernels instead (``nnrt.sim._real``; no progress bar),
     taking the scenario's duration in wall time; the scenario must not ask for what a real
     run cannot do (a device speed other than 1, model costs or jitter: ``ScenarioError``).
-    ``overheads``: model the host's overheads too (``nnrt.sim._overhead``; measured once per
-    model on this machine, then cached with the step costs).
+    ``overheads``: model the host too (``nnrt.sim._overhead``: wake-up lateness, hand-offs and
+    kernel-time variance, alone and beside a busy unit; measured once per model and neighbour
+    on this machine, then cached with the step costs).
     """
     policies = list(policies)
     for p in policies:
@@ -155,7 +156,36 @@ def _models(scenario: Scenario, *, overheads: bool = False) -> dict[str, SimMode
     for w in scenario.workloads:
         for name in w.models:
             specs.setdefault(name, ModelSpec(name, builtin=name))
-    return load_models(specs, overheads=overheads)
+    return load_models(specs, overheads=overheads, neighbours=_neighbours(scenario) if overheads else None)
+
+
+def _neighbours(scenario: Scenario) -> dict[str, dict[str, float]]:
+    """For each model, the models other workloads run on a device it runs on, with the idle gap
+    between their executions (a closed loop's think time, an open loop's mean interval; the
+    smallest if several workloads run it): the candidates for the neighbour its host model
+    is measured beside (``load_models`` takes the costliest)."""
+    from nnrt.sim._arrivals import expected_rate
+
+    def gap(v: WorkloadSpec) -> float:
+        if v.arrival == "closed":
+            return v.think_s
+        rate = expected_rate(v)
+        if rate is None:  # a trace: its mean interval
+            span = (max(v.trace) - min(v.trace)) if len(v.trace) > 1 else 1.0
+            rate = max(len(v.trace) - 1, 1) / max(span, 1e-9)
+        return 1.0 / rate if rate > 0 else 1.0
+
+    out: dict[str, dict[str, float]] = {}
+    for w in scenario.workloads:
+        for m in w.models:
+            mine = out.setdefault(m, {})
+            for v in scenario.workloads:
+                if v is w or v.device != w.device:
+                    continue
+                for o in v.models:
+                    if o != m:
+                        mine[o] = min(mine.get(o, math.inf), gap(v))
+    return out
 
 
 class _Run:
@@ -289,14 +319,24 @@ class _Run:
         outcomes = self.outcomes[w.app, w.priority]
         assert self.clock is not None
         now = self.clock.now
-        # Host overhead: the loop wakes up late for an arrival on a timer (``nnrt.sim._overhead``).
-        wake = self.models[w.model].wake_s if w.arrival != "closed" or w.think_s > 0 else ()
+        # Host model: the loop wakes up late for a timer (``nnrt.sim._overhead``), later when a
+        # unit of the device is busy. An open-loop arrival's lateness counts in its latency; a
+        # closed-loop client's only delays its next request (it takes its time after waking).
+        host = self.models[w.model].host
+        device = self.devices[w.device]
         rng = np.random.default_rng(_seed(self.seed, 2_000 + w.index))
+
+        def wake() -> float:
+            assert host is not None
+            samples = host.pick(isinstance(device, SimDevice) and device.holding > 0).wake_s
+            return samples[int(rng.integers(len(samples)))]
+
+        late = host is not None and w.arrival != "closed"
 
         async def timed(t0: float) -> None:
             outcomes.offered += 1
-            if wake:
-                await asyncio.sleep(wake[int(rng.integers(len(wake)))])
+            if late:
+                await asyncio.sleep(wake())
             try:
                 await one(t0)
             except NnrtError as err:
@@ -305,7 +345,7 @@ class _Run:
                 outcomes.record(ErrorStatus.NONE, now() - t0)
 
         if w.arrival == "closed":
-            await self._closed(w, timed)
+            await self._closed(w, timed, wake if host is not None else None)
         else:
             await self._open(w, arrival_times(w, np.random.default_rng(_seed(self.seed, w.index))), timed)
 
@@ -334,7 +374,9 @@ class _Run:
         while pending:
             await asyncio.gather(*list(pending))
 
-    async def _closed(self, w: WorkloadSpec, timed: Callable[[float], Coroutine[Any, Any, None]]) -> None:
+    async def _closed(self, w: WorkloadSpec, timed: Callable[[float], Coroutine[Any, Any, None]],
+                      wake: Callable[[], float] | None = None) -> None:
+        """``w.clients`` clients: send, wait for the outcome, think (and wake up ``wake()`` late)."""
         assert self.clock is not None
         now = self.clock.now
         end = math.inf if w.duration_s is None else w.start_s + w.duration_s
@@ -347,7 +389,7 @@ class _Run:
                 left[0] -= 1
                 await timed(now())
                 if w.think_s > 0:
-                    await asyncio.sleep(w.think_s)
+                    await asyncio.sleep(w.think_s + (wake() if wake is not None else 0.0))
 
         await asyncio.gather(*(client() for _ in range(w.clients)))
 

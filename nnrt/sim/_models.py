@@ -10,8 +10,9 @@ Step costs come, in order of preference, from the scenario (``step_costs_us``, o
 from calibration on this machine: the CPU device's preparation measures each step, and the
 figures are kept in a small JSON file (``$NNRT_SIM_COSTS``, default
 ``~/.cache/nnrt/sim-costs.json``) so every later run, on any load, uses the same numbers and
-reports stay reproducible. With ``overheads`` the same file keeps each model's host
-overhead samples (``nnrt.sim._overhead``), measured once. Plans with control flow keep the compiler's estimates per step
+reports stay reproducible. With ``overheads`` the same file keeps each model's host model
+(``nnrt.sim._overhead``: wake-up, hand-off and kernel-time samples, alone and beside its
+scenario's neighbour model), measured once. Plans with control flow keep the compiler's estimates per step
 (calibration skips them) and always run their kernels, since their loop counts depend on
 the data.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,12 @@ from nnrt.errors import NnrtError
 from nnrt.execution import ExecContext, Plan, Step, compile_plan, run_plan
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.model import Model
+from nnrt.sim._overhead import CONDITIONS, HostModel, HostSamples
 from nnrt.sim._scenario import ModelSpec, ScenarioError
 
 __all__ = ["SimModel", "cost_cache_path", "load_models", "walk_steps"]
 
-_VERSION = "1"
+_VERSION = "2"  # bumped when calibration changes (2: kernels after the malloc tuning)
 
 
 @dataclass
@@ -51,10 +53,11 @@ class SimModel:
     cost_source: str  # "scenario", "calibrated" or "estimated"
     outputs: list[Any]  # per step of ``walk_steps``: what its stub kernel returns
     jitter: float
-    #: Host overhead samples in seconds (empty unless asked for): the loop's lateness for an
-    #: arrival, and an execution's time beyond its kernels (``nnrt.sim._overhead``).
-    wake_s: tuple[float, ...] = ()
-    service_s: tuple[float, ...] = ()
+    #: The host model (None unless asked for): wake-up, hand-off and kernel-time samples,
+    #: alone and beside a busy neighbour (``nnrt.sim._overhead``).
+    host: HostModel | None = None
+    #: The key measured costs are cached under (None: the costs do not come from calibration).
+    cache_key: str | None = None
 
     @property
     def cost_ns(self) -> float:
@@ -87,16 +90,27 @@ def cost_cache_path() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "nnrt" / "sim-costs.json"
 
 
-def load_models(specs: dict[str, ModelSpec], *, overheads: bool = False) -> dict[str, SimModel]:
+def load_models(specs: dict[str, ModelSpec], *, overheads: bool = False,
+                neighbours: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, SimModel]:
     """Build every model in ``specs`` (name -> spec); built-in names need no spec. ``overheads``:
-    with each model's host overhead samples (measured once, then cached)."""
+    with each model's host model (measured once, then cached), measured beside the costliest
+    of the models ``neighbours`` gives for it (name -> idle gap in seconds between its
+    executions; none: alone only)."""
     cache = _CostCache(cost_cache_path())
-    out = {name: _load(name, spec, cache, overheads) for name, spec in specs.items()}
-    cache.save()
+    try:
+        out = {name: _load(name, spec, cache) for name, spec in specs.items()}
+        if overheads:
+            for name, sim in out.items():
+                gaps = (neighbours or {}).get(name, {})
+                others = [out[o] for o in gaps if o in out and o != name]
+                other = max(others, key=lambda o: (o.cost_ns, o.name), default=None)
+                sim.host = cache.host(sim, None if other is None else (other, gaps[other.name]))
+    finally:
+        cache.save()
     return out
 
 
-def _load(name: str, spec: ModelSpec, cache: _CostCache, overheads: bool = False) -> SimModel:
+def _load(name: str, spec: ModelSpec, cache: _CostCache) -> SimModel:
     where = f"models.{name}"
     if spec.path is not None:
         try:
@@ -126,10 +140,7 @@ def _load(name: str, spec: ModelSpec, cache: _CostCache, overheads: bool = False
         costs, source = estimates, "estimated"
     else:
         costs, source = cache.get(f"{key}:{_VERSION}", model, len(steps)), "calibrated"
-    sim = SimModel(name, model, inputs, costs, source, outputs, spec.jitter)
-    if overheads:
-        sim.wake_s, sim.service_s = cache.overheads(f"{key}:{_VERSION}", model, inputs)
-    return sim
+    return SimModel(name, model, inputs, costs, source, outputs, spec.jitter, cache_key=f"{key}:{_VERSION}")
 
 
 def _record(plan: Plan, inputs: list[np.ndarray], steps: list[Step], where: str) -> list[Any]:
@@ -174,7 +185,7 @@ class _CostCache:
         self.dirty = False
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            self.data: dict[str, list[float]] = data if isinstance(data, dict) else {}
+            self.data: dict[str, Any] = data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             self.data = {}
 
@@ -194,17 +205,32 @@ class _CostCache:
         self.dirty = True
         return costs
 
-    def overheads(self, key: str, model: Model, inputs: list[np.ndarray]) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """The model's (wake, service) host overhead samples in seconds, measured if not cached."""
-        wake, service = self.data.get(f"{key}:wake"), self.data.get(f"{key}:service")
-        if not (isinstance(wake, list) and wake and isinstance(service, list) and service):
-            from nnrt.sim._overhead import measure_overheads
+    def host(self, sim: SimModel, neighbour: tuple[SimModel, float] | None) -> HostModel:
+        """``sim``'s host model beside ``neighbour`` (the model, its idle gap in seconds;
+        ``nnrt.sim._overhead``), measured if not cached."""
+        n_steps = len(sim.base_costs_ns)
+        key = f"{sim.cache_key}:host:-"
+        if neighbour is not None:
+            key = f"{sim.cache_key}:host:{neighbour[0].cache_key}:gap={neighbour[1]:.6g}"
+        entry = self.data.get(key)
+        if isinstance(entry, dict):
+            parts = [HostSamples.from_json(entry.get(c), n_steps) for c in CONDITIONS]
+            if parts[0] is not None and parts[1] is not None:
+                return HostModel(parts[0], parts[1], str(entry.get("neighbour", "")))
+        from nnrt.sim._overhead import measure_host
 
-            wake, service = measure_overheads(model, inputs)
-            self.data[f"{key}:wake"] = wake = [round(w, 7) for w in wake]
-            self.data[f"{key}:service"] = service = [round(s, 7) for s in service]
-            self.dirty = True
-        return tuple(float(w) for w in wake), tuple(float(s) for s in service)
+        other = None if neighbour is None else (neighbour[0].model, neighbour[0].inputs, neighbour[1])
+        host = measure_host(sim.model, sim.inputs, other, costs_ns=sim.base_costs_ns)
+        if host.alone.ratios and len(host.alone.ratios) != n_steps:  # pragma: no cover - walk_steps changed
+            raise AssertionError("host samples do not match the model's steps")
+        entry = {"alone": host.alone.to_json(), "busy": host.busy.to_json(),
+                 "neighbour": neighbour[0].name if neighbour is not None else ""}
+        self.data[key] = entry
+        self.dirty = True
+        # As later runs will read them (rounded): the first run's report is the same as theirs.
+        alone, busy = (HostSamples.from_json(entry[c], n_steps) for c in CONDITIONS)
+        assert alone is not None and busy is not None
+        return HostModel(alone, busy, host.neighbour)
 
     def save(self) -> None:
         if not self.dirty:

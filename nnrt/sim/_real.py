@@ -25,6 +25,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from nnrt.clock import Clock
+from nnrt.errors import NnrtError
 from nnrt.execution import ExecContext, Plan, PreparedModel
 from nnrt.sched import Action, Decision, Job, Policy, Scheduler
 from nnrt.sim._device import AccountingDevice, _Gen, device_bytes
@@ -103,12 +104,16 @@ class RealDevice(AccountingDevice):
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
     ) -> tuple[list[Any], int]:
         start = self.clock.now()
-        segments: list[tuple[int, float, float]] = []
+        status = ErrorStatus.NONE
         try:
             return super().run_now(gen, ctx, plan, app, priority)
+        except NnrtError as err:
+            status = err.status
+            raise
         finally:
-            segments.append((0, start, self.clock.now()))
-            self._ran[id(ctx)] = (None, None, segments)
+            # Accounted here: ``PreparedModel.execute`` calls the fast path without ``drive``.
+            self._ran[id(ctx)] = (None, None, [(0, start, self.clock.now())])
+            self._account(ctx, str(app), priority, status)
 
     async def _run_admitted(
         self, gen: _Gen, ctx: ExecContext, plan: Plan, job: Job, granted: int

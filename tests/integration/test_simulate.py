@@ -236,7 +236,7 @@ def test_calibrated_costs_are_measured_once_and_reused(cost_cache: Path) -> None
     text = '[[workloads]]\napp = "a"\nmodel = "mlp"\narrival = "periodic"\nperiod_ms = 100\ncount = 3\n'
     (first,) = run(text)
     saved = json.loads(cost_cache.read_text())
-    assert list(saved) == ["builtin:mlp:1"] and len(saved["builtin:mlp:1"]) == 4
+    assert list(saved) == ["builtin:mlp:2"] and len(saved["builtin:mlp:2"]) == 4
     (second,) = run(text)
     assert first.models["mlp"]["source"] == "calibrated" and to_json([first]) == to_json([second])
 

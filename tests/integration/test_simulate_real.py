@@ -1,10 +1,9 @@
 """``simulate(real=True)`` (``nnrt simulate --real``): the same scenario on the real clock with real
-devices, and the host overheads a simulation can model (``overheads=True``). Structure and
-counts only: real runs are never asserted on for timing."""
+devices. Structure and counts only: real runs are never asserted on for timing. (The host
+model a simulation can add, ``overheads=True``, is tested in ``test_sim_host.py``.)"""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,36 +116,3 @@ def test_command_line_real(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--real", "--duration", "0.1", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "camera/HIGH" in out and "calibrated in this run" in out
-
-
-OVERHEAD = """
-[models.m]
-builtin = "one_add"
-step_costs_us = [500]
-[[workloads]]
-app = "a"
-model = "m"
-arrival = "periodic"
-period_ms = 10
-count = 10
-[[workloads]]
-app = "c"
-model = "m"
-arrival = "closed"
-start_s = 0.2
-count = 4
-"""
-
-
-def test_host_overheads_are_drawn_from_the_measured_samples(cost_cache: Path) -> None:
-    # Samples as measurement would store them: every wake 1 ms, every service overhead 2 ms.
-    cost_cache.write_text(json.dumps({"builtin:one_add:1:wake": [0.001], "builtin:one_add:1:service": [0.002]}))
-    (plain,) = simulate(parse_scenario(OVERHEAD), progress=False).reports
-    (rep,) = simulate(parse_scenario(OVERHEAD), progress=False, overheads=True).reports
-    assert plain.get("a", "medium").latency_ms["max"] == 0.5
-    a, c = rep.get("a", "medium"), rep.get("c", "medium")
-    assert all(v == 3.5 for v in a.latency_ms.values())  # 1 ms late + 2 ms overhead + 0.5 ms step
-    assert a.device_s == pytest.approx(10 * 0.0025)  # the service overhead holds the unit
-    assert all(v == 2.5 for v in c.latency_ms.values())  # closed loop without think time: no timer to wake
-    again = simulate(parse_scenario(OVERHEAD), progress=False, overheads=True).reports[0]
-    assert again == rep
