@@ -16,10 +16,16 @@ on a 2-core machine shared with other work that makes the real run mostly a meas
 interference (the loop thread, two workers and other processes on two cores). By default
 the background app runs one client with 10 ms of think time (moderate load);
 ``--saturate`` keeps the built-in scenario as it is. The built-in deadlines (33 and 100 ms)
-are far above the latencies, so nothing misses; ``--tight`` sets them near the latencies
-(camera 3 ms, assistant 1.5 ms), where a few to tens of percent miss, to compare miss
-rates. ``--repeat N`` runs the real side N times (the virtual side is deterministic), to
-show the real side's variance; a summary gives each figure's median over the runs.
+are far above the latencies, so nothing misses; ``--tight`` sets them near the tail
+latencies (camera 8 ms, assistant 4 ms), where a few percent miss, to compare miss rates.
+Misses are split into late (MISSED_DEADLINE_TRANSIENT) and refused at admission
+(MISSED_DEADLINE_PERSISTENT). Nearly all are refusals: admission compares the deadline with
+the plan's learned service time (mean + 3 mean deviations, ``Plan.admission_cost_ns``), and
+one outlier can push that estimate over the deadline; since refused executions teach it
+nothing, it then refuses every request (3 ms for the camera gave 25% in one real run and
+92-94% in the next two). Tighter deadlines measure that lock-in, not the cost model.
+``--repeat N`` runs the real side N times (the virtual side is deterministic), to show the
+real side's variance; a summary gives each figure's median over the runs.
 
 Run: python benchmarks/fidelity.py [--duration 20] [--repeat 1] [--saturate] [--tight]
 """
@@ -42,7 +48,7 @@ LAT_BOUND = 0.10  # relative, on p50 and p99
 MISS_BOUND = 2.0  # percentage points
 
 
-TIGHT_MS = {"camera": 3.0, "assistant": 1.5}  # --tight: deadlines near the classes' latencies
+TIGHT_MS = {"camera": 8.0, "assistant": 4.0}  # --tight: deadlines near the classes' tail latencies
 
 
 def scenario_text(duration: float, saturate: bool, tight: bool = False) -> str:
@@ -61,6 +67,12 @@ def scenario_text(duration: float, saturate: bool, tight: bool = False) -> str:
 def miss_pct(rep: Report, app: str, prio: str) -> float:
     c = rep.get(app, prio)
     return 100.0 * (c.failures[FAILURE_KEYS[0]] + c.failures[FAILURE_KEYS[1]]) / max(c.offered, 1)
+
+
+def _late_refused(rep: Report, app: str, prio: str) -> str:
+    """Missed deadlines as late (TRANSIENT) / refused at admission (PERSISTENT)."""
+    f = rep.get(app, prio).failures
+    return f"{f[FAILURE_KEYS[0]]}/{f[FAILURE_KEYS[1]]}"
 
 
 def _check(real: float, sim: float, miss: bool) -> tuple[str, bool]:
@@ -96,6 +108,8 @@ def side_by_side(real: Report, sims: list[tuple[str, Report]]) -> tuple[str, lis
             rows.append(row)
         rows.append(f"{'':18} {'offered':8} {c.offered:8d}" + "".join(
             f" | {s.get(c.app, c.priority).offered:10d} {'':9} {'':3}" for _, s in sims))
+        rows.append(f"{'':18} {'late/ref':8} {_late_refused(real, c.app, c.priority):>8}" + "".join(
+            f" | {_late_refused(s, c.app, c.priority):>10} {'':9} {'':3}" for _, s in sims))
     util = f"{'device':18} {'util %':8} {real.devices[0].utilisation_pct:8.1f}"
     rows.append(util + "".join(f" | {s.devices[0].utilisation_pct:10.1f} {'':9} {'':3}" for _, s in sims))
     return "\n".join(rows), ok, total

@@ -255,6 +255,7 @@ class SimDevice(AccountingDevice):
         segments: list[tuple[int, float, float]] = []
         on: list[Any] = [job.unit, clock.now()]  # the unit held (None: none) and since when
         host = self._host.get(id(plan))
+        rows = (host.alone.ratios, host.busy.ratios) if host is not None and host.alone.ratios else None
         draw = 0  # which hand-off samples the execution takes (see the module doc)
         self._hold(+1)
         try:
@@ -269,10 +270,8 @@ class SimDevice(AccountingDevice):
                     continue
                 # OFFLOAD: a step is about to run; its kernel takes no virtual time, its cost does.
                 self._cost = self._cost_busy = 0.0
-                rated = host is not None and bool(host.alone.ratios)
-                if rated:
-                    assert host is not None
-                    self._rows = (host.alone.ratios, host.busy.ratios)
+                if rows is not None:
+                    self._rows = rows
                 elif exact is not None and not ctx.interrupt:
                     end = clock.now() + exact - spent
                     if (ctx.deadline is None or end < ctx.deadline) and self._skip_to(end):
@@ -288,10 +287,10 @@ class SimDevice(AccountingDevice):
                 try:
                     reason = next(gen)
                 except StopIteration as stop:
-                    spent += await (self._progress() if rated else self._spend())
+                    spent += await (self._spend() if rows is None else self._progress())
                     held = sum(end - start for _, start, end in segments) + clock.now() - on[1]
                     return stop.value, round(spent * 1e9), round(held * 1e9)
-                spent += await (self._progress() if rated else self._spend())
+                spent += await (self._spend() if rows is None else self._progress())
                 # The interpreter checked the next boundary before this step's time passed: again.
                 if ctx.interrupt:
                     spent += await self._checkpoint(job, spent, segments, on, host, draw)

@@ -120,7 +120,7 @@ class HostModel:
 
 
 def measure_host(model: Model, inputs: Sequence[Any], neighbour: tuple[Model, Sequence[Any], float] | None = None, *,
-                 samples: int = 96, gap_s: tuple[float, float] = (0.005, 0.035), seed: int = 0,
+                 samples: int = 160, gap_s: tuple[float, float] = (0.005, 0.035), seed: int = 0,
                  costs_ns: Sequence[float] | None = None) -> HostModel:
     """Measure ``model``'s host samples (module docstring). ``neighbour``: (model, inputs, idle
     gap in seconds) of the workload that shares the device, run closed-loop on the other unit
