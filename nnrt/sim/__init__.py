@@ -7,7 +7,10 @@ execution goes through a real ``PreparedModel``, the device's real ``Scheduler``
 (``nnrt.sim._loop``), with each step taking its modelled time (``nnrt.sim._device``). The
 same scenario and seed give the same report, byte for byte; an hour of traffic takes
 seconds. ``nnrt simulate`` is the command line; ``--policy`` compares nnrt's scheduler with
-FIFO, priority and EDF baselines (``nnrt.sim._baselines``).
+FIFO, priority and EDF baselines (``nnrt.sim._baselines``). ``simulate(..., real=True)`` runs
+the same scenario on the real clock (``nnrt.sim._real``), and ``overheads=True`` adds a
+model of this host measured beside the scenario's neighbours (``nnrt.sim._overhead``), for
+comparing the two (``benchmarks/fidelity.py``).
 """
 
 from nnrt.sim._baselines import POLICIES, make_policy

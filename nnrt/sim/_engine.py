@@ -7,6 +7,9 @@ every request has ended. The apps' code is what an app would write: ``prepared.e
 a chain of ``execute_fenced`` calls, or ``burst.execute``, with a deadline relative to the
 intended arrival time. Open-loop arrivals are armed as timers at their exact times (one
 task per execution); closed-loop clients send, wait for the outcome, think, and send again.
+With the host model (``overheads``), each model's samples are measured beside the costliest
+model another workload runs on its device, run with that workload's idle gap
+(``_neighbours``), and each request first waits its wake-up lateness (``nnrt.sim._overhead``).
 
 With ``real=True`` the same run happens on an ordinary asyncio loop on the real clock, with a
 real ``CpuDevice`` per scenario device (``nnrt.sim._real``): every model is prepared first,
@@ -160,10 +163,11 @@ def _models(scenario: Scenario, *, overheads: bool = False) -> dict[str, SimMode
 
 
 def _neighbours(scenario: Scenario) -> dict[str, dict[str, float]]:
-    """For each model, the models other workloads run on a device it runs on, with the idle gap
-    between their executions (a closed loop's think time, an open loop's mean interval; the
-    smallest if several workloads run it): the candidates for the neighbour its host model
-    is measured beside (``load_models`` takes the costliest)."""
+    """For each model, the models other workloads (and the other clients of its own closed loop)
+    run on a device it runs on, with the idle gap between their executions (a closed loop's
+    think time, an open loop's mean interval; the smallest if several workloads run it): the
+    candidates for the neighbour its host model is measured beside (``load_models`` takes
+    the costliest)."""
     from nnrt.sim._arrivals import expected_rate
 
     def gap(v: WorkloadSpec) -> float:
@@ -180,11 +184,10 @@ def _neighbours(scenario: Scenario) -> dict[str, dict[str, float]]:
         for m in w.models:
             mine = out.setdefault(m, {})
             for v in scenario.workloads:
-                if v is w or v.device != w.device:
+                if v.device != w.device or (v is w and not (v.arrival == "closed" and v.clients > 1)):
                     continue
                 for o in v.models:
-                    if o != m:
-                        mine[o] = min(mine.get(o, math.inf), gap(v))
+                    mine[o] = min(mine.get(o, math.inf), gap(v))
     return out
 
 

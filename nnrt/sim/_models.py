@@ -102,7 +102,7 @@ def load_models(specs: dict[str, ModelSpec], *, overheads: bool = False,
         if overheads:
             for name, sim in out.items():
                 gaps = (neighbours or {}).get(name, {})
-                others = [out[o] for o in gaps if o in out and o != name]
+                others = [out[o] for o in gaps if o in out]
                 other = max(others, key=lambda o: (o.cost_ns, o.name), default=None)
                 sim.host = cache.host(sim, None if other is None else (other, gaps[other.name]))
     finally:

@@ -45,6 +45,14 @@ The model is opt-in (``simulate(..., overheads=True)``, ``nnrt simulate --overhe
 makes a simulation describe *this* host as it was when measured, which is what a fidelity
 check against a real run needs (``benchmarks/fidelity.py`` uses it), whereas a scenario
 about an accelerator's QoS usually wants the device's kernel costs alone.
+
+Limits. The condition is binary (the model does not tell one busy neighbour from two, nor
+which model it runs, beyond the one measured beside). The loop thread is not a resource of
+its own: two requests' host work never queue behind each other. Samples are a few hundred
+draws, so tails beyond the largest measured one never happen, and that matters to the
+admission estimate (``Plan.admission_cost_ns``), which one rare outlier can push over a
+tight deadline. And the host is measured once: a real run on a machine loaded differently
+(other processes on the two cores) has different tails.
 """
 
 from __future__ import annotations
@@ -209,9 +217,10 @@ def measure_host(model: Model, inputs: Sequence[Any], neighbour: tuple[Model, Se
             # condition is still short after twice the samples, the rest back to back.
             probes = [0]
 
-            def enough() -> bool:
+            def enough() -> bool:  # (at most 3x the samples: a neighbour that is hardly ever idle)
                 probes[0] += 1
-                return len(acc[False][0]) >= samples and (len(acc[True][0]) >= samples or probes[0] > 2 * samples)
+                return probes[0] > 3 * samples or (
+                    len(acc[False][0]) >= samples and (len(acc[True][0]) >= samples or probes[0] > 2 * samples))
 
             await beside(neighbour[2], enough)
             if len(acc[True][0]) < samples:  # a rarely busy neighbour: the rest back to back
