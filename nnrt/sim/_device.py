@@ -30,8 +30,9 @@ every one is scheduled):
   drawn from the step's samples alone and beside a busy unit, and progresses at the rate of
   the condition of the moment: when another unit is taken or given back mid-step, the
   step's remaining fraction continues at the other rate (so a long execution is slowed only
-  for the part that overlaps another). A preempted
-  execution pays one more hand-off when it resumes (it hops back to a worker).
+  for the part that overlaps another). An execution interrupted at a checkpoint first
+  holds its unit for the hop back to the loop (the loop decides only once it hears of it,
+  as on the real device), then, once it goes on or resumes, for the rest of a hand-off.
 * Memory: a device's ``memory_mb`` (and ``app_memory_mb``) is the CPU device's own budget,
   charged at preparation (``CpuDevice._reserve``): a model that does not fit fails to
   prepare with RESOURCE_EXHAUSTED_*, and the simulator reports every request of that
@@ -354,11 +355,15 @@ class SimDevice(AccountingDevice):
     async def _checkpoint(self, job: Job, spent: float, segments: list[tuple[int, float, float]], on: list[Any],
                           host: HostModel | None = None, draw: int = 0) -> float:
         """``CpuDevice``'s answer to INTERRUPTED, keeping the segments on units (and ``holding``) up
-        to date. Returns the host model's hand-off time spent on resuming (0 without one)."""
+        to date. Returns the host model's hand-off time spent (0 without one; module doc)."""
         sched = self.scheduler
-        decision = sched.checkpoint(job, max(0.0, job.cost - spent))
+        extra = 0.0
+        if host is not None:  # the hop back to the loop, holding the unit
+            self._cost = host.pick(self.holding > 1).split(draw + 1)[0]
+            extra = await self._spend()
+        decision = sched.checkpoint(job, max(0.0, job.cost - spent - extra))
         if decision.action is Action.CONTINUE:
-            return 0.0
+            return extra if host is None else extra + await self._hop(host, draw + 1)
         now = self.clock.now()
         segments.append((on[0], on[1], now))
         on[0] = None
@@ -368,7 +373,12 @@ class SimDevice(AccountingDevice):
         await sched.wait_turn(job)
         on[0], on[1] = job.unit, self.clock.now()
         self._hold(+1)
-        return 0.0 if host is None else await self._handoff(host, draw + 1)
+        return extra if host is None else extra + await self._hop(host, draw + 1)
+
+    async def _hop(self, host: HostModel, draw: int) -> float:
+        """Hold the unit for the rest of a measured hand-off of the current condition."""
+        self._cost = host.pick(self.holding > 1).split(draw)[1]
+        return await self._spend()
 
 
 def device_bytes(mb: float | None) -> int | None:

@@ -22,6 +22,10 @@ generators (so a scenario and seed still give a byte-identical report):
 
 * ``wake_s``: from a timer's due time to the moment the execution is issued;
 * ``handoff_s``: the execution's time minus the time spent inside its kernels;
+* ``handback_s``: the part of it after the last kernel (the hop back to the loop and the
+  result), paired with ``handoff_s`` sample by sample: a preempted execution pays one when it
+  stops at a checkpoint (its unit is given back only once the loop hears of it) and the
+  rest of its hand-off when it resumes;
 * ``ratios``: per step (``walk_steps`` order), samples of the kernel's actual time over its
   calibrated cost.
 
@@ -91,11 +95,20 @@ class HostSamples:
     #: Per step, samples of its actual kernel time / calibrated cost (each non-empty). Empty:
     #: no per-step samples (plans with control flow), kernels take their calibrated cost.
     ratios: tuple[tuple[float, ...], ...] = ()
+    #: Per ``handoff_s`` sample, its part after the last kernel (empty: none measured, 0).
+    handback_s: tuple[float, ...] = ()
+
+    def split(self, k: int) -> tuple[float, float]:
+        """Hand-off sample ``k`` (modulo their number) as (hop back, the rest)."""
+        total = self.handoff_s[k % len(self.handoff_s)]
+        back = min(total, self.handback_s[k % len(self.handback_s)]) if self.handback_s else 0.0
+        return back, total - back
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able form (rounded: the cache file stays small and stable)."""
         return {"wake_s": [round(w, 7) for w in self.wake_s], "handoff_s": [round(h, 7) for h in self.handoff_s],
-                "ratios": [[round(x, 4) for x in row] for row in self.ratios]}
+                "ratios": [[round(x, 4) for x in row] for row in self.ratios],
+                "handback_s": [round(h, 7) for h in self.handback_s]}
 
     @classmethod
     def from_json(cls, data: Any, n_steps: int) -> HostSamples | None:
@@ -104,13 +117,16 @@ class HostSamples:
             wake = tuple(float(w) for w in data["wake_s"])
             handoff = tuple(float(h) for h in data["handoff_s"])
             ratios = tuple(tuple(float(x) for x in row) for row in data["ratios"])
+            back = tuple(float(h) for h in data["handback_s"])
         except (KeyError, TypeError, ValueError):
             return None
         if not wake or not handoff or (ratios and len(ratios) != n_steps) or any(not row for row in ratios):
             return None
-        if any(not (v >= 0.0) for v in (*wake, *handoff)) or any(not (x > 0.0) for row in ratios for x in row):
+        if back and len(back) != len(handoff):
             return None
-        return cls(wake, handoff, ratios)
+        if any(not (v >= 0.0) for v in (*wake, *handoff, *back)) or any(not (x > 0.0) for row in ratios for x in row):
+            return None
+        return cls(wake, handoff, ratios, back)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +160,7 @@ def measure_host(model: Model, inputs: Sequence[Any], neighbour: tuple[Model, Se
 
     loop = real_loop()
     rng = np.random.default_rng(seed)
-    _Acc = tuple[list[float], list[float], list[list[float]]]
+    _Acc = tuple[list[float], list[float], list[list[float]], list[float]]
 
     async def run() -> HostModel:
         device = CpuDevice(name="nnrt-sim-host", compute_units=2)
@@ -158,11 +174,12 @@ def measure_host(model: Model, inputs: Sequence[Any], neighbour: tuple[Model, Se
             timed = not prepared.plan.has_control_flow
             busy = [False]  # the neighbour is executing (set on the loop, read by the kernels' timer)
             began = [False] * len(steps)  # per step: the condition when it started
+            last = [0]  # when the last kernel ended (perf_ns)
             if timed:  # time each kernel (the probe's executions never overlap one another)
                 for k, step in enumerate(steps):
                     if step.fn is not None:
-                        step.fn = _timing(step.fn, spent, began, busy, k)
-            acc: dict[bool, _Acc] = {False: ([], [], [[] for _ in steps]), True: ([], [], [[] for _ in steps])}
+                        step.fn = _timing(step.fn, spent, began, busy, k, last)
+            acc: dict[bool, _Acc] = {c: ([], [], [[] for _ in steps], []) for c in (False, True)}
 
             async def probe() -> None:
                 when = loop.time() + float(rng.uniform(*gap_s))
@@ -175,10 +192,13 @@ def measure_host(model: Model, inputs: Sequence[Any], neighbour: tuple[Model, Se
                     spent[k] = 0
                 start = loop.time()
                 await prepared.execute(inputs)
+                end_ns = perf_ns()
                 end = loop.time()
-                wake, handoff, _ = acc[state[0] if state else busy[0]]
+                wake, handoff, _, back = acc[state[0] if state else busy[0]]
                 wake.append(max(0.0, start - when))
                 handoff.append(max(0.0, end - start - sum(spent) / 1e9))
+                if timed:
+                    back.append(min(handoff[-1], max(0.0, (end_ns - last[0]) / 1e9)))
                 if timed:
                     for k, (ns, c) in enumerate(zip(spent, costs)):
                         if steps[k].fn is not None:
@@ -247,23 +267,24 @@ def measure_host(model: Model, inputs: Sequence[Any], neighbour: tuple[Model, Se
         loop.close()
 
 
-def _timing(fn: Any, spent: list[int], began: list[bool], busy: list[bool], k: int) -> Any:
+def _timing(fn: Any, spent: list[int], began: list[bool], busy: list[bool], k: int, last: list[int]) -> Any:
     def timed(*args: Any) -> Any:
         began[k] = busy[0]
         t = perf_ns()
         try:
             return fn(*args)
         finally:
-            spent[k] += perf_ns() - t
+            last[0] = perf_ns()
+            spent[k] += last[0] - t
 
     return timed
 
 
-def _tuples(parts: tuple[list[float], list[float], list[list[float]]],
-            other: tuple[list[float], list[float], list[list[float]]]) -> tuple[Any, ...]:
+def _tuples(parts: tuple[list[float], list[float], list[list[float]], list[float]],
+            other: tuple[list[float], list[float], list[list[float]], list[float]]) -> tuple[Any, ...]:
     """A ``HostSamples``' fields; a step without samples in this condition borrows ``other``'s."""
-    wake, handoff, ratios = parts
+    wake, handoff, ratios, back = parts
     rows = tuple(tuple(r if r else o) for r, o in zip(ratios, other[2]))
     if any(not r for r in rows):  # steps without a kernel (none is ever timed): calibrated cost
         rows = tuple(r or (1.0,) for r in rows)
-    return tuple(wake), tuple(handoff), rows
+    return tuple(wake), tuple(handoff), rows, tuple(back)

@@ -30,8 +30,10 @@ def cost_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     yield path
 
 
-def _samples(wake_ms: float = 0.0, handoff_ms: float = 0.0, ratio: float = 1.0, steps: int = 1) -> HostSamples:
-    return HostSamples((wake_ms / 1e3,), (handoff_ms / 1e3,), tuple((ratio,) for _ in range(steps)))
+def _samples(wake_ms: float = 0.0, handoff_ms: float = 0.0, ratio: float = 1.0, steps: int = 1,
+             handback_ms: float | None = None) -> HostSamples:
+    back = () if handback_ms is None else (handback_ms / 1e3,)
+    return HostSamples((wake_ms / 1e3,), (handoff_ms / 1e3,), tuple((ratio,) for _ in range(steps)), back)
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch, hosts: dict[str, HostModel]) -> list[tuple[str, Any]]:
@@ -145,16 +147,23 @@ count = 5
     assert result.reports[0].simulated_s == pytest.approx(5 * 0.012)
 
 
-def test_a_preempted_execution_pays_a_handoff_when_it_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("handback_ms", [None, 0.4])
+def test_a_preempted_execution_hops_back_then_pays_the_rest_of_a_handoff(monkeypatch: pytest.MonkeyPatch,
+                                                                         handback_ms: float | None) -> None:
     text = _models(1, 500) + _big_then_m("bg", 3.0, 'priority = "high"\ndeadline_ms = 20\n')
-    _fake(monkeypatch, {
-        "one_add": HostModel(_samples(handoff_ms=1.0), _samples(handoff_ms=1.0), "mlp"),
-        "mlp": HostModel(_samples(handoff_ms=1.0, steps=4), _samples(handoff_ms=1.0, steps=4), "one_add"),
-    })
-    (rep,) = simulate(parse_scenario(text), progress=False, overheads=True).reports
+    one = _samples(handoff_ms=1.0, handback_ms=handback_ms)
+    big = _samples(handoff_ms=1.0, steps=4, handback_ms=handback_ms)
+    _fake(monkeypatch, {"one_add": HostModel(one, one, "mlp"), "mlp": HostModel(big, big, "one_add")})
+    result = simulate(parse_scenario(text), progress=False, overheads=True)
+    (rep,) = result.reports
     low = rep.get("bg", "low")
     assert low.preemptions == 1 and low.succeeded == 1
-    assert low.device_s == pytest.approx(0.010 + 2 * 0.001)  # its steps, a hand-off at the start and on resuming
+    # Its steps, a hand-off at the start, then the hop back at the checkpoint (3.5 ms) and the
+    # rest of a hand-off on resuming: one more hand-off in all.
+    assert low.device_s == pytest.approx(0.010 + 2 * 0.001)
+    # The high-priority request (at 3 ms) gets the unit once the hop back is over, then takes
+    # its own hand-off and step: it ends at 5.0 ms, or 5.4 ms with a 0.4 ms hop back.
+    assert _latencies_ms(result, "bg/HIGH") == [2.0 + (handback_ms or 0.0)]
     (plain,) = simulate(parse_scenario(text), progress=False).reports
     assert plain.get("bg", "low").device_s == pytest.approx(0.010)
 
@@ -202,6 +211,8 @@ def test_malformed_cached_samples_are_refused() -> None:
     assert HostSamples.from_json({**good, "handoff_s": [-1.0]}, 2) is None
     assert HostSamples.from_json({**good, "ratios": [[1.0], []]}, 2) is None
     assert HostSamples.from_json({"wake_s": "x"}, 2) is None
+    assert HostSamples.from_json({**good, "handback_s": [0.001, 0.002]}, 2) is None  # one per hand-off
+    assert _samples(handoff_ms=1.0, handback_ms=3.0).split(5) == (0.001, 0.0)  # the hop back is part of it
 
 
 def test_neighbours_are_the_other_workloads_models_on_the_same_device() -> None:
@@ -236,6 +247,8 @@ def test_measure_host_records_every_condition_and_step(neighbour: str, gap_s: fl
     for samples in (host.alone, host.busy):
         assert len(samples.wake_s) >= 1 and len(samples.wake_s) == len(samples.handoff_s)
         assert all(v >= 0 for v in (*samples.wake_s, *samples.handoff_s))
+        assert len(samples.handback_s) == len(samples.handoff_s)
+        assert all(0 <= b <= h for b, h in zip(samples.handback_s, samples.handoff_s))
         assert len(samples.ratios) == 6 and all(row and all(x > 0 for x in row) for row in samples.ratios)
     assert len(host.alone.wake_s) >= 4
 
