@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nnrt import zoo
+from nnrt import cli, zoo
 from nnrt.errors import InvalidArgumentError
 from nnrt.sim import _overhead, parse_scenario, simulate
 from nnrt.sim._engine import _neighbours
@@ -263,3 +263,17 @@ def test_measure_host_refuses_costs_of_another_model() -> None:
     model = zoo.build("small_cnn")
     with pytest.raises(InvalidArgumentError, match="costs_ns: has 2 costs; the model has 6 steps"):
         measure_host(model, zoo.example_inputs(model), samples=1, costs_ns=[1.0, 2.0])
+
+
+def test_command_line_overheads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    _fake(monkeypatch, {
+        "one_add": HostModel(_samples(wake_ms=1.0), _samples(wake_ms=3.0), "mlp"),
+        "mlp": HostModel(_samples(steps=4), _samples(steps=4), "one_add"),
+    })
+    path = tmp_path / "two.toml"
+    path.write_text(TWO)
+    assert cli.main(["simulate", str(path), "--overheads", "--no-progress"]) == 0
+    with_host = capsys.readouterr().out
+    assert cli.main(["simulate", str(path), "--no-progress"]) == 0
+    assert "a/MEDIUM" in with_host and with_host != capsys.readouterr().out  # the host model changed the report
