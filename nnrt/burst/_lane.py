@@ -149,6 +149,8 @@ class LeanRunner:
         try:
             sched.admit(job, flag)
         except NnrtError as err:  # refused (RESOURCE_EXHAUSTED_*, say): every request alike
+            if err.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT:  # the estimate alone is too long
+                plan.refused()
             self._prepared._log_failure(err)
             return [err] * len(batch)
         try:
@@ -231,9 +233,4 @@ class LeanRunner:
         (MISSED_DEADLINE_PERSISTENT for a deadline passed or out of reach)."""
         self._prepared._context(deadline, loop_timeout)  # a passed deadline, bad values: refused here
         if deadline is not None:
-            cost_s = self._plan.admission_cost_ns / 1e9
-            if cost_s > deadline - self._clock.now():
-                raise MissedDeadlineError(
-                    f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
-                    status=ErrorStatus.MISSED_DEADLINE_PERSISTENT,
-                )
+            self._device.refuse_if_late(self._plan, deadline)

@@ -289,16 +289,25 @@ class CpuDevice(Device):
         completion on the loop thread, where nothing can arrive to preempt it. Only the
         idle-device admission test applies (MISSED_DEADLINE_PERSISTENT if it cannot fit)."""
         if ctx.deadline is not None:
-            cost_s = plan.admission_cost_ns / 1e9
-            if cost_s > ctx.deadline - self.clock.now():
+            try:
+                self.refuse_if_late(plan, ctx.deadline)
+            except MissedDeadlineError:
                 gen.close()
-                raise MissedDeadlineError(
-                    f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
-                    status=ErrorStatus.MISSED_DEADLINE_PERSISTENT,
-                )
+                raise
         results = self.drive_sync(gen, ctx)
         self.scheduler.ran_fast(app, priority)
         return results
+
+    def refuse_if_late(self, plan: Plan, deadline: float) -> None:
+        """The idle-device admission test: MISSED_DEADLINE_PERSISTENT when ``plan``'s admission
+        cost does not fit before ``deadline`` (and the plan's estimate learns of the refusal)."""
+        cost_s = plan.admission_cost_ns / 1e9
+        if cost_s > deadline - self.clock.now():
+            plan.refused()
+            raise MissedDeadlineError(
+                f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
+                status=ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+            )
 
     async def drive(
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
@@ -308,7 +317,12 @@ class CpuDevice(Device):
             return self.run_now(gen, ctx, plan, app, priority)
         cost_s = plan.admission_cost_ns / 1e9
         job = Job(app, priority, cost=cost_s, deadline=ctx.deadline)
-        sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
+        try:
+            sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
+        except MissedDeadlineError as err:
+            if err.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT:  # the estimate alone is too long
+                plan.refused()
+            raise
         try:
             granted = await sched.wait_turn(job)
             results, device_ns, held_ns = await self._run_admitted(gen, ctx, plan, job, granted)

@@ -29,6 +29,11 @@ KERNEL, IF, WHILE = 0, 1, 2
 #: A step whose estimated cost exceeds this runs on the device's worker thread.
 DEFAULT_INLINE_LIMIT_NS = 100_000
 
+#: Refusals in a row after which a plan's measured history is stale (``Plan.observe``).
+STALE_AFTER_REFUSALS = 10
+# Observations after which one outlier is clipped (``Plan.observe``).
+_ESTABLISHED = 8
+
 
 def _fetcher(ins: tuple[int, ...]) -> Callable[[list[Any]], tuple[Any, ...]]:
     if len(ins) == 0:
@@ -70,22 +75,66 @@ class Plan:
     #: deviation, ns): refines the cost model that admission uses.
     observed_ns: float = 0.0
     observed_dev_ns: float = 0.0
+    #: Executions refused on their deadline since the last observation (see ``refused``).
+    refusals: int = 0
+    #: Executions observed (since the last restart of the history).
+    observations: int = 0
     #: Set by ``set_inline_limit``: the whole plan may run on the event loop thread.
     inline: bool = False
 
     def observe(self, service_ns: float) -> None:
-        """Learn one execution's service time (starting from the calibrated cost)."""
+        """Learn one execution's service time (starting from the calibrated cost).
+
+        The first executions are taken as they come: calibration times the kernels alone, and a
+        real execution also pays hand-offs, so early samples are what corrects it (a cold first
+        run makes admission cautious for a while, the safe side). Once a history is established
+        (``_ESTABLISHED`` samples), one outlier (the thread descheduled by the OS, a burst of page
+        faults) must not multiply the estimate: a sample counts for at most four spreads above
+        the mean, the spread being at least a quarter of the mean. A lasting change still moves
+        the estimate by a quarter or more per execution, so it is learned within a few.
+        After a long run of refusals the history is stale (see ``refused``): the estimate starts
+        again from this sample, with a spread of a quarter of it.
+        """
+        if self.refusals >= STALE_AFTER_REFUSALS:
+            self.observed_ns, self.observed_dev_ns = service_ns, 0.25 * service_ns
+            self.observations = 1
+            self.refusals = 0
+            return
         mean = self.observed_ns or self.cost_ns
-        self.observed_dev_ns = 0.75 * self.observed_dev_ns + 0.25 * abs(service_ns - mean)
-        self.observed_ns = 0.8 * mean + 0.2 * service_ns
+        sample = service_ns
+        if self.observations >= _ESTABLISHED:
+            sample = min(sample, mean + 4.0 * max(self.observed_dev_ns, 0.25 * mean))
+        self.observed_dev_ns = 0.75 * self.observed_dev_ns + 0.25 * abs(sample - mean)
+        self.observed_ns = 0.8 * mean + 0.2 * sample
+        self.observations += 1
+        self.refusals = 0
+
+    def refused(self) -> None:
+        """Admission refused an execution because this estimate alone does not fit before its
+        deadline (MISSED_DEADLINE_PERSISTENT; a refusal for the work queued ahead says nothing
+        about the estimate, and under overload decaying on those made admission optimistic).
+
+        Refused executions are never measured, so an estimate pushed above the deadlines would
+        refuse every later request and never learn otherwise (lock-in). Each refusal in a row
+        shrinks the estimate's excess over the calibrated cost by 15%, until an execution is
+        admitted and measured (a probe, in the spirit of TCP's after a timeout); after
+        ``STALE_AFTER_REFUSALS`` refusals in a row that measurement replaces the history."""
+        self.refusals += 1
 
     @property
     def admission_cost_ns(self) -> float:
         """What admission assumes an execution will take: the mean plus three mean deviations
         (in the spirit of TCP's retransmission timer), so jitter rarely makes an admitted job
         late. Under overload, larger margins measured better on both on-time throughput and
-        misses up to about 4 (misses waste capacity); 6 left the device idle."""
-        return max(self.cost_ns, self.observed_ns + 3.0 * self.observed_dev_ns)
+        misses up to about 4 (misses waste capacity); 6 left the device idle. Never below the
+        calibrated cost; refusals decay the excess over it (``refused``)."""
+        base = self.cost_ns
+        estimate = self.observed_ns + 3.0 * self.observed_dev_ns
+        if estimate <= base:
+            return base
+        if self.refusals:
+            estimate = base + (estimate - base) * 0.85 ** min(self.refusals, 400)
+        return estimate
 
     @property
     def output_operands(self) -> list[Operand]:
