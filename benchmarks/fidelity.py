@@ -5,7 +5,9 @@ runs real ``CpuDevice``s, real kernels and worker threads on an asyncio loop; th
 runs use step costs and host models measured on this machine in this process (a fresh cost
 file, not the cache), just before the real runs: ``virtual`` models kernels only (their
 calibrated best times), ``+host`` adds the host model (``nnrt.sim._overhead``: wake-up
-lateness, hand-offs and kernel-time samples, alone and beside a busy unit). Printed per
+lateness, hand-offs and kernel-time samples, alone and beside a busy unit), ``+scenario``
+the host model calibrated on the scenario itself (``nnrt.sim._calibrate``: a real run of its
+first ``--calibration`` seconds with another seed, before the real runs compared). Printed per
 class: p50 and p99 latency (from the intended arrival, successful executions) and the miss
 rate (missed deadlines / offered, %), real beside virtual, with the difference and whether
 it is within the issue's bound (10% of the real figure for latencies, 2 percentage points
@@ -27,7 +29,7 @@ nothing, it then refuses every request (3 ms for the camera gave 25% in one real
 ``--repeat N`` runs the real side N times (the virtual side is deterministic), to show the
 real side's variance; a summary gives each figure's median over the runs.
 
-Run: python benchmarks/fidelity.py [--duration 20] [--repeat 1] [--saturate] [--tight]
+Run: python benchmarks/fidelity.py [--duration 20] [--repeat 1] [--saturate] [--tight] [--calibration 5]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from nnrt.sim import Report, builtin_scenario_text, parse_scenario, simulate
+from nnrt.sim._calibrate import CALIBRATION_S, calibration_seed
 from nnrt.sim._report import FAILURE_KEYS
 
 LAT_BOUND = 0.10  # relative, on p50 and p99
@@ -159,6 +162,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of traffic (default 20)")
     parser.add_argument("--repeat", type=int, default=1, help="real-clock runs (default 1)")
     parser.add_argument("--saturate", action="store_true", help="the built-in scenario as is (two background clients)")
+    parser.add_argument("--calibration", type=float, default=CALIBRATION_S,
+                        help=f"+scenario: seconds of the scenario run for real to calibrate (default {CALIBRATION_S:g})")
     parser.add_argument("--tight", action="store_true", help="deadlines near the latencies (misses to compare)")
     args = parser.parse_args()
     out = sys.stdout.write
@@ -169,7 +174,10 @@ def main() -> int:
         t = time.perf_counter()
         hosted = simulate(scenario, progress=False, overheads=True)
         measured = time.perf_counter() - t - hosted.stats[0].wall_s
-    sims = [("virtual", plain.reports[0]), ("+host", hosted.reports[0])]
+        t = time.perf_counter()
+        scen = simulate(scenario, progress=False, overheads="scenario", calibration_s=args.calibration)
+        calibrated = time.perf_counter() - t - scen.stats[0].wall_s
+    sims = [("virtual", plain.reports[0]), ("+host", hosted.reports[0]), ("+scenario", scen.reports[0])]
     load = "saturating" if args.saturate else "moderate"
     deadlines = ("tight deadlines: " + ", ".join(f"{a} {d:g} ms" for a, d in TIGHT_MS.items())) if args.tight \
         else "built-in deadlines"
@@ -177,7 +185,9 @@ def main() -> int:
     for name, m in plain.reports[0].models.items():
         out(f"model {name}: {m['cost_ms']} ms per execution ({m['source']} in this run)\n")
     out(f"virtual runs: {plain.stats[0].wall_s:.2f} s and {hosted.stats[0].wall_s:.2f} s wall "
-        f"(host model measured in {measured:.1f} s); {_load()}\n")
+        f"(host model measured in {measured:.1f} s), {scen.stats[0].wall_s:.2f} s (calibrated on the scenario in "
+        f"{calibrated:.1f} s: {args.calibration:g} s of it on the real clock, seed {calibration_seed(scenario)}); "
+        f"{_load()}\n")
     reals = []
     for k in range(args.repeat):
         real = simulate(scenario, real=True)

@@ -9,8 +9,9 @@ same scenario and seed give the same report, byte for byte; an hour of traffic t
 seconds. ``nnrt simulate`` is the command line; ``--policy`` compares nnrt's scheduler with
 FIFO, priority and EDF baselines (``nnrt.sim._baselines``). ``simulate(..., real=True)`` runs
 the same scenario on the real clock (``nnrt.sim._real``), and ``overheads=True`` adds a
-model of this host measured beside the scenario's neighbours (``nnrt.sim._overhead``), for
-comparing the two (``benchmarks/fidelity.py``).
+model of this host measured beside the scenario's neighbours (``nnrt.sim._overhead``), or
+``overheads="scenario"`` one calibrated on a short real run of the scenario itself
+(``nnrt.sim._calibrate``), for comparing the two (``benchmarks/fidelity.py``).
 """
 
 from nnrt.sim._baselines import POLICIES, make_policy

@@ -1,5 +1,5 @@
 """``nnrt simulate [SCENARIO.toml] [--seed N] [--policy nnrt,fifo,...] [--json F] [--csv F] [--plot F] [--compute]
-[--overheads] [--real]``.
+[--overheads[=probe|scenario]] [--calibration-s S] [--real]``.
 
 Without a file it runs the built-in scenario (``nnrt.sim._builtin``). The report goes to
 stdout (one table per run; with several policies, a side-by-side comparison after them);
@@ -17,6 +17,7 @@ from pathlib import Path
 from nnrt.errors import NnrtError
 from nnrt.sim._baselines import POLICIES
 from nnrt.sim._builtin import builtin_scenario
+from nnrt.sim._calibrate import CALIBRATION_S
 from nnrt.sim._engine import simulate
 from nnrt.sim._report import comparison_table, report_table, to_csv, to_json
 from nnrt.sim._scenario import ScenarioError, load_scenario
@@ -44,9 +45,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--plot", metavar="FILE",
                         help="latency distributions and unit timelines (.png or .html; needs matplotlib)")
     parser.add_argument("--compute", action="store_true", help="also run the kernels (default: stubs of the right shapes)")
-    parser.add_argument("--overheads", action="store_true",
+    parser.add_argument("--overheads", nargs="?", const="probe", default=None, choices=("probe", "scenario"),
                         help="model this host too: wake-up lateness, hand-offs and kernel-time variance, alone and "
-                             "beside a busy unit (measured once per model on this machine, then cached)")
+                             "beside a busy unit, measured once on this machine, then cached: by synthetic probes "
+                             "beside a neighbour model (probe, the default), or by a short real run of the scenario "
+                             "itself with another seed (scenario)")
+    parser.add_argument("--calibration-s", type=float, default=CALIBRATION_S, metavar="S",
+                        help=f"--overheads=scenario: seconds of the scenario run for real (default {CALIBRATION_S:g})")
     parser.add_argument("--real", action="store_true",
                         help="run on the real clock with real devices and kernels (takes the scenario's duration)")
     parser.add_argument("--duration", type=float, default=None, help="for the built-in scenario: simulated seconds")
@@ -65,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
             scenario = builtin_scenario(args.duration)
         result = simulate(scenario, seed=args.seed, policies=args.policy, compute=args.compute,
                           timeline=bool(args.plot), progress=False if args.no_progress else None, real=args.real,
-                          overheads=args.overheads)
+                          overheads=args.overheads or False, calibration_s=args.calibration_s)
     except ScenarioError as err:
         sys.stderr.write(f"nnrt simulate: {err.args[0]}\n")
         return 2

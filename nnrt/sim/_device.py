@@ -33,6 +33,10 @@ every one is scheduled):
   for the part that overlaps another). An execution interrupted at a checkpoint first
   holds its unit for the hop back to the loop (the loop decides only once it hears of it,
   as on the real device), then, once it goes on or resumes, for the rest of a hand-off.
+  A host model calibrated on the scenario (``nnrt.sim._calibrate``) pairs each wake-up
+  sample with the hand-off the same request took: the engine puts it in ``PAIRED`` and the
+  execution's first hand-off is that one (late wake-ups and long hand-offs were negatively
+  correlated in real runs: a loop that woke late often found the neighbour done).
 * Memory: a device's ``memory_mb`` (and ``app_memory_mb``) is the CPU device's own budget,
   charged at preparation (``CpuDevice._reserve``): a model that does not fit fails to
   prepare with RESOURCE_EXHAUSTED_*, and the simulator reports every request of that
@@ -48,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Generator, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +68,13 @@ from nnrt.sim._overhead import HostModel
 from nnrt.sim._scenario import DeviceSpec
 from nnrt.types import ErrorStatus, Priority
 
-__all__ = ["AccountingDevice", "ClassTally", "SimDevice", "Segment", "device_bytes"]
+__all__ = ["PAIRED", "AccountingDevice", "ClassTally", "SimDevice", "Segment", "device_bytes"]
 
 _Gen = Generator[int, None, list[Any]]
+
+#: The hand-off the running request's first execution takes, set by the engine when its
+#: wake-up sample came with one (``HostSamples.paired_s``); None: drawn by condition.
+PAIRED: ContextVar[float | None] = ContextVar("nnrt_sim_paired", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,9 +313,15 @@ class SimDevice(AccountingDevice):
             self._ran[id(ctx)] = (job, spent, segments)
 
     async def _handoff(self, host: HostModel, draw: int) -> float:
-        """Hold the unit for a measured hand-off time of the current condition."""
-        handoff = host.pick(self.holding > 1).handoff_s
-        self._cost = handoff[draw % len(handoff)]
+        """Hold the unit for a measured hand-off time of the current condition (or the one
+        ``PAIRED`` gives the request)."""
+        paired = PAIRED.get()
+        if paired is not None:
+            PAIRED.set(None)
+            self._cost = paired
+        else:
+            handoff = host.pick(self.holding > 1).handoff_s
+            self._cost = handoff[draw % len(handoff)]
         return await self._spend()
 
     def _hold(self, delta: int) -> None:

@@ -9,7 +9,10 @@ intended arrival time. Open-loop arrivals are armed as timers at their exact tim
 task per execution); closed-loop clients send, wait for the outcome, think, and send again.
 With the host model (``overheads``), each model's samples are measured beside the costliest
 model another workload runs on its device, run with that workload's idle gap
-(``_neighbours``), and each request first waits its wake-up lateness (``nnrt.sim._overhead``).
+(``_neighbours``), and each request first waits its wake-up lateness (``nnrt.sim._overhead``);
+with ``overheads="scenario"`` the samples come from a real run of the scenario's calibration
+window instead (``nnrt.sim._calibrate``), which this engine runs with a ``Recording``: each
+request's issue and end times and what the device saw of it (``nnrt.sim._real.Request``).
 
 With ``real=True`` the same run happens on an ordinary asyncio loop on the real clock, with a
 real ``CpuDevice`` per scenario device (``nnrt.sim._real``): every model is prepared first,
@@ -39,7 +42,8 @@ from nnrt.execution import FencedExecutionCallback, PreparedModel
 from nnrt.fences import SyncFence
 from nnrt.sim._arrivals import arrival_times
 from nnrt.sim._baselines import POLICIES, make_policy
-from nnrt.sim._device import AccountingDevice, Segment, SimDevice
+from nnrt.sim._calibrate import CALIBRATION_S, Recording
+from nnrt.sim._device import PAIRED, AccountingDevice, Segment, SimDevice
 from nnrt.sim._loop import LoopClock, SimulationError, VirtualTimeLoop
 from nnrt.sim._models import SimModel, load_models
 from nnrt.sim._overhead import real_loop
@@ -113,7 +117,8 @@ def simulate(
     timeline: bool = False,
     progress: TextIO | bool | None = None,
     real: bool = False,
-    overheads: bool = False,
+    overheads: bool | str = False,
+    calibration_s: float = CALIBRATION_S,
 ) -> SimulationResult:
     """Run ``scenario`` once per policy (see ``POLICIES``) and report.
 
@@ -125,7 +130,10 @@ def simulate(
     run cannot do (a device speed other than 1, model costs or jitter: ``ScenarioError``).
     ``overheads``: model the host too (``nnrt.sim._overhead``: wake-up lateness, hand-offs and
     kernel-time variance, alone and beside a busy unit; measured once per model and neighbour
-    on this machine, then cached with the step costs).
+    on this machine, then cached with the step costs). ``overheads="scenario"``: the host model
+    is calibrated on the scenario itself instead (``nnrt.sim._calibrate``): a real-clock run of
+    its first ``calibration_s`` seconds with another seed, once, then cached; True or "probe":
+    synthetic probes beside a neighbour model.
     """
     policies = list(policies)
     for p in policies:
@@ -135,8 +143,16 @@ def simulate(
         from nnrt.sim._real import check_real
 
         check_real(scenario)
+    if overheads not in (False, True, "probe", "scenario"):
+        raise ScenarioError(f"--overheads: unknown host model {overheads!r} (choose from probe, scenario)")
     seed = scenario.seed if seed is None else seed
-    models = _models(scenario, overheads=overheads and not real)
+    mode = "" if real or not overheads else ("scenario" if overheads == "scenario" else "probe")
+    models = _models(scenario, overheads=mode == "probe")
+    if mode == "scenario":
+        from nnrt.sim._calibrate import scenario_hosts
+
+        for name, host in scenario_hosts(scenario, models, calibration_s).items():
+            models[name].host = host
     stream: TextIO | None
     if progress is None or progress is True:
         stream = sys.stderr if (progress is True or sys.stderr.isatty()) else None
@@ -195,9 +211,10 @@ class _Run:
     """One scenario under one policy."""
 
     def __init__(self, scenario: Scenario, seed: int, policy: str, models: dict[str, SimModel], compute: bool,
-                 timeline: bool, real: bool = False) -> None:
+                 timeline: bool, real: bool = False, recording: Recording | None = None) -> None:
         self.scenario, self.seed, self.policy, self.models = scenario, seed, policy, models
         self.compute, self.timeline, self.real = compute, timeline, real
+        self.recording = recording  # a real run recording what each request met (``_calibrate``)
         self.outcomes: dict[tuple[str, Priority], _Outcomes] = {}
         self.devices: dict[str, AccountingDevice] = {}
         self.clock: LoopClock | None = None
@@ -329,17 +346,28 @@ class _Run:
         device = self.devices[w.device]
         rng = np.random.default_rng(_seed(self.seed, 2_000 + w.index))
 
-        def wake() -> float:
+        def draw() -> tuple[float, float]:
+            """A wake-up lateness of the condition now, and the hand-off paired with it (-1: none)."""
             assert host is not None
-            samples = host.pick(isinstance(device, SimDevice) and device.holding > 0).wake_s
-            return samples[int(rng.integers(len(samples)))]
+            samples = host.pick(isinstance(device, SimDevice) and device.holding > 0)
+            k = int(rng.integers(len(samples.wake_s)))
+            return samples.wake_s[k], samples.paired_s[k] if samples.paired_s else -1.0
+
+        def wake() -> float:
+            return draw()[0]
 
         late = host is not None and w.arrival != "closed"
 
         async def timed(t0: float) -> None:
             outcomes.offered += 1
             if late:
-                await asyncio.sleep(wake())
+                lateness, paired = draw()
+                await asyncio.sleep(lateness)
+                if paired >= 0.0:  # the request's hand-off is the one its wake-up came with
+                    PAIRED.set(paired)
+            if self.recording is not None:
+                await self._recorded(w, t0, one)
+                return
             try:
                 await one(t0)
             except NnrtError as err:
@@ -392,9 +420,34 @@ class _Run:
                 left[0] -= 1
                 await timed(now())
                 if w.think_s > 0:
+                    due = now() + w.think_s
                     await asyncio.sleep(w.think_s + (wake() if wake is not None else 0.0))
+                    if self.recording is not None:
+                        self.recording.wakes.append((w.index, due, max(0.0, now() - due)))
 
         await asyncio.gather(*(client() for _ in range(w.clients)))
+
+    async def _recorded(self, w: WorkloadSpec, t0: float, one: Callable[[float], Coroutine[Any, Any, None]]) -> None:
+        """``one(t0)`` in a recording real run: what the request met (``nnrt.sim._calibrate``)."""
+        from nnrt.sim._real import CURRENT, Request
+
+        assert self.clock is not None and self.recording is not None
+        outcomes = self.outcomes[w.app, w.priority]
+        rec = Request()
+        token = CURRENT.set(rec)
+        issued = self.clock.now()
+        ok = False
+        try:
+            await one(t0)
+            ok = True
+        except NnrtError as err:
+            outcomes.record(err.status, 0.0)
+        finally:
+            CURRENT.reset(token)
+        end = self.clock.now()
+        if ok:
+            outcomes.record(ErrorStatus.NONE, end - t0)
+        self.recording.requests.append((w.index, t0, issued, end, ok, rec))
 
     # -- the report -----------------------------------------------------------------------------
 

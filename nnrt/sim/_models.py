@@ -12,7 +12,8 @@ figures are kept in a small JSON file (``$NNRT_SIM_COSTS``, default
 ``~/.cache/nnrt/sim-costs.json``) so every later run, on any load, uses the same numbers and
 reports stay reproducible. With ``overheads`` the same file keeps each model's host model
 (``nnrt.sim._overhead``: wake-up, hand-off and kernel-time samples, alone and beside its
-scenario's neighbour model), measured once. Plans with control flow keep the compiler's estimates per step
+scenario's neighbour model; or, with ``overheads="scenario"``, calibrated on a short real run of
+the scenario itself, ``nnrt.sim._calibrate``), measured once. Plans with control flow keep the compiler's estimates per step
 (calibration skips them) and always run their kernels, since their loop counts depend on
 the data.
 """
@@ -37,7 +38,7 @@ from nnrt.model import Model
 from nnrt.sim._overhead import CONDITIONS, HostModel, HostSamples
 from nnrt.sim._scenario import ModelSpec, ScenarioError
 
-__all__ = ["SimModel", "cost_cache_path", "load_models", "walk_steps"]
+__all__ = ["SimModel", "cost_cache", "cost_cache_path", "load_models", "walk_steps"]
 
 _VERSION = "2"  # bumped when calibration changes (2: kernels after the malloc tuning)
 
@@ -88,6 +89,11 @@ def cost_cache_path() -> Path:
     """Where measured step costs are kept between runs."""
     env = os.environ.get("NNRT_SIM_COSTS")
     return Path(env) if env else Path.home() / ".cache" / "nnrt" / "sim-costs.json"
+
+
+def cost_cache() -> _CostCache:
+    """The cache of measured step costs and host models (``save()`` writes it back)."""
+    return _CostCache(cost_cache_path())
 
 
 def load_models(specs: dict[str, ModelSpec], *, overheads: bool = False,
@@ -212,25 +218,35 @@ class _CostCache:
         key = f"{sim.cache_key}:host:-"
         if neighbour is not None:
             key = f"{sim.cache_key}:host:{neighbour[0].cache_key}:gap={neighbour[1]:.6g}"
-        entry = self.data.get(key)
-        if isinstance(entry, dict):
-            parts = [HostSamples.from_json(entry.get(c), n_steps) for c in CONDITIONS]
-            if parts[0] is not None and parts[1] is not None:
-                return HostModel(parts[0], parts[1], str(entry.get("neighbour", "")))
+        cached = self.cached_host(key, n_steps)
+        if cached is not None:
+            return cached
         from nnrt.sim._overhead import measure_host
 
         other = None if neighbour is None else (neighbour[0].model, neighbour[0].inputs, neighbour[1])
         host = measure_host(sim.model, sim.inputs, other, costs_ns=sim.base_costs_ns)
         if host.alone.ratios and len(host.alone.ratios) != n_steps:  # pragma: no cover - walk_steps changed
             raise AssertionError("host samples do not match the model's steps")
-        entry = {"alone": host.alone.to_json(), "busy": host.busy.to_json(),
-                 "neighbour": neighbour[0].name if neighbour is not None else ""}
-        self.data[key] = entry
+        return self.put_host(key, HostModel(host.alone, host.busy, neighbour[0].name if neighbour is not None else ""),
+                             n_steps)
+
+    def cached_host(self, key: str, n_steps: int) -> HostModel | None:
+        """The host model cached under ``key`` (None: none, or malformed)."""
+        entry = self.data.get(key)
+        if isinstance(entry, dict):
+            parts = [HostSamples.from_json(entry.get(c), n_steps) for c in CONDITIONS]
+            if parts[0] is not None and parts[1] is not None:
+                return HostModel(parts[0], parts[1], str(entry.get("neighbour", "")))
+        return None
+
+    def put_host(self, key: str, host: HostModel, n_steps: int) -> HostModel:
+        """Cache ``host`` under ``key``; returns it as later runs will read it back (rounded), so
+        the first run's report is the same as theirs."""
+        self.data[key] = {"alone": host.alone.to_json(), "busy": host.busy.to_json(), "neighbour": host.neighbour}
         self.dirty = True
-        # As later runs will read them (rounded): the first run's report is the same as theirs.
-        alone, busy = (HostSamples.from_json(entry[c], n_steps) for c in CONDITIONS)
-        assert alone is not None and busy is not None
-        return HostModel(alone, busy, host.neighbour)
+        back = self.cached_host(key, n_steps)
+        assert back is not None
+        return back
 
     def save(self) -> None:
         if not self.dirty:

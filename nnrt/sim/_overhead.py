@@ -49,6 +49,9 @@ The model is opt-in (``simulate(..., overheads=True)``, ``nnrt simulate --overhe
 makes a simulation describe *this* host as it was when measured, which is what a fidelity
 check against a real run needs (``benchmarks/fidelity.py`` uses it), whereas a scenario
 about an accelerator's QoS usually wants the device's kernel costs alone.
+``overheads="scenario"`` (``nnrt.sim._calibrate``) fills the same ``HostModel`` from a short
+real run of the scenario itself instead of these probes, which miss what the scenario's own
+mix does to the host.
 
 Limits. The condition is binary (the model does not tell one busy neighbour from two, nor
 which model it runs, beyond the one measured beside). The loop thread is not a resource of
@@ -97,6 +100,9 @@ class HostSamples:
     ratios: tuple[tuple[float, ...], ...] = ()
     #: Per ``handoff_s`` sample, its part after the last kernel (empty: none measured, 0).
     handback_s: tuple[float, ...] = ()
+    #: Per ``wake_s`` sample, the hand-off the same request then took (``nnrt.sim._calibrate``;
+    #: -1: none, drawn from ``handoff_s``); empty: wake-ups and hand-offs are drawn apart.
+    paired_s: tuple[float, ...] = ()
 
     def split(self, k: int) -> tuple[float, float]:
         """Hand-off sample ``k`` (modulo their number) as (hop back, the rest)."""
@@ -108,7 +114,7 @@ class HostSamples:
         """A JSON-able form (rounded: the cache file stays small and stable)."""
         return {"wake_s": [round(w, 7) for w in self.wake_s], "handoff_s": [round(h, 7) for h in self.handoff_s],
                 "ratios": [[round(x, 4) for x in row] for row in self.ratios],
-                "handback_s": [round(h, 7) for h in self.handback_s]}
+                "handback_s": [round(h, 7) for h in self.handback_s], "paired_s": [round(h, 7) for h in self.paired_s]}
 
     @classmethod
     def from_json(cls, data: Any, n_steps: int) -> HostSamples | None:
@@ -118,7 +124,10 @@ class HostSamples:
             handoff = tuple(float(h) for h in data["handoff_s"])
             ratios = tuple(tuple(float(x) for x in row) for row in data["ratios"])
             back = tuple(float(h) for h in data["handback_s"])
-        except (KeyError, TypeError, ValueError):
+            paired = tuple(float(h) for h in data.get("paired_s", ()))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        if (paired and len(paired) != len(wake)) or any(not (h >= 0.0 or h == -1.0) for h in paired):
             return None
         if not wake or not handoff or (ratios and len(ratios) != n_steps) or any(not row for row in ratios):
             return None
@@ -126,7 +135,7 @@ class HostSamples:
             return None
         if any(not (v >= 0.0) for v in (*wake, *handoff, *back)) or any(not (x > 0.0) for row in ratios for x in row):
             return None
-        return cls(wake, handoff, ratios, back)
+        return cls(wake, handoff, ratios, back, paired)
 
 
 @dataclass(frozen=True, slots=True)

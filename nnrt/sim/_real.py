@@ -17,11 +17,18 @@ unit 0 for the time they ran.
 A real run can only honour what is real: a device's ``speed`` must be 1, and a model's
 ``cost_ms``, ``step_costs_us`` and ``jitter`` cannot apply (the kernels take what they take),
 so ``check_real`` rejects them, naming the field.
+
+For the scenario-calibrated host model (``nnrt.sim._calibrate``) a real run can record, per
+request, how it went on the device: the engine sets ``CURRENT`` to a ``Request`` in the
+request's task, and the device fills in when it first got a unit, whether another unit was
+held then, how long it waited for units, and whether it was preempted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from nnrt.clock import Clock
@@ -33,7 +40,24 @@ from nnrt.sim._models import SimModel
 from nnrt.sim._scenario import DeviceSpec, Scenario, ScenarioError
 from nnrt.types import ErrorStatus, Priority
 
-__all__ = ["RealDevice", "check_real"]
+__all__ = ["CURRENT", "RealDevice", "Request", "check_real"]
+
+
+@dataclass(slots=True)
+class Request:
+    """What the device saw of one request of a recording real run (module docstring)."""
+
+    #: When it first got a unit (the run's clock; None: it never did).
+    granted: float | None = None
+    #: Another unit was held when it got its unit.
+    busy: bool = False
+    #: Time spent waiting for a unit (queued, and again after a preemption).
+    waited_s: float = 0.0
+    preempted: bool = False
+
+
+#: The ``Request`` the running task serves (None: not recording).
+CURRENT: ContextVar[Request | None] = ContextVar("nnrt_sim_request", default=None)
 
 
 def check_real(scenario: Scenario) -> None:
@@ -63,15 +87,25 @@ class _TracingScheduler(Scheduler):
             self.segments.setdefault(job.id, []).append((held[0], held[1], self.clock.now()))
 
     async def wait_turn(self, job: Job) -> int:
+        before = self.clock.now()
         granted = await super().wait_turn(job)
+        now = self.clock.now()
         if job.id not in self._open and job.unit is not None:
-            self._open[job.id] = (job.unit, self.clock.now())
+            self._open[job.id] = (job.unit, now)
+        rec = CURRENT.get()
+        if rec is not None:
+            rec.waited_s += now - before
+            if rec.granted is None:
+                rec.granted, rec.busy = now, len(self._open) > 1
         return granted
 
     def checkpoint(self, job: Job, remaining_s: float) -> Decision:
         decision = super().checkpoint(job, remaining_s)
         if decision.action is not Action.CONTINUE:
             self._close(job)
+            rec = CURRENT.get()
+            if rec is not None:
+                rec.preempted = True
         return decision
 
     def finish(self, job: Job, status: ErrorStatus = ErrorStatus.NONE) -> ErrorStatus:
@@ -104,6 +138,9 @@ class RealDevice(AccountingDevice):
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
     ) -> tuple[list[Any], int]:
         start = self.clock.now()
+        rec = CURRENT.get()
+        if rec is not None and rec.granted is None:  # the fast path: the device is idle
+            rec.granted = start
         status = ErrorStatus.NONE
         try:
             return super().run_now(gen, ctx, plan, app, priority)
