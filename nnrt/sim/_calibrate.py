@@ -4,10 +4,10 @@ The synthetic probes of ``nnrt.sim._overhead`` measure one model beside one neig
 and miss what the scenario's own mix does to the host (traces of real runs showed camera
 arrivals during a background execution waking several times later than the probes
 measured). So this host model is taken from the scenario: a real-clock run
-(``simulate(real=True)``'s path, ``nnrt.sim._real``) of its first ``calibration_s`` seconds (each workload's duration capped to it, a count cut in
-proportion) with another seed than the scenario's (``calibration_seed``: a separate
-calibration window, so a comparison of the simulation with a real run stays honest). The
-run records, per request:
+(``simulate(real=True)``'s path, ``nnrt.sim._real``) of its first ``calibration_s``
+seconds (each workload's duration capped to it, a count cut in proportion) with another
+seed than the scenario's (``calibration_seed``: a separate calibration window, so a
+comparison of the simulation with a real run stays honest). The run records, per request:
 
 * ``wake_s``: an open-loop request's lateness, from its intended arrival to the moment its
   task runs, and a closed-loop client's, from the end of its think time to the moment it
