@@ -2,12 +2,15 @@
 
 The synthetic probes of ``nnrt.sim._overhead`` measure one model beside one neighbour model,
 and miss what the scenario's own mix does to the host (traces of real runs showed camera
-arrivals during a background execution waking several times later than the probes
-measured). So this host model is taken from the scenario: a real-clock run
-(``simulate(real=True)``'s path, ``nnrt.sim._real``) of its first ``calibration_s``
-seconds (each workload's duration capped to it, a count cut in proportion) with another
-seed than the scenario's (``calibration_seed``: a separate calibration window, so a
-comparison of the simulation with a real run stays honest). The run records, per request:
+arrivals during a background execution waking several times later than the probes measured).
+So this host model is taken from the scenario: a real-clock run (``simulate(real=True)``'s
+path, ``nnrt.sim._real``) of its first seconds (each workload's duration capped to them, a
+count cut in proportion) with another seed than the scenario's (``calibration_seed``: a
+separate calibration window, so a comparison of the simulation with a real run stays
+honest). The window (``calibration_window``) is ``calibration_s`` seconds (default 5), or
+longer, up to 30 s and the scenario's length, until every open-loop class is expected to
+offer 400 requests: a p99 from 100 samples rests on one or two of them. The run records, per
+request:
 
 * ``wake_s``: an open-loop request's lateness, from its intended arrival to the moment its
   task runs, and a closed-loop client's, from the end of its think time to the moment it
@@ -33,12 +36,12 @@ the step costs under a key of the calibration scenario, seed, window and costs (
 cached, so the first run's report is the next runs' too). A condition with no sample borrows
 the other's; a model with no sample at all gets zeros.
 
-Limits. Samples are per model, not per class (two workloads running one model share them).
-A hand-off sample includes the kernels' slow-down beside a busy unit, and a preempted
-execution pays a whole one again when it resumes: a class preempted often is overstated.
-The window is short, so the tails are those of a few hundred requests, and of the machine's
-load during that window. A scenario a real run cannot honour (``check_real``) cannot be
-calibrated this way.
+Limits. Samples are per model, not per class (two workloads running one model share them). A
+hand-off sample includes the kernels' slow-down beside a busy unit, and a preempted
+execution pays a whole one again when it resumes: a class preempted often is overstated. The
+window is short, so the tails are those of a few hundred requests, and of the machine's load
+during that window; a closed-loop class sets no length (its rate is the run's). A scenario a
+real run cannot honour (``check_real``) cannot be calibrated this way.
 """
 
 from __future__ import annotations
@@ -53,17 +56,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnrt._log import get_logger
+from nnrt.sim._arrivals import expected_rate
 from nnrt.sim._models import SimModel, cost_cache
 from nnrt.sim._overhead import HostModel, HostSamples
 from nnrt.sim._real import Request
 from nnrt.sim._scenario import Scenario
 
-__all__ = ["CALIBRATION_S", "Recording", "build_hosts", "calibration_scenario", "calibration_seed", "scenario_hosts"]
+__all__ = ["CALIBRATION_MAX_S", "CALIBRATION_S", "CALIBRATION_SAMPLES", "Recording", "build_hosts",
+           "calibration_scenario", "calibration_seed", "calibration_window", "scenario_hosts"]
 
 _log = get_logger("nnrt.sim.calibrate")
 
-#: Default length of the calibration window (seconds of the scenario run for real).
+#: Default (shortest) length of the calibration window (seconds of the scenario run for real).
 CALIBRATION_S = 5.0
+#: Requests each open-loop class is expected to offer in the window (``calibration_window``).
+CALIBRATION_SAMPLES = 400
+#: The longest window the sizing may ask for (seconds).
+CALIBRATION_MAX_S = 30.0
 
 
 @dataclass
@@ -84,12 +93,16 @@ def calibration_seed(scenario: Scenario) -> int:
     return seed if seed != scenario.seed else seed + 1
 
 
-def calibration_scenario(scenario: Scenario, seconds: float) -> Scenario:
-    """``scenario`` cut to its first ``seconds``: durations capped, counts cut in proportion."""
+def _check_seconds(seconds: float) -> None:
     if not (seconds > 0 and math.isfinite(seconds)):
         from nnrt.sim._scenario import ScenarioError
 
         raise ScenarioError(f"calibration_s: must be a positive number of seconds, not {seconds!r}")
+
+
+def calibration_scenario(scenario: Scenario, seconds: float) -> Scenario:
+    """``scenario`` cut to its first ``seconds``: durations capped, counts cut in proportion."""
+    _check_seconds(seconds)
     horizon = max((w.start_s + (w.duration_s or 0.0) for w in scenario.workloads), default=0.0)
     share = min(1.0, seconds / horizon) if horizon > 0 else 1.0
     workloads = tuple(dataclasses.replace(
@@ -99,6 +112,24 @@ def calibration_scenario(scenario: Scenario, seconds: float) -> Scenario:
     ) for w in scenario.workloads)
     return dataclasses.replace(scenario, duration_s=min(scenario.duration_s, seconds), workloads=workloads,
                                seed=calibration_seed(scenario))
+
+
+def calibration_window(scenario: Scenario, seconds: float, samples: int | None = None,
+                       max_s: float | None = None) -> float:
+    """The calibration window's length: at least ``seconds``, longer (up to ``max_s``) until
+    every open-loop class is expected to have offered ``samples`` requests (from its rate or
+    period; a class that ends sooner counts to its end), and never longer than the scenario.
+    Closed-loop classes and traces set no length."""
+    _check_seconds(seconds)
+    samples = CALIBRATION_SAMPLES if samples is None else samples
+    max_s = CALIBRATION_MAX_S if max_s is None else max_s
+    need = seconds
+    for w in scenario.workloads:
+        rate = expected_rate(w)
+        if rate:
+            end = w.start_s + (scenario.duration_s if w.duration_s is None else w.duration_s)
+            need = max(need, min(w.start_s + samples / rate, end))
+    return min(max(seconds, min(need, max_s)), scenario.duration_s)
 
 
 def _union(stretches: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -174,7 +205,7 @@ def scenario_hosts(scenario: Scenario, models: dict[str, SimModel], seconds: flo
     from nnrt.sim._real import check_real
 
     check_real(scenario)
-    calib = calibration_scenario(scenario, seconds)
+    calib = calibration_scenario(scenario, calibration_window(scenario, seconds))
     used: Sequence[str] = sorted({m for w in scenario.workloads for m in w.models if m in models})
     digest = _digest(calib, (models[n] for n in used))
     cache = cost_cache()

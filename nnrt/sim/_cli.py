@@ -51,7 +51,8 @@ def main(argv: Sequence[str]) -> int:
                              "beside a neighbour model (probe, the default), or by a short real run of the scenario "
                              "itself with another seed (scenario)")
     parser.add_argument("--calibration-s", type=float, default=CALIBRATION_S, metavar="S",
-                        help=f"--overheads=scenario: seconds of the scenario run for real (default {CALIBRATION_S:g})")
+                        help=f"--overheads=scenario: seconds of the scenario run for real, at least "
+                             f"(default {CALIBRATION_S:g}; longer until each class offers 400 requests)")
     parser.add_argument("--real", action="store_true",
                         help="run on the real clock with real devices and kernels (takes the scenario's duration)")
     parser.add_argument("--duration", type=float, default=None, help="for the built-in scenario: simulated seconds")

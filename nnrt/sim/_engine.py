@@ -132,8 +132,8 @@ def simulate(
     kernel-time variance, alone and beside a busy unit; measured once per model and neighbour
     on this machine, then cached with the step costs). ``overheads="scenario"``: the host model
     is calibrated on the scenario itself instead (``nnrt.sim._calibrate``): a real-clock run of
-    its first ``calibration_s`` seconds with another seed, once, then cached; True or "probe":
-    synthetic probes beside a neighbour model.
+    its first ``calibration_s`` seconds or more (``calibration_window``) with another seed,
+    once, then cached; True or "probe": synthetic probes beside a neighbour model.
     """
     policies = list(policies)
     for p in policies:

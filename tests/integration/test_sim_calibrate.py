@@ -2,7 +2,7 @@
 
 The samples' construction is checked on hand-made recordings; the simulation's use of them
 in virtual time with the real-clock recording replaced by a given one (so figures are exact
-and no test depends on this machine's timing); the calibration window (another seed,
+and no test depends on this machine's timing); the calibration window (its length, another seed,
 capped durations), the cache, determinism and the command line likewise. One test records
 for real, for the structure of what it records (never for timing)."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from nnrt import cli
 from nnrt.sim import ScenarioError, _calibrate, parse_scenario, simulate, to_json
-from nnrt.sim._calibrate import Recording, build_hosts, calibration_scenario, calibration_seed
+from nnrt.sim._calibrate import Recording, build_hosts, calibration_scenario, calibration_seed, calibration_window
 from nnrt.sim._engine import _models
 from nnrt.sim._overhead import HostSamples
 from nnrt.sim._real import Request
@@ -168,7 +168,31 @@ def test_the_calibration_window_has_another_seed_and_capped_durations() -> None:
         calibration_scenario(sc, 0.0)
 
 
+def test_the_window_grows_until_every_open_loop_class_offers_enough_requests() -> None:
+    sc = parse_scenario(ONE.replace("duration_s = 1.0", "duration_s = 60.0").replace("period_ms = 10", "period_ms = 50")
+                        + '[[workloads]]\napp = "b"\nmodel = "mlp"\narrival = "poisson"\nrate_hz = 100\n'
+                        + '[[workloads]]\napp = "c"\nmodel = "mlp"\narrival = "closed"\n')
+    assert calibration_window(sc, 5.0) == 20.0  # 400 periodic requests at 20 Hz; the others need less
+    assert calibration_window(sc, 25.0) == 25.0  # never shorter than asked
+    assert calibration_window(sc, 5.0, samples=2000) == 30.0  # at most CALIBRATION_MAX_S
+    assert calibration_window(sc, 5.0, samples=2000, max_s=90.0) == 60.0  # nor longer than the scenario
+    ends = parse_scenario(ONE.replace("period_ms = 10", "period_ms = 50").replace("duration_s = 1.0", "duration_s = 60.0", 1)
+                          .replace("duration_s = 1.0", "duration_s = 8.0"))
+    assert calibration_window(ends, 5.0) == 8.0  # a class that ends sooner counts to its end
+    assert calibration_window(sc, 5.0, samples=0) == 5.0
+    with pytest.raises(ScenarioError, match="calibration_s: must be a positive number"):
+        simulate(sc, progress=False, overheads="scenario", calibration_s=float("nan"))
+
+
+def test_the_calibration_run_has_the_sized_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_record(monkeypatch, _constant(0.002, 0.0005))
+    sc = parse_scenario(ONE.replace("duration_s = 1.0", "duration_s = 60.0").replace("period_ms = 10", "period_ms = 100"))
+    simulate(sc, progress=False, overheads="scenario", calibration_s=0.25)
+    assert len(calls) == 1 and calls[0].duration_s == 30.0  # 400 requests at 10 Hz need 40 s: the maximum
+
+
 def test_simulation_draws_the_calibrated_wake_up_and_hand_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_calibrate, "CALIBRATION_SAMPLES", 0)  # the window asked for, not sized
     calls = _fake_record(monkeypatch, _constant(0.002, 0.0005))
     sc = parse_scenario(ONE)
     plain = simulate(sc, progress=False)
@@ -181,6 +205,7 @@ def test_simulation_draws_the_calibrated_wake_up_and_hand_off(monkeypatch: pytes
 
 def test_calibrated_samples_are_cached_and_reports_are_byte_identical(monkeypatch: pytest.MonkeyPatch,
                                                                       cost_cache: Path) -> None:
+    monkeypatch.setattr(_calibrate, "CALIBRATION_SAMPLES", 0)  # the window asked for, not sized
     def varied(calib: Any, models: Any) -> Recording:
         rng = np.random.default_rng(3)
         cost = models["one_add"].cost_ns / 1e9
@@ -212,6 +237,7 @@ def test_a_scenario_a_real_run_cannot_honour_cannot_be_calibrated() -> None:
 
 def test_command_line_overheads_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_calibrate, "CALIBRATION_SAMPLES", 0)  # the window asked for, not sized
     calls = _fake_record(monkeypatch, _constant(0.003, 0.001))
     path = tmp_path / "one.toml"
     path.write_text(ONE)
