@@ -9,7 +9,6 @@ for real, for the structure of what it records (never for timing)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,7 @@ from nnrt.sim._engine import _models
 from nnrt.sim._overhead import HostSamples
 from nnrt.sim._real import Request
 
-
-@pytest.fixture(autouse=True)
-def cost_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "costs.json"
-    monkeypatch.setenv("NNRT_SIM_COSTS", str(path))
-    yield path
+pytestmark = pytest.mark.usefixtures("cost_cache")  # tests/integration/conftest.py
 
 
 ONE = """

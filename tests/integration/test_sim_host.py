@@ -9,7 +9,6 @@ for real, for the structure of what is cached (never for timing)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,7 @@ from nnrt.sim import _overhead, parse_scenario, simulate
 from nnrt.sim._engine import _neighbours
 from nnrt.sim._overhead import HostModel, HostSamples, measure_host
 
-
-@pytest.fixture(autouse=True)
-def cost_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "costs.json"
-    monkeypatch.setenv("NNRT_SIM_COSTS", str(path))
-    yield path
+pytestmark = pytest.mark.usefixtures("cost_cache")  # tests/integration/conftest.py
 
 
 def _samples(wake_ms: float = 0.0, handoff_ms: float = 0.0, ratio: float = 1.0, steps: int = 1,

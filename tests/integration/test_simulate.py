@@ -4,7 +4,6 @@ failure statuses, the policy comparison, the command line and its outputs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,7 @@ from nnrt.sim import (
     to_json,
 )
 
-
-@pytest.fixture(autouse=True)
-def cost_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "costs.json"
-    monkeypatch.setenv("NNRT_SIM_COSTS", str(path))
-    yield path
+pytestmark = pytest.mark.usefixtures("cost_cache")  # tests/integration/conftest.py
 
 
 def run(text: str, **kw: object) -> list[Report]:

@@ -5,8 +5,6 @@ model a simulation can add, ``overheads=True``, is tested in ``test_sim_host.py`
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,12 +12,7 @@ from nnrt import cli
 from nnrt.sim import ScenarioError, parse_scenario, simulate
 from nnrt.types import ErrorStatus
 
-
-@pytest.fixture(autouse=True)
-def cost_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "costs.json"
-    monkeypatch.setenv("NNRT_SIM_COSTS", str(path))
-    yield path
+pytestmark = pytest.mark.usefixtures("cost_cache")  # tests/integration/conftest.py
 
 
 SMALL = """
