@@ -155,7 +155,7 @@ class LeanRunner:
             return [err] * len(batch)
         try:
             granted = await sched.wait_turn(job)
-            future = asyncio.wrap_future(device._workers.submit(self._run_batch, batch, flag))
+            future = asyncio.wrap_future(device.workers_for(self._priority).submit(self._run_batch, batch, flag))
             try:
                 outcomes = await asyncio.shield(future)
             except asyncio.CancelledError:
