@@ -28,7 +28,10 @@ one outlier can push that estimate over the deadline; since refused executions t
 nothing, it then refuses every request (3 ms for the camera gave 25% in one real run and
 92-94% in the next two). Tighter deadlines measure that lock-in, not the cost model.
 ``--repeat N`` runs the real side N times (the virtual side is deterministic), to show the
-real side's variance; a summary gives each figure's median over the runs.
+real side's variance; a summary gives each figure's median over the runs, and the noise
+floor: every real run judged against every other real run with the same bounds, beside each
+model judged against every real run (a model cannot be expected to match a real run more
+often than another real run does).
 
 Run: python benchmarks/fidelity.py [--duration 20] [--repeat 1] [--saturate] [--tight] [--calibration 5]
 """
@@ -154,6 +157,30 @@ def summary(reals: list[Report], sims: list[tuple[str, Report]]) -> str:
     return "\n".join(rows)
 
 
+def _within(real: dict[tuple[str, str], float | None], other: dict[tuple[str, str], float | None]) -> int:
+    """How many of ``real``'s figures ``other`` matches within the bounds."""
+    return sum(_check(a, b, key[1] == "miss %")[1] for key, a in real.items()
+               if a is not None and (b := other.get(key)) is not None)
+
+
+def noise_floor(reals: list[Report], sims: list[tuple[str, Report]]) -> str:
+    """Each real run judged against each other real run with the same bounds, beside each
+    model judged against each real run: a model can do no better than a second real run."""
+    per_run = [figures(r) for r in reals]
+    total = len(per_run[0])
+
+    def line(label: str, counts: list[int]) -> str:
+        return (f"  {label:34} {statistics.mean(counts):4.1f}/{total} on average "
+                f"(min {min(counts)}, max {max(counts)}; all within in {sum(c == total for c in counts)} of {len(counts)})")
+
+    pairs = [_within(a, b) for i, a in enumerate(per_run) for j, b in enumerate(per_run) if i != j]
+    rows = [line("another real run (the noise floor)", pairs)]
+    for label, rep in sims:
+        fig = figures(rep)
+        rows.append(line(label, [_within(a, fig) for a in per_run]))
+    return "\n".join(rows)
+
+
 def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -203,6 +230,7 @@ def main() -> int:
         out(f"  real devices calibrated at preparation: {costs}\n")
     if len(reals) > 1:
         out(f"\nmedian over {len(reals)} real runs:\n{summary(reals, sims)}\n")
+        out(f"\nfigures within bounds of a real run, judged by:\n{noise_floor(reals, sims)}\n")
     return 0
 
 
