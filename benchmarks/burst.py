@@ -11,7 +11,8 @@ its calibration lands above the inline limit, which happens on this machine unde
 (b) one request in flight: ``await burst.execute`` latency against ``await prepared.execute``
     (target on the MLP: <= 1.5x);
 (c) the polling window: (a) and (b) with the server's window at 0 and at NNAPI's 50 us;
-(d) for information: ``burst.execute`` with plain numpy arrays (transient slots).
+(d) for information: ``burst.execute`` with plain numpy arrays (at once on ``execute``'s
+    fast path when the plan runs inline, else transient slots through the server).
 
 The baseline is the faster of ``execute(inputs)`` and ``execute(inputs, outputs=...)``.
 Timings are medians of interleaved repetitions (the machine is shared).
@@ -252,7 +253,7 @@ async def main(quick: bool, loop_name: str) -> None:
         report(f"{name}: burst, 1 in flight, eager (server code in the caller's task)", r["one_eager"])
         report(f"{name}: burst, 1 in flight, server task, polling 0", r["one_0"])
         report(f"{name}: burst, 1 in flight, server task, polling 50 us", r["one_50"])
-        report(f"{name}: burst.execute with plain arrays (transient slots)", r["arrays"])
+        report(f"{name}: burst.execute with plain arrays", r["arrays"])
         report(f"{name}: the kernels alone, back to back (no runtime)", r["kernels"])
         report(f"{name}: toy threaded server, {IN_FLIGHT} in flight (kernels alone)", r["thread"])
         ratio(f"{name}: pipelined throughput / sequential (default path)", base / r["pipe"], pipe_target, True)

@@ -34,8 +34,12 @@ Rules, and why:
   Same checks, statuses and scheduler accounting as the server; no packet, no channel, no
   task switch; on a ``CpuDevice`` the lean runner of ``_lane.py`` runs it on arguments
   validated once per set of location objects, so it costs less than ``prepared.execute``.
-  Anything else (a busy device, requests already queued, arrays, a heavy plan) queues for
-  the server task, in order. Like ``execute``'s fast path it does not yield to the loop.
+  ``execute`` of plain arrays, on the same conditions, runs at once too, on
+  ``prepared.execute``'s own fast path (validated per request: about 1 us more than
+  ``prepared.execute`` for the one-ADD model, against 50 us through the server's packets).
+  Anything else (a busy device, requests already queued, arrays given to ``submit``, a heavy
+  plan) queues for the server task, in order. Like ``execute``'s fast path it does not yield
+  to the loop.
 * **Worker batches.** For a plan too heavy for the loop, the server runs the requests queued
   at once as a batch on the device's worker, under one scheduler job that yields its unit
   between two requests when a more urgent execution wants it (``_lane.py``).
@@ -84,6 +88,12 @@ DEFAULT_POLLING_WINDOW_S = 50e-6
 DEFAULT_MAX_IN_FLIGHT = 64
 
 _NEW, _OPEN, _CLOSED = 0, 1, 2
+
+
+def _plain(inputs: Any, outputs: Any) -> bool:
+    """A request in lists or tuples naming no location (plain arrays, values, ``None``)."""
+    return (type(inputs) in (list, tuple) and all(type(x) is not Location for x in inputs)
+            and (outputs is None or (type(outputs) in (list, tuple) and all(type(y) is not Location for y in outputs))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +321,17 @@ class Burst:
         otherwise it queues like ``submit``.
         """
         if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
+            if self._inline_ok and _plain(inputs, outputs) and self._driver.can_run_now(self._plan):
+                # Plain arrays: ``prepared.execute``'s own fast path, without packet or future.
+                self._submitted += 1
+                self._inline += 1
+                try:
+                    result = self._prepared._execute_now(inputs, outputs, measure_timing, deadline, loop_timeout)
+                except NnrtError:
+                    self._failed += 1
+                    raise
+                self._completed += 1
+                return result
             done = self._try_at_once(inputs, outputs, measure_timing, deadline, loop_timeout)
             if done is not None:
                 return await done
@@ -383,8 +404,8 @@ class Burst:
     def _try_at_once(
         self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
     ) -> asyncio.Future[ExecutionResult] | None:
-        """Run a request at once if it may (the caller checked that the burst is open with
-        nothing queued or running); its future comes back resolved. ``None``: queue it."""
+        """Run a request of locations at once if it may (the caller checked that the burst is
+        open with nothing queued or running); its future comes back resolved. ``None``: queue it."""
         server = self._server
         if not self._inline_ok or not self._driver.can_run_now(self._plan):
             return None

@@ -157,8 +157,12 @@ async def test_outputs_of_unknown_size_and_insufficient_buffers(device: nnrt.Cpu
         with pytest.raises(nnrt.OutputInsufficientSizeError) as info:
             await burst.execute([x, x], [small])
         assert info.value.output_shapes == (nnrt.OutputShape((3, 2), False),)
-        # Outputs of unknown size cannot be allocated by the client: a normal execution does it.
-        fallback = await burst.execute([np.ones((3, 2), np.float32)] * 2)
+        # Outputs of unknown size cannot be allocated by the client: a normal execution does
+        # it, at once for ``execute`` on an idle burst, in its turn for ``submit``.
+        inline = burst.statistics().inline
+        now = await burst.execute([np.ones((3, 2), np.float32)] * 2)
+        assert now.outputs[0].shape == (3, 2) and burst.statistics().inline == inline + 1
+        fallback = await (await burst.submit([np.ones((3, 2), np.float32)] * 2))
         assert fallback.outputs[0].shape == (3, 2) and burst.statistics().fallbacks == 1
 
 
@@ -283,7 +287,8 @@ async def test_concurrent_executes_on_one_burst_wait_their_turn(device: nnrt.Cpu
     prepared, burst = await add_burst(device)
     max_running = count_concurrency(prepared)
     xs = [f32(k, k, k, k) for k in range(12)]
-    results = await asyncio.gather(*(burst.execute([x, x]) for x in xs))
+    first = await burst.submit([xs[0], xs[0]])  # queued (arrays): the executes below queue behind it
+    results = [await first, *await asyncio.gather(*(burst.execute([x, x]) for x in xs[1:]))]
     assert [r.outputs[0].tolist() for r in results] == [[[2 * k] * 4] for k in range(12)]
     assert max_running() == 1
     await burst.close()
@@ -294,8 +299,8 @@ async def test_many_bursts_of_one_prepared_model_run_concurrently(device: nnrt.C
     max_running = count_concurrency(prepared)
     bursts = [await prepared.burst().configure() for _ in range(3)]
 
-    async def stream(b: nnrt.Burst, base: int) -> list[float]:
-        return [(await b.execute([f32(base + k, 0, 0, 0), f32(1, 0, 0, 0)])).outputs[0][0, 0] for k in range(10)]
+    async def stream(b: nnrt.Burst, base: int) -> list[float]:  # submitted arrays queue for the server
+        return [(await (await b.submit([f32(base + k, 0, 0, 0), f32(1, 0, 0, 0)]))).outputs[0][0, 0] for k in range(10)]
 
     outs = await asyncio.gather(*(stream(b, 100 * i) for i, b in enumerate(bursts)))
     assert outs == [[100 * i + k + 1 for k in range(10)] for i in range(3)]

@@ -128,7 +128,7 @@ async def test_requests_never_overtake_queued_ones(device: nnrt.CpuDevice) -> No
         assert (await burst.submit(r.inputs, r.outputs)).done()  # nothing queued: at once again
 
 
-@pytest.mark.parametrize("path", ["inline", "execute"])
+@pytest.mark.parametrize("path", ["inline", "arrays", "execute"])
 async def test_deadlines_follow_the_execute_rules(vdevice: nnrt.CpuDevice, path: str) -> None:
     clock = vdevice.clock
     assert isinstance(clock, nnrt.VirtualClock)
@@ -137,9 +137,13 @@ async def test_deadlines_follow_the_execute_rules(vdevice: nnrt.CpuDevice, path:
         r = Regions(burst, outputs=2)
         xs = [r.data[:4].reshape(1, 4).copy(), r.data[4:8].reshape(1, 4).copy()]
 
+        outs = [np.full(op.dimensions, -1, op.type.dtype) for op in prepared.plan.output_operands]
+
         async def run(deadline: float) -> object:
             if path == "inline":
                 return await burst.execute(r.inputs, r.outputs, deadline=deadline)
+            if path == "arrays":  # plain arrays run at once on execute's own fast path
+                return await burst.execute(xs, outs, deadline=deadline)
             return await prepared.execute(xs, deadline=deadline)
 
         with pytest.raises(nnrt.MissedDeadlineError) as info:  # already passed
@@ -165,10 +169,15 @@ async def test_deadlines_follow_the_execute_rules(vdevice: nnrt.CpuDevice, path:
             await run(clock.now() + 1.0)
         assert info.value.status is ErrorStatus.MISSED_DEADLINE_TRANSIENT and "operation 1" in str(info.value)
         assert r.out(0) == r.out(1) == [-1] * 4  # nothing written
+        assert all((o == -1).all() for o in outs)
         steps[0].fn = first
-        assert (await burst.execute(r.inputs, r.outputs, deadline=clock.now() + 1.0)).outputs[1].tolist() == [[8, 11, 14, 17]]
-        if path == "inline":
-            assert burst.statistics().inline == 4
+        if path == "arrays":
+            assert (await run(clock.now() + 1.0)).outputs[1].tolist() == [[8, 11, 14, 17]] == outs[1].tolist()
+        else:
+            assert (await burst.execute(r.inputs, r.outputs, deadline=clock.now() + 1.0)).outputs[1].tolist() == [[8, 11, 14, 17]]
+        if path != "execute":
+            stats = burst.statistics()
+            assert stats.inline == stats.submitted == 4 and stats.failed == 3 and stats.eager == 0
 
 
 async def test_a_failing_kernel_is_general_failure_and_no_output_is_written(device: nnrt.CpuDevice) -> None:
