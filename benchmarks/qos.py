@@ -9,15 +9,15 @@
     fails within 1 ms of it (p99).
 (d) Overload: requests arrive at 2x the device's capacity with deadlines: on-time completions
     >= 90% of capacity, and fewer than 1% of admitted executions miss.
-(e) Across apps: a HIGH app's requests at random moments beside another app's LOW background
-    (the MobileNet-style block, one client thinking 10 ms between executions, as in the
-    simulator's fidelity scenario), on a two-unit device whose LOW executions run on niced
-    worker threads (the default, ``low_priority_nice=10``) and on one without (``None``);
-    rounds of the two alternate so the machine's load hits both alike. Two units, so the
-    loop thread, a HIGH worker and the LOW worker share the two cores (with the default one
-    unit on two cores, the loop thread has a core of its own). Printed: HIGH p50/p99 from
-    arrival (timer due) to result, for a model that runs on a worker (small CNN) and one that
-    runs on the loop thread (MLP), and the LOW executions completed. Observed, no bound.
+(e) Across apps, with LOW executions on niced worker threads (``low_priority_nice=10``)
+    against the default (one set of threads): a HIGH app's requests at random moments (a
+    small CNN, run on a worker, and the MLP, run on the loop thread) beside another app's LOW
+    background on a two-unit device. "Beside": one LOW client thinking 10 ms between
+    executions (as in the simulator's fidelity scenario), so a unit is usually free; "behind":
+    two LOW clients without think time, so HIGH requests wait for a LOW execution to end.
+    Rounds of the two devices alternate so the machine's load hits both alike. Printed: HIGH
+    p50/p99 from arrival (timer due) to result, the ratios, and the LOW executions completed.
+    Observed, no bound: the option is a trade-off (``nnrt.devices._cpu``).
 
 The longest LOW step is measured (calibration at preparation, best of several runs) on this
 machine in the same run. Run: python benchmarks/qos.py [--quick]
@@ -185,13 +185,15 @@ async def overload(seconds: float) -> None:
     device.close()
 
 
-async def _across_apps_round(high: dict[str, nnrt.PreparedModel], low: nnrt.PreparedModel, seconds: float,
-                             rng: random.Random, latency: dict[str, list[float]]) -> int:
+async def _across_apps_round(high: dict[str, nnrt.PreparedModel], low: nnrt.PreparedModel, clients: int,
+                             seconds: float, rng: random.Random, latency: dict[str, list[float]]) -> int:
     """One round of (e): HIGH requests (each model in turn) from their due time to the
-    result; returns the LOW executions done."""
+    result, beside ``clients`` LOW clients (thinking 10 ms when there is one); returns the
+    LOW executions done."""
     loop = asyncio.get_running_loop()
     x_low = zoo.example_inputs(low.model)
     xs = {name: zoo.example_inputs(p.model) for name, p in high.items()}
+    think = 0.010 if clients == 1 else 0.0
     stop, done = False, 0
 
     async def background() -> None:
@@ -199,9 +201,9 @@ async def _across_apps_round(high: dict[str, nnrt.PreparedModel], low: nnrt.Prep
         while not stop:
             await low.execute(x_low)
             done += 1
-            await asyncio.sleep(0.010)
+            await asyncio.sleep(think)
 
-    task = asyncio.create_task(background())
+    tasks = [asyncio.create_task(background()) for _ in range(clients)]
     end = loop.time() + seconds
     while loop.time() < end:
         for name, prepared in high.items():
@@ -210,34 +212,38 @@ async def _across_apps_round(high: dict[str, nnrt.PreparedModel], low: nnrt.Prep
             await prepared.execute(xs[name])
             latency[name].append((loop.time() - due) * 1e3)
     stop = True
-    await task
+    await asyncio.gather(*tasks)
     return done
 
 
 async def across_apps(rounds: int, seconds: float) -> None:
-    devices = {"niced": nnrt.CpuDevice(compute_units=2), "one set": nnrt.CpuDevice(compute_units=2, low_priority_nice=None)}
+    devices = {"niced": nnrt.CpuDevice(compute_units=2, low_priority_nice=10), "default": nnrt.CpuDevice(compute_units=2)}
     highs, lows = {}, {}
     for label, device in devices.items():
         highs[label] = {name: await device.prepare_model(zoo.build(name), priority=Priority.HIGH, app="camera")
                         for name in ("small_cnn", "mlp")}
         lows[label] = await device.prepare_model(zoo.mobilenet_block(), priority=Priority.LOW, app="background")
-    latency: dict[str, dict[str, list[float]]] = {label: {name: [] for name in highs[label]} for label in devices}
-    low_done = dict.fromkeys(devices, 0)
+    sys.stdout.write(f"(e) across apps: HIGH requests and another app's LOW background, {rounds} rounds of {seconds:g} s "
+                     "per device and case, alternated; LOW threads niced (+10) or not (default)\n")
     rng = random.Random(0)
-    for _ in range(rounds):
-        for label in devices:
-            low_done[label] += await _across_apps_round(highs[label], lows[label], seconds, rng, latency[label])
-    sys.stdout.write(f"(e) across apps: HIGH requests beside a LOW background app, {rounds} rounds of {seconds:g} s "
-                     "per device, alternated; LOW threads niced (default) or one set of threads\n")
-    for name in highs["niced"]:
-        where = "on the loop thread" if highs["niced"][name].plan.inline else "on a worker"
-        for label in devices:
-            lat = latency[label][name]
-            sys.stdout.write(f"  HIGH {name} ({where}), {label:8} n={len(lat):4d}  p50 {float(np.percentile(lat, 50)):6.3f} ms"
-                             f"  p99 {p99(lat):6.3f} ms\n")
-        base, niced = (p99(latency[label][name]) for label in ("one set", "niced"))
-        sys.stdout.write(f"  {'  p99 niced / one set':58} {niced / base:8.2f}x\n")
-    sys.stdout.write(f"  LOW executions completed: niced {low_done['niced']}, one set {low_done['one set']}\n")
+    for case, clients in (("beside", 1), ("behind", 2)):
+        latency: dict[str, dict[str, list[float]]] = {label: {name: [] for name in highs[label]} for label in devices}
+        low_done = dict.fromkeys(devices, 0)
+        for _ in range(rounds):
+            for label in devices:
+                low_done[label] += await _across_apps_round(highs[label], lows[label], clients, seconds, rng,
+                                                            latency[label])
+        for name in highs["niced"]:
+            where = "loop thread" if highs["niced"][name].plan.inline else "worker"
+            for label in devices:
+                lat = latency[label][name]
+                sys.stdout.write(f"  {case} LOW ({clients} client{'s' if clients > 1 else ''}), HIGH {name} ({where}), "
+                                 f"{label:7} n={len(lat):4d}  p50 {float(np.percentile(lat, 50)):6.3f} ms  "
+                                 f"p99 {p99(lat):6.3f} ms\n")
+            p50s = [float(np.percentile(latency[label][name], 50)) for label in ("niced", "default")]
+            p99s = [p99(latency[label][name]) for label in ("niced", "default")]
+            sys.stdout.write(f"    niced / default: p50 {p50s[0] / p50s[1]:.2f}x, p99 {p99s[0] / p99s[1]:.2f}x\n")
+        sys.stdout.write(f"  {case}: LOW executions completed: niced {low_done['niced']}, default {low_done['default']}\n")
     for device in devices.values():
         device.close()
 

@@ -9,15 +9,15 @@ latency; for the same reason the interpreter's GIL switch interval is shortened 
 glibc is asked to keep freed multi-MB blocks mapped (each execution re-allocates its
 intermediates; page faults on fresh mmaps cost a quarter of a convolution network's time).
 
-NNAPI priority also reaches the operating system, as in Android's drivers: LOW executions run
-on worker threads of their own with a lower OS priority (``low_priority_nice``, niceness +10
-by default, Linux). Otherwise a LOW background execution keeps the CPU the event loop thread
-needs to wake up for a HIGH arrival, or to hear that a HIGH execution has finished: on the
-reference machine (2 vCPUs under KVM) the loop thread waited on the run queue for 0.3 ms per
-wake-up on average, and a HIGH arrival during a LOW execution woke 0.6-1 ms late at the median
-and 3 ms at p90 (0.2 and 0.3 ms with the LOW threads niced).
-Preparation compiles the plan in a thread, then calibrates it: one run on zero
-inputs measures each step, and those measurements replace the first estimates.
+NNAPI priority can also reach the operating system (``low_priority_nice``, off by default,
+Linux): LOW executions then run on worker threads of their own with a lower OS priority. It
+is a trade-off, measured on the reference machine (2 vCPUs under KVM, two compute units;
+``benchmarks/qos.py`` (e)). A LOW execution running *beside* a HIGH one no longer takes the
+CPU the event loop thread needs to wake up for the HIGH work: the p99 of a HIGH model run on
+the loop thread fell to 0.22-0.59x (4.1 -> 0.9 ms in one run), of one run on a worker to
+0.85-0.97x. But a HIGH execution waiting *behind* LOW ones (every unit held by LOW work) waits
+longer, since the niced LOW executions run slower (priority inversion; unprivileged threads
+cannot raise their priority back): HIGH p50 1.01-1.13x, p99 up to 1.29x.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class CpuDevice(Device):
         app_memory_limit: int | None = None,
         switch_interval_s: float | None = 0.0005,
         tune_malloc: bool = True,
-        low_priority_nice: int | None = 10,
+        low_priority_nice: int | None = None,
     ) -> None:
         self.name = name
         self.type = DeviceType.CPU
@@ -117,8 +117,9 @@ class CpuDevice(Device):
             isinstance(low_priority_nice, bool) or not isinstance(low_priority_nice, int) or not 0 <= low_priority_nice <= 19
         ):
             raise InvalidArgumentError(f"low_priority_nice: must be an int in [0, 19] or None, not {low_priority_nice!r}")
-        #: OS niceness added to the threads running LOW executions (None or 0: no separate threads;
-        #: only on Linux, where a thread's priority can be set alone).
+        #: OS niceness added to the threads running LOW executions (None or 0, the default: no
+        #: separate threads; only on Linux, where a thread's priority can be set alone; see the
+        #: module docstring for the trade-off).
         self.low_priority_nice = low_priority_nice if low_priority_nice and sys.platform.startswith("linux") else None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._low_pool: concurrent.futures.ThreadPoolExecutor | None = None

@@ -1,6 +1,7 @@
-"""NNAPI priority reaches the OS: LOW executions (and LOW bursts' batches) run on worker threads
-with a lower OS priority (``CpuDevice(low_priority_nice=...)``), HIGH and MEDIUM ones on the
-ordinary workers; ``None`` keeps one set of threads; bad values are INVALID_ARGUMENT."""
+"""NNAPI priority reaching the OS, when asked (``CpuDevice(low_priority_nice=N)``): LOW
+executions (and LOW bursts' batches) run on worker threads with a lower OS priority, HIGH and
+MEDIUM ones on the ordinary workers; by default (``None``) one set of threads runs all; bad
+values are INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ async def run_each(device: nnrt.CpuDevice) -> dict[Priority, Seen]:
 
 @pytest.fixture
 async def device() -> AsyncIterator[nnrt.CpuDevice]:
-    dev = nnrt.CpuDevice(compute_units=1, inline_limit_ns=0)  # every step is heavy: it runs on a worker
+    dev = nnrt.CpuDevice(compute_units=1, inline_limit_ns=0, low_priority_nice=10)  # every step runs on a worker
     yield dev
     dev.close()
 
@@ -64,8 +65,9 @@ async def test_low_executions_run_on_niced_threads(device: nnrt.CpuDevice) -> No
         assert seen[priority] and all(name.startswith("nnrt-cpu-worker") and nice == base for name, nice in seen[priority])
 
 
-async def test_none_keeps_one_set_of_threads() -> None:
-    device = nnrt.CpuDevice(compute_units=1, inline_limit_ns=0, low_priority_nice=None)
+@pytest.mark.parametrize("nice", [None, 0])
+async def test_by_default_one_set_of_threads_runs_all(nice: int | None) -> None:
+    device = nnrt.CpuDevice(compute_units=1, inline_limit_ns=0, **({} if nice is None else {"low_priority_nice": nice}))
     try:
         assert device.low_priority_nice is None
         base = base_nice()
