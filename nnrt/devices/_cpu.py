@@ -15,9 +15,9 @@ is a trade-off, measured on the reference machine (2 vCPUs under KVM, two comput
 ``benchmarks/qos.py`` (e)). A LOW execution running *beside* a HIGH one no longer takes the
 CPU the event loop thread needs to wake up for the HIGH work: the p99 of a HIGH model run on
 the loop thread fell to 0.22-0.59x (4.1 -> 0.9 ms in one run), of one run on a worker to
-0.85-0.97x. But a HIGH execution waiting *behind* LOW ones (every unit held by LOW work) waits
+0.85-1.04x. But a HIGH execution waiting *behind* LOW ones (every unit held by LOW work) waits
 longer, since the niced LOW executions run slower (priority inversion; unprivileged threads
-cannot raise their priority back): HIGH p50 1.01-1.13x, p99 up to 1.29x.
+cannot raise their priority back): HIGH p50 1.01-1.19x, p99 up to 1.29x.
 """
 
 from __future__ import annotations
