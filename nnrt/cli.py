@@ -53,6 +53,10 @@ def _percentiles(values_ms: Sequence[float]) -> str:
     return f"p50 {p[0]:.3f} ms   p90 {p[1]:.3f} ms   p99 {p[2]:.3f} ms   max {arr.max():.3f} ms"
 
 
+#: Executions run one by one before the concurrent ones (the first is cold: allocator, caches).
+WARM_UP = 10
+
+
 async def _demo(args: argparse.Namespace) -> int:
     device = CpuDevice()
     try:
@@ -64,7 +68,16 @@ async def _demo(args: argparse.Namespace) -> int:
         _write(f"prepared in {(time.perf_counter() - t) * 1e3:.1f} ms; estimated cost {prepared.plan.cost_ns / 1e3:.1f} us")
         inputs = zoo.example_inputs(model)
         warm = await prepared.execute(inputs, measure_timing=True)
-        _write(f"warm-up: output shape {list(warm.output_shapes[0].dimensions)}, timing {warm.timing}")
+        _write(f"warm-up ({WARM_UP} executions), the first: output shape {list(warm.output_shapes[0].dimensions)}, "
+               f"timing {warm.timing}")
+        for _ in range(WARM_UP - 1):  # the admission estimate learns from a few warm executions, not one cold one
+            await prepared.execute(inputs)
+        if args.deadline_ms > 0:
+            est_ms = prepared.plan.admission_cost_ns / 1e6
+            fit = args.deadline_ms / est_ms * device.compute_units if est_ms > 0 else float("inf")
+            _write(f"admission: about {est_ms:.3f} ms per execution on {device.compute_units} compute unit(s), so "
+                   f"about {fit:.0f} of the {args.executions} fit within the deadline; those predicted to miss are "
+                   "refused at once (MISSED_DEADLINE_TRANSIENT) instead of queueing to fail")
         outcomes: Counter[str] = Counter()
         latencies: list[float] = []
 
