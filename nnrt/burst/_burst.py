@@ -316,9 +316,10 @@ class Burst:
         """Run one request through the burst and wait for its result (see ``submit``).
 
         When nothing is queued and the server is idle, the request runs in the caller's task:
-        at once when it may (see the module docstring), else through the server's code
-        without waking the server task (same checks, same execution, same result packet);
-        otherwise it queues like ``submit``.
+        at once when it may (see the module docstring; plain arrays too, on
+        ``prepared.execute``'s own fast path), else through the server's code without waking
+        the server task (same checks, same execution, same result packet); otherwise it
+        queues like ``submit``.
         """
         if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
             if self._inline_ok and _plain(inputs, outputs) and self._driver.can_run_now(self._plan):

@@ -8,6 +8,8 @@ compute unit. BLAS is pinned to one thread per worker, since oversubscribing two
 latency; for the same reason the interpreter's GIL switch interval is shortened to 0.5 ms, and
 glibc is asked to keep freed multi-MB blocks mapped (each execution re-allocates its
 intermediates; page faults on fresh mmaps cost a quarter of a convolution network's time).
+Preparation compiles the plan in a thread, then calibrates it: one run on zero
+inputs measures each step, and those measurements replace the first estimates.
 
 NNAPI priority can also reach the operating system (``low_priority_nice``, off by default,
 Linux): LOW executions then run on worker threads of their own with a lower OS priority. It
@@ -155,7 +157,7 @@ class CpuDevice(Device):
 
     @property
     def _workers(self) -> concurrent.futures.ThreadPoolExecutor:
-        """The worker threads of HIGH and MEDIUM executions (of all, without LOW threads)."""
+        """The worker threads of every execution (but LOW ones when ``low_priority_nice`` is set)."""
         with self._pool_lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
