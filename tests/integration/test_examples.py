@@ -1,0 +1,40 @@
+"""The examples the README points to run and print what they promise (04, the streaming burst,
+is run in ``test_burst.py``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def run(name: str) -> str:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return done.stdout
+
+
+def test_execute_example() -> None:
+    out = run("01_execute.py")
+    assert "supported operations: [True, True]" in out
+    assert "[11. 14. 17. 20.]]" in out  # the model's output, in place
+    assert "bad request -> INVALID_ARGUMENT: " in out and "late request -> MISSED_DEADLINE_PERSISTENT" in out
+
+
+def test_fenced_pipeline_example() -> None:
+    rows = re.findall(r"^\s*(\d+)\s+([A-Z_]+)\s+\d+\.\d+\s+(\S+)$", run("02_fenced_pipeline.py"), re.MULTILINE)
+    assert [int(k) for k, _, _ in rows] == list(range(20))
+    assert {status for _, status, _ in rows} <= {"NONE", "MISSED_DEADLINE_TRANSIENT", "MISSED_DEADLINE_PERSISTENT"}
+
+
+def test_priorities_deadlines_example() -> None:
+    out = run("03_priorities_deadlines.py")
+    for label, n in (("assistant MEDIUM mlp", 40), ("camera HIGH classify", 60), ("camera LOW enhance", 6),
+                     ("camera MEDIUM meta", 6)):
+        row = next(line for line in out.splitlines() if line.startswith(label))
+        assert sum(int(c) for c in re.findall(r"[A-Z_]+ (\d+)", row)) == n, row
+    assert re.search(r"camera\s+LOW\s+completed\s+6\s+preemptions\s+\d+", out)
