@@ -6,8 +6,8 @@ runs use step costs and host models measured on this machine in this process (a 
 file, not the cache), just before the real runs: ``virtual`` models kernels only (their
 calibrated best times), ``+host`` adds the host model (``nnrt.sim._overhead``: wake-up
 lateness, hand-offs and kernel-time samples, alone and beside a busy unit), ``+scenario``
-the host model calibrated on the scenario itself (``nnrt.sim._calibrate``: a real run of its
-first ``--calibration`` seconds or more, with another seed, before the real runs compared: the
+the host model calibrated on the scenario itself (``nnrt.sim._calibrate``: two real runs of its
+first ``--calibration`` seconds or more, with other seeds, before the real runs compared: the
 window grows until each open-loop class is expected to offer 400 requests). Printed per
 class: p50 and p99 latency (from the intended arrival, successful executions) and the miss
 rate (missed deadlines / offered, %), real beside virtual, with the difference and whether
@@ -48,7 +48,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from nnrt.sim import Report, builtin_scenario_text, parse_scenario, simulate
-from nnrt.sim._calibrate import CALIBRATION_S, calibration_seed, calibration_window
+from nnrt.sim._calibrate import CALIBRATION_RUNS, CALIBRATION_S, calibration_seed, calibration_window
 from nnrt.sim._report import FAILURE_KEYS
 
 LAT_BOUND = 0.10  # relative, on p50 and p99
@@ -218,7 +218,8 @@ def main() -> int:
         out(f"model {name}: {m['cost_ms']} ms per execution ({m['source']} in this run)\n")
     out(f"virtual runs: {plain.stats[0].wall_s:.2f} s and {hosted.stats[0].wall_s:.2f} s wall "
         f"(host model measured in {measured:.1f} s), {scen.stats[0].wall_s:.2f} s (calibrated on the scenario in "
-        f"{calibrated:.1f} s: {window:g} s of it on the real clock, seed {calibration_seed(scenario)}); "
+        f"{calibrated:.1f} s: {window:g} s of it on the real clock {CALIBRATION_RUNS} times, seeds "
+        f"{', '.join(str(calibration_seed(scenario, k)) for k in range(CALIBRATION_RUNS))}); "
         f"{_load()}\n")
     reals = []
     for k in range(args.repeat):

@@ -3,14 +3,18 @@
 The synthetic probes of ``nnrt.sim._overhead`` measure one model beside one neighbour model,
 and miss what the scenario's own mix does to the host (traces of real runs showed camera
 arrivals during a background execution waking several times later than the probes measured).
-So this host model is taken from the scenario: a real-clock run (``simulate(real=True)``'s
+So this host model is taken from the scenario: real-clock runs (``simulate(real=True)``'s
 path, ``nnrt.sim._real``) of its first seconds (each workload's duration capped to them, a
-count cut in proportion) with another seed than the scenario's (``calibration_seed``: a
+count cut in proportion) with other seeds than the scenario's (``calibration_seed``: a
 separate calibration window, so a comparison of the simulation with a real run stays
-honest). The window (``calibration_window``) is ``calibration_s`` seconds (default 5), or
-longer, up to 30 s and the scenario's length, until every open-loop class is expected to
-offer 400 requests: a p99 from 100 samples rests on one or two of them. The run records, per
-request:
+honest). There are ``CALIBRATION_RUNS`` of them (2), each with its own seed, their samples
+pooled: one real run carries its own luck (how arrivals fell against the background, the
+machine's state at that moment), and real runs of the built-in scenario differ by up to 20%
+on a class's p50, so a model built on one run could sit at either end of that range.
+
+The window (``calibration_window``) is ``calibration_s`` seconds (default 5), or longer, up
+to 30 s and the scenario's length, until every open-loop class is expected to offer 400
+requests: a p99 from 100 samples rests on one or two of them. Each run records, per request:
 
 * ``wake_s``: an open-loop request's lateness, from its intended arrival to the moment its
   task runs, and a closed-loop client's, from the end of its think time to the moment it
@@ -34,7 +38,8 @@ interference are inside the hand-off samples, so one execution's draws stay corr
 they were), drawn by the simulation's seeded generators as with the probes, and cached with
 the step costs under a key of the calibration scenario, seed, window and costs (read back as
 cached, so the first run's report is the next runs' too). A condition with no sample borrows
-the other's; a model with no sample at all gets zeros.
+the other's; a model with no sample at all gets zeros. Each recording's conditions come from
+its own timeline; the samples of all recordings are then pooled.
 
 Limits. Samples are per model, not per class (two workloads running one model share them). A
 hand-off sample includes the kernels' slow-down beside a busy unit, and a preempted
@@ -60,9 +65,9 @@ from nnrt.sim._arrivals import expected_rate
 from nnrt.sim._models import SimModel, cost_cache
 from nnrt.sim._overhead import HostModel, HostSamples
 from nnrt.sim._real import Request
-from nnrt.sim._scenario import Scenario
+from nnrt.sim._scenario import Scenario, WorkloadSpec
 
-__all__ = ["CALIBRATION_MAX_S", "CALIBRATION_S", "CALIBRATION_SAMPLES", "Recording", "build_hosts",
+__all__ = ["CALIBRATION_MAX_S", "CALIBRATION_RUNS", "CALIBRATION_S", "CALIBRATION_SAMPLES", "Recording", "build_hosts",
            "calibration_scenario", "calibration_seed", "calibration_window", "scenario_hosts"]
 
 _log = get_logger("nnrt.sim.calibrate")
@@ -73,6 +78,8 @@ CALIBRATION_S = 5.0
 CALIBRATION_SAMPLES = 400
 #: The longest window the sizing may ask for (seconds).
 CALIBRATION_MAX_S = 30.0
+#: Real runs of the window, each with its own seed, their samples pooled.
+CALIBRATION_RUNS = 2
 
 
 @dataclass
@@ -87,9 +94,10 @@ class Recording:
     held: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
-def calibration_seed(scenario: Scenario) -> int:
-    """The calibration run's seed: derived from the scenario's, and never equal to it."""
-    seed = int(np.random.SeedSequence([scenario.seed, 0xCA1B]).generate_state(1)[0])
+def calibration_seed(scenario: Scenario, run: int = 0) -> int:
+    """Calibration run ``run``'s seed: derived from the scenario's, never equal to it, one per run."""
+    entropy = [scenario.seed, 0xCA1B] if run == 0 else [scenario.seed, 0xCA1B, run]
+    seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
     return seed if seed != scenario.seed else seed + 1
 
 
@@ -100,8 +108,9 @@ def _check_seconds(seconds: float) -> None:
         raise ScenarioError(f"calibration_s: must be a positive number of seconds, not {seconds!r}")
 
 
-def calibration_scenario(scenario: Scenario, seconds: float) -> Scenario:
-    """``scenario`` cut to its first ``seconds``: durations capped, counts cut in proportion."""
+def calibration_scenario(scenario: Scenario, seconds: float, run: int = 0) -> Scenario:
+    """``scenario`` cut to its first ``seconds`` (durations capped, counts cut in proportion),
+    with calibration run ``run``'s seed."""
     _check_seconds(seconds)
     horizon = max((w.start_s + (w.duration_s or 0.0) for w in scenario.workloads), default=0.0)
     share = min(1.0, seconds / horizon) if horizon > 0 else 1.0
@@ -111,7 +120,7 @@ def calibration_scenario(scenario: Scenario, seconds: float) -> Scenario:
         count=None if w.count is None else max(1, math.ceil(w.count * share)),
     ) for w in scenario.workloads)
     return dataclasses.replace(scenario, duration_s=min(scenario.duration_s, seconds), workloads=workloads,
-                               seed=calibration_seed(scenario))
+                               seed=calibration_seed(scenario, run))
 
 
 def calibration_window(scenario: Scenario, seconds: float, samples: int | None = None,
@@ -149,14 +158,31 @@ def _busy_at(union: list[tuple[float, float]], starts: list[float], t: float) ->
     return k > 0 and union[k - 1][1] > t
 
 
-def build_hosts(scenario: Scenario, models: dict[str, SimModel], rec: Recording) -> dict[str, HostModel]:
-    """Each model's ``HostModel`` from a recording of ``scenario`` (module docstring)."""
-    held = {d: _union(v) for d, v in rec.held.items()}
-    starts = {d: [s for s, _ in v] for d, v in held.items()}
+_Pairs = tuple[list[tuple[float, float]], list[tuple[float, float]]]
+
+
+def build_hosts(scenario: Scenario, models: dict[str, SimModel], *recs: Recording) -> dict[str, HostModel]:
+    """Each model's ``HostModel`` from recordings of ``scenario`` (module docstring)."""
     by_index = {w.index: w for w in scenario.workloads}
-    _Pairs = tuple[list[tuple[float, float]], list[tuple[float, float]]]
     wake: dict[str, _Pairs] = {}  # (lateness, the request's hand-off or -1), by condition
     handoff: dict[str, tuple[list[float], list[float]]] = {}
+    for rec in recs:
+        _collect(rec, by_index, models, wake, handoff)
+    out = {}
+    for name in sorted({m for w in scenario.workloads for m in w.models if m in models}):
+        wk, ho = wake.get(name, ([], [])), handoff.get(name, ([], []))
+        if not (wk[0] or wk[1] or ho[0] or ho[1]):
+            _log.warning("sim.calibrate.no_samples", model=name)
+        out[name] = HostModel(_samples(wk, ho, False), _samples(wk, ho, True), "scenario")
+    return out
+
+
+def _collect(rec: Recording, by_index: dict[int, WorkloadSpec], models: dict[str, SimModel], wake: dict[str, _Pairs],
+             handoff: dict[str, tuple[list[float], list[float]]]) -> None:
+    """Add one recording's samples to ``wake`` and ``handoff``, by model and condition (the
+    conditions from this recording's own timeline)."""
+    held = {d: _union(v) for d, v in rec.held.items()}
+    starts = {d: [s for s, _ in v] for d, v in held.items()}
 
     def busy_at(device: str, t: float) -> bool:
         return _busy_at(held.get(device, []), starts.get(device, []), t)
@@ -172,13 +198,6 @@ def build_hosts(scenario: Scenario, models: dict[str, SimModel], rec: Recording)
     for index, due, late in rec.wakes:
         w = by_index[index]
         wake.setdefault(w.model, ([], []))[busy_at(w.device, due)].append((late, -1.0))
-    out = {}
-    for name in sorted({m for w in scenario.workloads for m in w.models if m in models}):
-        wk, ho = wake.get(name, ([], [])), handoff.get(name, ([], []))
-        if not (wk[0] or wk[1] or ho[0] or ho[1]):
-            _log.warning("sim.calibrate.no_samples", model=name)
-        out[name] = HostModel(_samples(wk, ho, False), _samples(wk, ho, True), "scenario")
-    return out
 
 
 def _samples(wake: tuple[list[tuple[float, float]], list[tuple[float, float]]],
@@ -193,8 +212,8 @@ def _key(sim: SimModel, digest: str) -> str:
     return f"{sim.cache_key}:host:scenario:{digest}"
 
 
-def _digest(calib: Scenario, models: Iterable[SimModel]) -> str:
-    what = repr((dataclasses.replace(calib, source="", base_dir="."),
+def _digest(calibs: Sequence[Scenario], models: Iterable[SimModel]) -> str:
+    what = repr(([dataclasses.replace(c, source="", base_dir=".") for c in calibs],
                  [(m.name, m.cache_key, [round(c, 1) for c in m.base_costs_ns]) for m in models]))
     return hashlib.sha256(what.encode()).hexdigest()[:16]
 
@@ -205,15 +224,16 @@ def scenario_hosts(scenario: Scenario, models: dict[str, SimModel], seconds: flo
     from nnrt.sim._real import check_real
 
     check_real(scenario)
-    calib = calibration_scenario(scenario, calibration_window(scenario, seconds))
+    window = calibration_window(scenario, seconds)
+    calibs = [calibration_scenario(scenario, window, run) for run in range(CALIBRATION_RUNS)]
     used: Sequence[str] = sorted({m for w in scenario.workloads for m in w.models if m in models})
-    digest = _digest(calib, (models[n] for n in used))
+    digest = _digest(calibs, (models[n] for n in used))
     cache = cost_cache()
     try:
         hosts = {n: cache.cached_host(_key(models[n], digest), len(models[n].base_costs_ns)) for n in used}
         if all(h is not None for h in hosts.values()):
             return {n: h for n, h in hosts.items() if h is not None}
-        built = build_hosts(calib, models, record(calib, models))
+        built = build_hosts(calibs[0], models, *(record(calib, models) for calib in calibs))
         return {n: cache.put_host(_key(models[n], digest), built[n], len(models[n].base_costs_ns)) for n in used}
     finally:
         cache.save()

@@ -48,10 +48,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--overheads", nargs="?", const="probe", default=None, choices=("probe", "scenario"),
                         help="model this host too: wake-up lateness, hand-offs and kernel-time variance, alone and "
                              "beside a busy unit, measured once on this machine, then cached: by synthetic probes "
-                             "beside a neighbour model (probe, the default), or by a short real run of the scenario "
-                             "itself with another seed (scenario)")
+                             "beside a neighbour model (probe, the default), or by two short real runs of the scenario "
+                             "itself with other seeds (scenario)")
     parser.add_argument("--calibration-s", type=float, default=CALIBRATION_S, metavar="S",
-                        help=f"--overheads=scenario: seconds of the scenario run for real, at least "
+                        help=f"--overheads=scenario: seconds of the scenario run for real (twice), at least "
                              f"(default {CALIBRATION_S:g}; longer until each class offers 400 requests)")
     parser.add_argument("--real", action="store_true",
                         help="run on the real clock with real devices and kernels (takes the scenario's duration)")

@@ -17,7 +17,14 @@ import pytest
 
 from nnrt import cli
 from nnrt.sim import ScenarioError, _calibrate, parse_scenario, simulate, to_json
-from nnrt.sim._calibrate import Recording, build_hosts, calibration_scenario, calibration_seed, calibration_window
+from nnrt.sim._calibrate import (
+    CALIBRATION_RUNS,
+    Recording,
+    build_hosts,
+    calibration_scenario,
+    calibration_seed,
+    calibration_window,
+)
 from nnrt.sim._engine import _models
 from nnrt.sim._overhead import HostSamples
 from nnrt.sim._real import Request
@@ -145,6 +152,28 @@ def test_a_request_takes_the_hand_off_its_wake_up_came_with(monkeypatch: pytest.
     assert extra - base == pytest.approx(np.full(100, 0.001), abs=1e-9)
 
 
+def test_the_calibration_runs_are_pooled_each_with_its_own_conditions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two recordings: the same moment is busy in one (its timeline) and idle in the other, and
+    the simulation draws the wake-ups and hand-offs of both runs."""
+    sc = parse_scenario(ONE)
+    models = _models(sc)
+    cost = models["one_add"].cost_ns / 1e9
+    busy = Recording(held={"cpu": [(1.0, 2.0)]}, requests=[(0, 1.5, 1.503, 1.503 + cost + 0.001, True, _req(1.503))])
+    idle = Recording(held={"cpu": []}, requests=[(0, 1.5, 1.501, 1.501 + cost + 0.002, True, _req(1.501))])
+    host = build_hosts(sc, models, busy, idle)["one_add"]
+    assert host.busy.wake_s == pytest.approx((0.003,)) and host.alone.wake_s == pytest.approx((0.001,))
+    assert host.busy.paired_s == pytest.approx((0.001,)) and host.alone.paired_s == pytest.approx((0.002,))
+    assert sorted(host.alone.handoff_s) == pytest.approx([0.001, 0.002])  # hand-offs by their grant's condition
+
+    monkeypatch.setattr(_calibrate, "CALIBRATION_SAMPLES", 0)
+    runs = iter([_constant(0.001, 0.0), _constant(0.003, 0.0)])
+    calls = _fake_record(monkeypatch, lambda calib, models: next(runs)(calib, models))
+    base = np.sort(simulate(sc, progress=False).data[0].latencies_s["a/MEDIUM"])
+    extra = np.sort(simulate(sc, progress=False, overheads="scenario", calibration_s=0.25).data[0].latencies_s["a/MEDIUM"])
+    assert len(calls) == CALIBRATION_RUNS == 2
+    assert set(np.round(extra - base, 9)) == {0.001, 0.003}  # both runs' wake-ups are drawn
+
+
 def test_a_model_without_samples_gets_zeros() -> None:
     sc = parse_scenario(ONE)
     hosts = build_hosts(sc, _models(sc), Recording())
@@ -155,6 +184,7 @@ def test_the_calibration_window_has_another_seed_and_capped_durations() -> None:
     sc = parse_scenario(TWO.replace("duration_s = 2.0\n[devices", "duration_s = 2.0\nseed = 7\n[devices"))
     calib = calibration_scenario(sc, 0.5)
     assert calib.seed == calibration_seed(sc) != sc.seed and calibration_seed(sc) == calibration_seed(sc)
+    assert calibration_scenario(sc, 0.5, 1).seed == calibration_seed(sc, 1) not in (sc.seed, calib.seed)
     assert calib.duration_s == 0.5 and calib.workloads[0].duration_s == 0.5
     assert calib.workloads[1].count == 10  # 40 over 2 s: a quarter in 0.5 s
     assert calibration_scenario(sc, 5.0).workloads[0].duration_s == 2.0  # never longer than the scenario
@@ -182,7 +212,7 @@ def test_the_calibration_run_has_the_sized_window(monkeypatch: pytest.MonkeyPatc
     calls = _fake_record(monkeypatch, _constant(0.002, 0.0005))
     sc = parse_scenario(ONE.replace("duration_s = 1.0", "duration_s = 60.0").replace("period_ms = 10", "period_ms = 100"))
     simulate(sc, progress=False, overheads="scenario", calibration_s=0.25)
-    assert len(calls) == 1 and calls[0].duration_s == 30.0  # 400 requests at 10 Hz need 40 s: the maximum
+    assert len(calls) == CALIBRATION_RUNS and {c.duration_s for c in calls} == {30.0}  # 400 at 10 Hz need 40 s: the maximum
 
 
 def test_simulation_draws_the_calibrated_wake_up_and_hand_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,7 +221,8 @@ def test_simulation_draws_the_calibrated_wake_up_and_hand_off(monkeypatch: pytes
     sc = parse_scenario(ONE)
     plain = simulate(sc, progress=False)
     hosted = simulate(sc, progress=False, overheads="scenario", calibration_s=0.25)
-    assert len(calls) == 1 and calls[0].duration_s == 0.25 and calls[0].seed != sc.seed
+    assert len(calls) == CALIBRATION_RUNS and {c.duration_s for c in calls} == {0.25}
+    assert len({c.seed for c in calls}) == CALIBRATION_RUNS and sc.seed not in {c.seed for c in calls}
     base, extra = (np.sort(r.data[0].latencies_s["a/MEDIUM"]) for r in (plain, hosted))
     assert len(base) == len(extra) == 100
     assert extra - base == pytest.approx(np.full(100, 0.0025), abs=1e-9)  # wake-up + hand-off, every request
@@ -213,12 +244,12 @@ def test_calibrated_samples_are_cached_and_reports_are_byte_identical(monkeypatc
     sc = parse_scenario(ONE)
     one = to_json(simulate(sc, progress=False, overheads="scenario").reports)
     two = to_json(simulate(sc, progress=False, overheads="scenario").reports)
-    assert one == two and len(calls) == 1  # the second run read the cache
+    assert one == two and len(calls) == CALIBRATION_RUNS  # the second simulation read the cache
     keys = [k for k in json.loads(cost_cache.read_text()) if ":host:scenario:" in k]
     assert len(keys) == 1 and keys[0].startswith("builtin:one_add:")
     assert to_json(simulate(sc, seed=5, progress=False, overheads="scenario").reports) != one
     simulate(sc, progress=False, overheads="scenario", calibration_s=0.5)  # another window: measured again
-    assert len(calls) == 2
+    assert len(calls) == 2 * CALIBRATION_RUNS
 
 
 def test_a_scenario_a_real_run_cannot_honour_cannot_be_calibrated() -> None:
@@ -239,7 +270,7 @@ def test_command_line_overheads_scenario(tmp_path: Path, monkeypatch: pytest.Mon
     hosted = capsys.readouterr().out
     assert cli.main(["simulate", str(path), "--no-progress"]) == 0
     assert "a/MEDIUM" in hosted and hosted != capsys.readouterr().out
-    assert len(calls) == 1 and calls[0].duration_s == 0.3
+    assert len(calls) == CALIBRATION_RUNS and {c.duration_s for c in calls} == {0.3}
 
 
 def test_recording_a_real_run() -> None:
