@@ -175,8 +175,8 @@ class PreparedModel:
         ``can_run_now`` (a burst's request of plain arrays run at once): same checks, same
         run, same result and failures.
 
-        Keep in step with ``execute`` (not called from it: one more call on its fast path costs
-        measurably on the one-ADD model)."""
+        Keep in step with ``execute`` (which does not call it, so that its own fast path stays one
+        call shallower)."""
         t0 = perf_ns() if measure_timing else 0
         try:
             args, bufs = self._validate_request(inputs, outputs)
