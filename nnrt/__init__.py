@@ -25,6 +25,7 @@ from nnrt.errors import (
 )
 from nnrt.execution import ExecutionResult, FencedExecutionCallback, FencedExecutionInfo, PreparedModel
 from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, from_future
+from nnrt.importers import UnsupportedModelError, load
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, Memory, MemoryLocation
 from nnrt.model import Model
 from nnrt.types import (
@@ -82,6 +83,7 @@ __all__ = [
     "Priority",
     "ResourceExhaustedError",
     "SyncFence",
+    "UnsupportedModelError",
     "Timing",
     "VirtualClock",
     "__version__",
@@ -91,4 +93,5 @@ __all__ = [
     "from_awaitable",
     "from_future",
     "get_devices",
+    "load",
 ]

@@ -1,0 +1,62 @@
+"""What the importers share: collecting the nodes that cannot be expressed.
+
+An importer walks the whole graph and records a ``Rejection`` for every node it cannot map
+(name, op type, reason), then raises once with all of them, so a user sees the full list of
+what stands between their model and nnrt, as TFLite's NNAPI delegate reports its validation
+failures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nnrt.errors import InvalidArgumentError
+
+__all__ = ["Rejection", "Rejections", "UnsupportedModelError"]
+
+
+class UnsupportedModelError(InvalidArgumentError):
+    """INVALID_ARGUMENT from ``nnrt.load``: the file has nodes nnrt cannot express.
+
+    ``rejections`` lists every one of them (``Rejection``: node name, op type, reason).
+    """
+
+    def __init__(self, message: str, rejections: tuple[Rejection, ...]) -> None:
+        super().__init__(message)
+        self.rejections = rejections
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """One node that cannot be expressed: its name, its op type, and why."""
+
+    node: str
+    op_type: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.node or '<unnamed>'} ({self.op_type}): {self.reason}"
+
+
+class Rejections:
+    """Collects rejections while an importer walks a graph; ``raise_if_any`` fails once."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.items: list[Rejection] = []
+
+    def add(self, node: str, op_type: str, reason: str) -> None:
+        self.items.append(Rejection(node, op_type, reason))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def raise_if_any(self, model_name: str) -> None:
+        if not self.items:
+            return
+        shown = "\n".join(f"  - {r}" for r in self.items[:50])
+        more = f"\n  ... and {len(self.items) - 50} more" if len(self.items) > 50 else ""
+        raise UnsupportedModelError(
+            f"load: {model_name}: {len(self.items)} {self.fmt} node(s) cannot be expressed in nnrt:\n{shown}{more}",
+            tuple(self.items),
+        )
