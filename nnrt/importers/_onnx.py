@@ -305,6 +305,10 @@ class NodeCtx:
             return None if default is None else list(default)
         return [int(x) for x in v] if isinstance(v, list) else None
 
+    def strings(self, name: str) -> list[str]:
+        v = self.attr(name, None)
+        return [x.decode() if isinstance(x, bytes) else str(x) for x in v] if isinstance(v, list) else []
+
     def floats(self, name: str) -> list[float] | None:
         v = self.attr(name, None)
         return [float(x) for x in v] if isinstance(v, list) else None
@@ -338,7 +342,7 @@ def mapper(*op_types: str) -> Callable[[Mapper], Mapper]:
 
 
 def _load_mappers() -> None:
-    from nnrt.importers import _onnx_elem, _onnx_nn, _onnx_shape  # noqa: F401 - registers mappers
+    from nnrt.importers import _onnx_elem, _onnx_nn, _onnx_rnn, _onnx_shape  # noqa: F401 - registers mappers
 
 
 def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
