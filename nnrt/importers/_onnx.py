@@ -60,6 +60,10 @@ class Value:
     const: np.ndarray | None = None
     index: int | None = None
     quant: tuple[float, int] | None = None
+    #: Per-channel symmetric quantization of a constant int8 tensor: (channel dim, scales).
+    channel: tuple[int, tuple[float, ...]] | None = None
+    #: A TENSOR_INT32 constant's scale (quantized biases).
+    int_scale: float = 0.0
     #: Set on values that a rejected node should have produced.
     missing: bool = False
 
@@ -169,11 +173,16 @@ class Builder:
             raise Reject(f"{what}: double tensors are not supported")
         if arr.ndim == 0:
             arr = arr.reshape(1)
-        t = nnrt_type(arr.dtype, v.quant, what)
-        scale, zp = v.quant if v.quant is not None else (0.0, 0)
-        idx = self.model.add_operand(t, list(arr.shape), scale, zp)
         if arr.size == 0:
             raise Reject(f"{what}: empty constant tensors are not supported")
+        if v.channel is not None:
+            t = OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL
+        else:
+            t = nnrt_type(arr.dtype, v.quant, what)
+        scale, zp = v.quant if v.quant is not None else (v.int_scale, 0)
+        idx = self.model.add_operand(t, list(arr.shape), scale, zp)
+        if v.channel is not None:
+            self.model.set_operand_symm_per_channel_quant_params(idx, *v.channel)
         arr = np.ascontiguousarray(arr)
         self.model.set_operand_value_from_memory(idx, _ArrayPool(arr), 0, arr.nbytes)
         v.index = idx
@@ -342,7 +351,7 @@ def mapper(*op_types: str) -> Callable[[Mapper], Mapper]:
 
 
 def _load_mappers() -> None:
-    from nnrt.importers import _onnx_elem, _onnx_nn, _onnx_rnn, _onnx_shape  # noqa: F401 - registers mappers
+    from nnrt.importers import _onnx_elem, _onnx_nn, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401 - registers mappers
 
 
 def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
@@ -386,8 +395,30 @@ def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
                 b.values[name] = v if v is not None else Value(_F32, None, missing=True)
 
 
+#: Where quantized ops read a tensor and its scale / zero point: op type -> ((tensor, scale, zp), ...).
+_QUANT_READERS = {"DequantizeLinear": ((0, 1, 2),), "QLinearConv": ((0, 1, 2),), "QLinearMatMul": ((0, 1, 2), (3, 4, 5))}
+
+
+def input_quant(g: Graph, values: Mapping[str, Value]) -> dict[str, tuple[float, int]]:
+    """Scale and zero point of uint8/int8 graph inputs, from the quantized ops that read them."""
+    out: dict[str, tuple[float, int]] = {}
+    for node in g.nodes:
+        for t, s, z in _QUANT_READERS.get(node.op_type, ()):
+            if len(node.inputs) <= s:
+                continue
+            scale = values.get(node.inputs[s])
+            zp = values.get(node.inputs[z]) if len(node.inputs) > z and node.inputs[z] else None
+            if scale is None or scale.const is None or scale.const.size != 1:
+                continue
+            if zp is not None and (zp.const is None or zp.const.size != 1):
+                continue
+            out.setdefault(node.inputs[t], (float(scale.const.reshape(-1)[0]),
+                                            0 if zp is None or zp.const is None else int(zp.const.reshape(-1)[0])))
+    return out
+
+
 def graph_input_value(b: Builder, vi_name: str, elem_type: int, dims: tuple[int, ...] | None,
-                      fixed: tuple[int, ...] | None) -> Value:
+                      fixed: tuple[int, ...] | None, quant: tuple[float, int] | None = None) -> Value:
     dtype = ONNX_DTYPES.get(elem_type)
     if dtype is None:
         raise Reject(f"graph input {vi_name!r} has element type {ONNX_TYPE_NAMES.get(elem_type, elem_type)}, "
@@ -397,8 +428,10 @@ def graph_input_value(b: Builder, vi_name: str, elem_type: int, dims: tuple[int,
         if shape is not None and (len(fixed) != len(shape) or any(s and s != f for s, f in zip(shape, fixed))):
             raise Reject(f"input_shapes[{vi_name!r}] = {list(fixed)} does not match the file's {list(dims or ())}")
         shape = fixed
-    v = Value(dtype, shape)
-    v.index = b.add(dtype, shape, None, vi_name)
+    if dtype not in (np.uint8, np.int8):
+        quant = None
+    v = Value(dtype, shape, quant=quant)
+    v.index = b.add(dtype, shape, quant, vi_name)
     return v
 
 
@@ -435,6 +468,7 @@ def build_model(proto: ModelProto, *, name: str, input_shapes: Mapping[str, tupl
     if unknown:
         raise InvalidArgumentError(f"load: {name}: input_shapes names {sorted(unknown)}, which are not graph inputs")
     inputs: list[Value] = []
+    quant = input_quant(g, b.values)
     for vi in g.inputs:
         if vi.name in b.values and vi.name not in input_shapes:
             continue  # an initializer listed as an input (IR < 4, or an overridable default): constant
@@ -443,7 +477,7 @@ def build_model(proto: ModelProto, *, name: str, input_shapes: Mapping[str, tupl
             b.values[vi.name] = Value(_F32, None, missing=True)
             continue
         try:
-            v = graph_input_value(b, vi.name, vi.elem_type, vi.dims, input_shapes.get(vi.name))
+            v = graph_input_value(b, vi.name, vi.elem_type, vi.dims, input_shapes.get(vi.name), quant.get(vi.name))
         except Reject as r:
             rejections.add(vi.name, "graph input", str(r))
             b.values[vi.name] = Value(_F32, None, missing=True)

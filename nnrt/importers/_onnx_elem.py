@@ -5,7 +5,7 @@ Direct maps: Add/Sub/Mul/Div (broadcasting, as NNAPI's ADD..DIV), Pow, Max/Min/S
 Sqrt/Sin/Floor, Relu/Sigmoid/Tanh/HardSwish/Elu, PRelu/LeakyRelu (PRELU), Clip (RELU, RELU1,
 RELU6 or MAXIMUM/MINIMUM), Softmax/LogSoftmax (opset < 13 flattens the input to 2-D at
 ``axis`` first, as ONNX defined it then), Reduce* (MEAN, REDUCE_*), ArgMax/ArgMin, Cast,
-QuantizeLinear/DequantizeLinear (per-tensor; per-axis only for constant weights, folded).
+and (in ``_onnx_quant``) the quantization ops.
 
 Decompositions, exact up to float rounding: HardSigmoid = min(max(alphax+beta, 0), 1); Selu =
 gamma*ELU(x, alpha); Reciprocal = 1/x; Ceil = -floor(-x); Softplus = log(exp(x)+1); Softsign =
@@ -501,34 +501,3 @@ def _cast(ctx: NodeCtx) -> None:
     if x.dtype not in ok or to not in ok:
         raise Reject(f"Cast from {x.dtype} to {to} is not supported")
     ctx.emit(Op.CAST, [x], to, x.shape)
-
-
-def _qparams(ctx: NodeCtx, what: str) -> tuple[float, int, np.dtype]:
-    scale = ctx.const(1, f"{what} scale")
-    zp = ctx.const(2, f"{what} zero point")
-    assert scale is not None
-    if scale.size != 1 or (zp is not None and zp.size != 1):
-        raise Reject("per-axis quantization of a non-constant tensor is not supported")
-    dtype = np.dtype(np.uint8) if zp is None else zp.dtype
-    if dtype not in (np.uint8, np.int8):
-        raise Reject(f"quantized type {dtype} is not supported (uint8 and int8 are)")
-    return float(scale.reshape(-1)[0]), 0 if zp is None else int(zp.reshape(-1)[0]), dtype
-
-
-@mapper("QuantizeLinear")
-def _quantize(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
-    _float(ctx, x)
-    scale, zp, dtype = _qparams(ctx, "QuantizeLinear")
-    ctx.emit(Op.QUANTIZE, [x], dtype, x.shape, (scale, zp))
-
-
-@mapper("DequantizeLinear")
-def _dequantize(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
-    scale, zp, dtype = _qparams(ctx, "DequantizeLinear")
-    if x.quant is None or x.dtype != dtype:
-        raise Reject("input 0 is not a quantized tensor with this scale and zero point")
-    if abs(x.quant[0] - scale) > 1e-12 * scale or x.quant[1] != zp:
-        raise Reject(f"scale/zero point {scale}/{zp} differ from the input's {x.quant}")
-    ctx.emit(Op.DEQUANTIZE, [x], np.dtype(np.float32), x.shape)

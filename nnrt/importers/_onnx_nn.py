@@ -27,6 +27,7 @@ LOCAL_RESPONSE_NORMALIZATION; LpNormalization p=2 → L2_NORMALIZATION.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from nnrt.importers._onnx_proto import Node
 from nnrt.importers._onnx_shape import reshape_to
 from nnrt.types import OperationType as Op
 
-__all__: list[str] = []
+__all__ = ["BiasFn", "WeightFn", "conv_operands", "emit_conv", "fully_connected"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
@@ -143,80 +144,95 @@ def _conv_fusions(ctx: NodeCtx, w: np.ndarray, bias: np.ndarray) -> tuple[np.nda
     return w, bias, act, name
 
 
-def _conv_input(ctx: NodeCtx, what: str) -> tuple[Value, bool]:
-    """The input as a 4-D NCHW Value (a 3-D one reshaped to [N, C, 1, L]) and whether it was 3-D."""
+def conv_operands(ctx: NodeCtx, w_index: int, quantized: bool = False) -> tuple[Value, np.ndarray, bool]:
+    """The input as 4-D NCHW (a 1-D conv's [N, C, L] reshaped to [N, C, 1, L], its attributes
+    widened to match), the 4-D OIHW weights, and whether the conv was 1-D."""
     x = ctx.inp(0)
-    r = x.need_rank(what)
-    if x.dtype not in _FLOATS or x.quant is not None:
+    r = x.need_rank(ctx.node.op_type)
+    if (x.dtype not in _FLOATS or x.quant is not None) and not quantized:
         raise Reject(f"input of type {x.dtype} is not supported")
-    if r == 3:
-        assert x.shape is not None
-        return reshape_to(ctx, x, [x.shape[0], x.shape[1], 1, x.shape[2]], out=None), True
-    if r != 4:
-        raise Reject(f"only 1-D and 2-D {what} are supported (input rank {r})")
-    return x, False
-
-
-@mapper("Conv")
-def _conv(ctx: NodeCtx) -> None:
-    x, was_1d = _conv_input(ctx, "Conv")
-    w = ctx.const(1, "weights")
+    w = ctx.const(w_index, "weights")
     assert w is not None and x.shape is not None
-    if was_1d:
-        w = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
-        for name, fill in (("strides", 1), ("dilations", 1)):
-            if ctx.has(name):
-                ctx.node.attrs[name].ints = [fill, *(ctx.ints(name) or [])]
-        if ctx.has("pads"):
-            p = ctx.ints("pads") or [0, 0]
-            ctx.node.attrs["pads"].ints = [0, p[0], 0, p[1]]
-        if ctx.has("kernel_shape"):
-            ctx.node.attrs["kernel_shape"].ints = [1, *(ctx.ints("kernel_shape") or [])]
-    if w.ndim != 4:
-        raise Reject("weights must be 4-D")
+    if r not in (3, 4) or w.ndim != r:
+        raise Reject(f"only 1-D and 2-D convolutions are supported (input rank {r}, weights rank {w.ndim})")
+    if r == 4:
+        return x, w, False
+    w = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
+    for name, fill in (("strides", 1), ("dilations", 1), ("kernel_shape", 1)):
+        if ctx.has(name):
+            ctx.node.attrs[name].ints = [fill, *(ctx.ints(name) or [])]
+    if ctx.has("pads"):
+        p = ctx.ints("pads") or [0, 0]
+        ctx.node.attrs["pads"].ints = [0, p[0], 0, p[1]]
+    return reshape_to(ctx, x, [x.shape[0], x.shape[1], 1, x.shape[2]], out=None), w, True
+
+
+#: Makes the filter operand from re-laid weights: (array, its output-channel dim, group slice).
+WeightFn = Callable[[np.ndarray, int, slice], Value]
+#: Makes the bias operand for a slice of the output channels.
+BiasFn = Callable[[slice], Value]
+
+
+def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: BiasFn, *, act: int = 0,
+              was_1d: bool = False, out_name: str = "", out_type: tuple[np.dtype, tuple[float, int] | None] | None = None,
+              ) -> None:
+    """Emit the NNAPI convolution for OIHW ``w`` on NCHW ``x`` (group form chosen by the shapes)."""
+    assert x.shape is not None
+    dtype, quant = out_type if out_type is not None else (x.dtype, None)
     group = ctx.i("group", 1)
     m, cg, kh, kw = w.shape
     c = x.shape[1]
     if c and c != cg * group:
         raise Reject(f"input has {c} channels; weights expect {cg} x {group} groups")
-    bias_c = ctx.const(2, "bias")
-    bias = bias_c.astype(x.dtype) if bias_c is not None else np.zeros(m, x.dtype)
-    w = w.astype(x.dtype)
     strides, dil, pads = _spatial(ctx, x, [kh, kw])
-    w, bias, act, out_name = _conv_fusions(ctx, w, bias)
     t, left, b_, r_ = pads
     shape = (x.shape[0], m, _out_size(x.shape[2], kh, strides[0], dil[0], t, b_),
              _out_size(x.shape[3], kw, strides[1], dil[1], left, r_))
     geo = [ctx.b.i32(v) for v in (left, r_, t, b_, strides[1], strides[0])]
     dilation = [ctx.b.bool(True), ctx.b.i32(dil[1]), ctx.b.i32(dil[0])]
-    out_shape = shape if not was_1d else (shape[0], shape[1], shape[3])
+    every = slice(0, m)
     ins: list[Arg]
     if group == 1:
-        ins = [x, _cv(w.transpose(0, 2, 3, 1)), _cv(bias), *geo, ctx.b.i32(act), *dilation]
-        y = ctx.b.op1(Op.CONV_2D, ins, x.dtype, shape)
+        ins = [x, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(act), *dilation]
+        y = ctx.b.op1(Op.CONV_2D, ins, dtype, shape, quant)
     elif cg == 1 and m % group == 0:
-        ins = [x, _cv(w.transpose(1, 2, 3, 0)), _cv(bias), *geo, ctx.b.i32(m // group), ctx.b.i32(act), *dilation]
-        y = ctx.b.op1(Op.DEPTHWISE_CONV_2D, ins, x.dtype, shape)
+        ins = [x, weight(w.transpose(1, 2, 3, 0), 3, every), bias(every), *geo, ctx.b.i32(m // group),
+               ctx.b.i32(act), *dilation]
+        y = ctx.b.op1(Op.DEPTHWISE_CONV_2D, ins, dtype, shape, quant)
     elif dil == [1, 1]:
-        ins = [x, _cv(w.transpose(0, 2, 3, 1)), _cv(bias), *geo, ctx.b.i32(group), ctx.b.i32(act), ctx.b.bool(True)]
-        y = ctx.b.op1(Op.GROUPED_CONV_2D, ins, x.dtype, shape)
-    else:
+        ins = [x, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(group), ctx.b.i32(act),
+               ctx.b.bool(True)]
+        y = ctx.b.op1(Op.GROUPED_CONV_2D, ins, dtype, shape, quant)
+    else:  # GROUPED_CONV_2D has no dilation: one CONV_2D per group
         parts = ctx.b.op(Op.SPLIT, [x, ctx.b.i32(1), ctx.b.i32(group)],
-                         [(x.dtype, (x.shape[0], cg, x.shape[2], x.shape[3]))] * group)
+                         [(x.dtype, (x.shape[0], cg, x.shape[2], x.shape[3]), x.quant)] * group)
         mg = m // group
         outs = []
         for g, part in enumerate(parts):
-            wg, bg = w[g * mg:(g + 1) * mg], bias[g * mg:(g + 1) * mg]
-            ins = [part, _cv(wg.transpose(0, 2, 3, 1)), _cv(bg), *geo, ctx.b.i32(act), *dilation]
-            outs.append(ctx.b.op1(Op.CONV_2D, ins, x.dtype, (shape[0], mg, shape[2], shape[3])))
-        y = ctx.b.op1(Op.CONCATENATION, [*outs, ctx.b.i32(1)], x.dtype, shape)
+            sl = slice(g * mg, (g + 1) * mg)
+            ins = [part, weight(w[sl].transpose(0, 2, 3, 1), 0, sl), bias(sl), *geo, ctx.b.i32(act), *dilation]
+            outs.append(ctx.b.op1(Op.CONV_2D, ins, dtype, (shape[0], mg, shape[2], shape[3]), quant))
+        y = ctx.b.op1(Op.CONCATENATION, [*outs, ctx.b.i32(1)], dtype, shape, quant)
+    out_shape = shape if not was_1d else (shape[0], shape[1], shape[3])
     if was_1d:
         y = reshape_to(ctx, y, list(out_shape), out=None)
+    out_name = out_name or ctx.out()
     ctx.b.values[out_name] = y
     if out_name == ctx.out():
         ctx.set(0, y)
     else:
-        ctx.set(0, Value(x.dtype, out_shape, missing=True))  # never read: its only reader was fused
+        ctx.set(0, Value(dtype, out_shape, missing=True))  # never read: its only reader was fused
+
+
+@mapper("Conv")
+def _conv(ctx: NodeCtx) -> None:
+    x, w, was_1d = conv_operands(ctx, 1)
+    bias_c = ctx.const(2, "bias")
+    bias = bias_c.astype(x.dtype) if bias_c is not None else np.zeros(w.shape[0], x.dtype)
+    w, bias, act, out_name = _conv_fusions(ctx, w.astype(x.dtype), bias)
+    folded_bias = bias
+    emit_conv(ctx, x, w, lambda arr, _dim, _sl: _cv(arr), lambda sl: _cv(folded_bias[sl]), act=act, was_1d=was_1d,
+              out_name=out_name)
 
 
 @mapper("ConvTranspose")
@@ -380,17 +396,25 @@ def _global_pool(ctx: NodeCtx) -> None:
         ctx.emit(Op.REDUCE_MAX, [x, ctx.b.ints(axes), ctx.b.bool(True)], x.dtype, shape)
 
 
-def _fully_connected(ctx: NodeCtx, a: Value, w_nk: np.ndarray, bias: np.ndarray, out_shape: tuple[int, ...],
-                     final: bool = True) -> Value:
-    """FULLY_CONNECTED of ``a`` (rank >= 2, last dim K) by [N, K] weights, reshaped to ``out_shape``."""
+def fully_connected(ctx: NodeCtx, a: Value, w_nk: np.ndarray | Value, bias: np.ndarray | Value,
+                    out_shape: tuple[int, ...], final: bool = True,
+                    out_type: tuple[np.dtype, tuple[float, int] | None] | None = None) -> Value:
+    """FULLY_CONNECTED of ``a`` (rank >= 2, last dim K) by [N, K] weights, reshaped to ``out_shape``.
+
+    Float weights and bias may be given as arrays; quantized ones as Values carrying their types.
+    """
     assert a.shape is not None
+    w = w_nk if isinstance(w_nk, Value) else _cv(w_nk.astype(a.dtype))
+    bv = bias if isinstance(bias, Value) else _cv(bias.astype(a.dtype))
+    dtype, quant = out_type if out_type is not None else (a.dtype, None)
     rows = math.prod(a.shape[:-1]) if all(a.shape[:-1]) else 0
-    ins: list[Arg] = [a, _cv(w_nk.astype(a.dtype)), _cv(bias.astype(a.dtype)), ctx.b.i32(0)]
-    two_d = (rows, w_nk.shape[0])
+    assert w.shape is not None
+    ins: list[Arg] = [a, w, bv, ctx.b.i32(0)]
+    two_d = (rows, w.shape[0])
     if out_shape == two_d:
-        return ctx.emit(Op.FULLY_CONNECTED, ins, a.dtype, two_d) if final else \
-            ctx.b.op1(Op.FULLY_CONNECTED, ins, a.dtype, two_d)
-    y = ctx.b.op1(Op.FULLY_CONNECTED, ins, a.dtype, two_d)
+        return ctx.emit(Op.FULLY_CONNECTED, ins, dtype, two_d, quant) if final else \
+            ctx.b.op1(Op.FULLY_CONNECTED, ins, dtype, two_d, quant)
+    y = ctx.b.op1(Op.FULLY_CONNECTED, ins, dtype, two_d, quant)
     return reshape_to(ctx, y, list(out_shape), out=0 if final else None)
 
 
@@ -408,7 +432,7 @@ def _matmul(ctx: NodeCtx) -> None:
         else:
             assert a.shape is not None
             out_shape = (*a.shape[:-1], b.shape[1])
-        _fully_connected(ctx, a, b.const.T, np.zeros(b.shape[1], a.dtype), out_shape)
+        fully_connected(ctx, a, b.const.T, np.zeros(b.shape[1], a.dtype), out_shape)
         return
     assert a.shape is not None
     if ra < 2 or rb < 2 or ra > 4 or rb > 4:
@@ -444,7 +468,7 @@ def _gemm(ctx: NodeCtx) -> None:
             add_c = c
     if b.const is not None:
         w = (b.const if trans_b else b.const.T).astype(np.float32) * np.float32(alpha)
-        y = _fully_connected(ctx, a, w, bias, shape, final=add_c is None)
+        y = fully_connected(ctx, a, w, bias, shape, final=add_c is None)
     else:
         y = ctx.b.op1(Op.BATCH_MATMUL, [a, b, ctx.b.bool(False), ctx.b.bool(bool(trans_b))], a.dtype, shape)
         if alpha != 1.0:

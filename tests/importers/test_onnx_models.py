@@ -250,3 +250,64 @@ def test_lstm_peepholes_initial_state_and_layout(device: CpuDevice, tmp_path: ob
     # onnxruntime runs no batch-major (layout=1) recurrent ops: ONNX's reference evaluator checks those.
     compare_with_ort(device, model, tmp_path, {"X": rand(*xs), "h0": rand(*hs), "c0": rand(*hs)},
                      reference="ort" if layout == 0 else "onnx")
+
+
+def _q(name: str, value: float | int, dtype: type) -> object:
+    return init(name, np.asarray(value, dtype))
+
+
+@pytest.mark.parametrize(("w_dtype", "per_channel", "group"),
+                         [(np.uint8, False, 1), (np.int8, False, 1), (np.int8, True, 1), (np.int8, True, 4),
+                          (np.uint8, False, 2)])
+def test_qlinearconv_between_quantize_and_dequantize(device: CpuDevice, tmp_path: object, w_dtype: type,
+                                                     per_channel: bool, group: int) -> None:
+    cin, cout = 4, 8
+    lo, hi = (0, 255) if w_dtype == np.uint8 else (-127, 127)
+    w = RNG.integers(lo, hi, size=(cout, cin // group, 3, 3)).astype(w_dtype)
+    w_scale = (RNG.uniform(0.005, 0.02, cout) if per_channel else np.asarray(0.01)).astype(np.float32)
+    w_zp = np.zeros(cout, w_dtype) if per_channel else np.asarray(128 if w_dtype == np.uint8 else 0, w_dtype)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["yq"],
+                         pads=[1, 1, 1, 1], group=group),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
+    ]
+    inits = [_q("xs", 0.02, np.float32), _q("xz", 128, np.uint8), init("w", w), init("ws", w_scale), init("wz", w_zp),
+             _q("ys", 0.05, np.float32), _q("yz", 120, np.uint8),
+             init("b", RNG.integers(-500, 500, size=cout).astype(np.int32))]
+    model = make_model(nodes, [vi("x", [1, cin, 6, 6])], [vi("y", None)], inits, opset=13)
+    # Quantized: within one output unit (0.05) of onnxruntime, as MLTS allows per op.
+    compare_with_ort(device, model, tmp_path, {"x": rand(1, cin, 6, 6)}, atol=0.05 + 1e-6, rtol=0)
+
+
+def test_qlinearconv_uint8_graph_input_and_output(device: CpuDevice, tmp_path: object) -> None:
+    w = RNG.integers(0, 255, size=(3, 2, 3, 3)).astype(np.uint8)
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])
+    inits = [_q("xs", 0.02, np.float32), _q("xz", 100, np.uint8), init("w", w), _q("ws", 0.01, np.float32),
+             _q("wz", 127, np.uint8), _q("ys", 0.1, np.float32), _q("yz", 128, np.uint8)]
+    model = make_model([node], [vi("x", [1, 2, 5, 5], TensorProto.UINT8)], [vi("y", None, TensorProto.UINT8)], inits)
+    x = RNG.integers(0, 255, size=(1, 2, 5, 5)).astype(np.uint8)
+    compare_with_ort(device, model, tmp_path, {"x": x}, atol=1, rtol=0)
+
+
+def test_qlinearmatmul(device: CpuDevice, tmp_path: object) -> None:
+    b = RNG.integers(-100, 100, size=(6, 5)).astype(np.int8)
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    inits = [_q("as", 0.03, np.float32), _q("az", 10, np.uint8), init("b", b), _q("bs", 0.02, np.float32),
+             _q("bz", 0, np.int8), _q("ys", 0.2, np.float32), _q("yz", 130, np.uint8)]
+    model = make_model([node], [vi("a", [2, 3, 6], TensorProto.UINT8)], [vi("y", None, TensorProto.UINT8)], inits)
+    a = RNG.integers(0, 255, size=(2, 3, 6)).astype(np.uint8)
+    compare_with_ort(device, model, tmp_path, {"a": a}, atol=1, rtol=0)
+
+
+def test_qdq_weights_fold_to_float(device: CpuDevice, tmp_path: object) -> None:
+    import nnrt
+    from tests.importers.onnx_build import save
+
+    w = RNG.integers(-127, 127, size=(4, 3, 3, 3)).astype(np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "ws"], ["wf"], axis=0),
+             helper.make_node("Conv", ["x", "wf"], ["y"])]
+    inits = [init("w", w), init("ws", RNG.uniform(0.01, 0.02, 4).astype(np.float32))]
+    model = make_model(nodes, [vi("x", [1, 3, 5, 5])], [vi("y", None)], inits, opset=13)
+    compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 5, 5)})
+    assert [op.type.name for op in nnrt.load(save(model, tmp_path, "q.onnx")).operations] == ["CONV_2D"]
