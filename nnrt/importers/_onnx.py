@@ -143,8 +143,11 @@ class Builder:
             if outer is None:
                 return None
             if outer.const is not None or outer.missing:
-                self.values[name] = outer
-                return outer
+                # A fresh Value: the outer one may already hold an operand index of the outer model.
+                copy = Value(outer.dtype, outer.shape, const=outer.const, quant=outer.quant, channel=outer.channel,
+                             int_scale=outer.int_scale, missing=outer.missing)
+                self.values[name] = copy
+                return copy
             # An outer tensor becomes an explicit input of this body (NNAPI bodies see no outer scope).
             inner = Value(outer.dtype, outer.shape, quant=outer.quant)
             inner.index = self.add(outer.dtype, outer.shape, outer.quant, name)
@@ -249,6 +252,8 @@ class Builder:
 
     def copy(self, x: Value) -> Value:
         """A fresh operand with ``x``'s value (graph outputs must be written by an operation)."""
+        if x.dtype == np.bool_ and x.const is None:
+            return self.op1(OperationType.LOGICAL_AND, [x, x], x.dtype, x.shape)
         if x.shape is None:
             raise Reject("an output of unknown rank that is not computed by an operation")
         if x.rank == 0 or (x.const is not None and x.const.ndim == 0):
@@ -351,7 +356,7 @@ def mapper(*op_types: str) -> Callable[[Mapper], Mapper]:
 
 
 def _load_mappers() -> None:
-    from nnrt.importers import _onnx_elem, _onnx_nn, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401 - registers mappers
+    from nnrt.importers import _onnx_elem, _onnx_flow, _onnx_nn, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401
 
 
 def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:

@@ -444,8 +444,7 @@ def _reduce(ctx: NodeCtx) -> None:
     assert x.shape is not None
     shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep else tuple(
         d for k, d in enumerate(x.shape) if k not in axes)
-    if not shape:
-        raise Reject("reducing every axis without keepdims gives a scalar, which nnrt tensors cannot hold")
+    # A full reduction without keepdims is a scalar: its operand has unknown rank and holds [1].
     src = x
     if kind in ("ReduceL2", "ReduceSumSquare"):
         src = _bin(ctx, Op.MUL, x, x, out=None)
@@ -472,8 +471,6 @@ def _argmax(ctx: NodeCtx) -> None:
     shape = tuple(d for k, d in enumerate(x.shape) if k != axis)
     op = Op.ARGMAX if ctx.node.op_type == "ArgMax" else Op.ARGMIN
     if not ctx.i("keepdims", 1):
-        if not shape:
-            raise Reject("a rank-1 input without keepdims gives a scalar")
         ctx.emit(op, [x, ctx.b.i32(axis)], _I64, shape)
         return
     y = ctx.b.op1(op, [x, ctx.b.i32(axis)], _I64, shape)

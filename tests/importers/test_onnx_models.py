@@ -311,3 +311,50 @@ def test_qdq_weights_fold_to_float(device: CpuDevice, tmp_path: object) -> None:
     model = make_model(nodes, [vi("x", [1, 3, 5, 5])], [vi("y", None)], inits, opset=13)
     compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 5, 5)})
     assert [op.type.name for op in nnrt.load(save(model, tmp_path, "q.onnx")).operations] == ["CONV_2D"]
+
+
+def test_if_with_outer_scope_values(device: CpuDevice, tmp_path: object) -> None:
+    # then reads x and w (outer), else reads x only: both become inputs of both branches.
+    y = vi("y", None)
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"])], "then", [], [y])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "else", [], [y])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+    model = make_model([node], [vi("c", [], TensorProto.BOOL), vi("x", [2, 3]), vi("w", [2, 3])], [y], opset=13)
+    for c in (True, False):
+        compare_with_ort(device, model, tmp_path, {"c": np.asarray(c), "x": rand(2, 3), "w": rand(2, 3)})
+
+
+def test_if_with_constant_condition_is_inlined(device: CpuDevice, tmp_path: object) -> None:
+    import nnrt
+    from tests.importers.onnx_build import save
+
+    y = vi("y", None)
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "then", [], [y])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "else", [], [y])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+    model = make_model([node], [vi("x", [4])], [y], [init("c", np.asarray(False))], opset=13)
+    compare_with_ort(device, model, tmp_path, {"x": rand(4)})
+    assert [op.type.name for op in nnrt.load(save(model, tmp_path, "c.onnx")).operations] == ["NEG"]
+
+
+@pytest.mark.parametrize("with_cond", [False, True])
+def test_loop_as_while(device: CpuDevice, tmp_path: object, with_cond: bool) -> None:
+    # acc = acc * 0.5 + x, for M iterations (or until the sum of acc exceeds 3 when with_cond).
+    body_nodes = [
+        helper.make_node("Mul", ["acc_in", "half"], ["t"]),
+        helper.make_node("Add", ["t", "x"], ["acc_out"]),
+        helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
+        helper.make_node("Less", ["s", "limit"], ["cond_out"]) if with_cond else helper.make_node(
+            "Identity", ["cond_in"], ["cond_out"]),
+    ]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [vi("i", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL), vi("acc_in", [3])],
+        [vi("cond_out", [], TensorProto.BOOL), vi("acc_out", [3])],
+        initializer=[init("half", np.asarray(0.5, np.float32)), init("limit", np.asarray(3.0, np.float32))])
+    node = helper.make_node("Loop", ["M", "c", "acc0"], ["acc"], body=body)
+    model = make_model([node], [vi("M", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL), vi("acc0", [3]),
+                                vi("x", [3])], [vi("acc", None)], opset=13)
+    feeds = {"M": np.asarray(6, np.int64), "c": np.asarray(True), "acc0": np.zeros(3, np.float32),
+             "x": np.abs(rand(3))}
+    compare_with_ort(device, model, tmp_path, feeds)
