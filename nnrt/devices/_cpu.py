@@ -342,7 +342,7 @@ class CpuDevice(Device):
             except MissedDeadlineError:
                 gen.close()
                 raise
-        results = self.drive_sync(gen, ctx)
+        results = self._run_to_end(gen)
         self.scheduler.ran_fast(app, priority)
         return results
 
@@ -442,7 +442,8 @@ class CpuDevice(Device):
                 held_ns += perf_ns() - granted
                 granted = await sched.wait_turn(job)
 
-    def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
+    def _run_to_end(self, gen: _Gen) -> tuple[list[Any], int]:
+        """Resume the interpreter on the calling thread until it returns (its yields ignored)."""
         t = perf_ns()
         token = fp_errors_ignored()
         try:

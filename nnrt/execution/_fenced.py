@@ -29,7 +29,7 @@ import numpy as np
 
 from nnrt.clock import perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError
-from nnrt.execution._interpreter import ExecContext, run_plan
+from nnrt.execution._interpreter import ExecContext
 from nnrt.fences import FenceState, SyncFence, all_of
 from nnrt.fences._state import FenceCore
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, OutputShape, Timing
@@ -217,7 +217,7 @@ class FencedExecutionCallback:
             return
         t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure) if after_fence is not None or measure else 0
         try:
-            results, device_ns = driver.run_now(run_plan(plan, args, ctx), ctx, plan, prepared.app, prepared.priority)
+            results, device_ns = prepared._now(args, ctx)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
             self._fail(err.status, str(err))
@@ -256,9 +256,7 @@ class FencedExecutionCallback:
                 except NnrtError as err:
                     raise GeneralFailureError(f"a wait-for fence failed: {err}") from err
             t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure)
-            plan = prepared.plan
-            results, device_ns = await prepared._driver.drive(run_plan(plan, args, ctx), ctx, plan, prepared.app,
-                                                              prepared.priority)
+            results, device_ns = await prepared._drive(args, ctx)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
             self._fail(err.status, str(err))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
@@ -71,7 +71,7 @@ class Scheduler:
         self._timer_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Executions that ran on the idle fast path (never queued): counted for statistics.
-        self._fast: Counter[tuple[Hashable, Priority]] = Counter()
+        self._fast: defaultdict[tuple[Hashable, Priority], int] = defaultdict(int)
         self._active = 0
         # Real event loops wait in whole milliseconds; clocks whose timers land exactly (virtual
         # time) need no early wake-up, and must not get one: a virtual loop that always has a
@@ -87,9 +87,7 @@ class Scheduler:
 
     def ran_fast(self, app: Hashable, priority: Priority) -> None:
         """Count an execution that ran on the idle fast path (it never needed the policy)."""
-        fast = self._fast
-        key = (app, priority)
-        fast[key] = fast.get(key, 0) + 1
+        self._fast[app, priority] += 1
 
     # -- events -----------------------------------------------------------------------------------
 
