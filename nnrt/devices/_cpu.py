@@ -95,7 +95,7 @@ class CpuDevice(Device):
         blas_threads: int | None = 1,
         inline_limit_ns: float = DEFAULT_INLINE_LIMIT_NS,
         calibrate: bool = True,
-        fairness: Literal["round_robin", "weighted"] = "round_robin",
+        fairness: Literal["round_robin", "weighted"] = "weighted",
         app_weights: Mapping[Hashable, float] | None = None,
         aging: bool = True,
         aging_s: float = 0.25,
@@ -364,7 +364,9 @@ class CpuDevice(Device):
         if self.runs_inline(plan) and sched.idle():
             return self.run_now(gen, ctx, plan, app, priority)
         cost_s = plan.admission_cost_ns / 1e9
-        job = Job(app, priority, cost=cost_s, deadline=ctx.deadline)
+        # On the loop thread nothing can interrupt it; on a worker it yields between steps.
+        step_s = cost_s if self.runs_inline(plan) else cost_s * plan.step_share()
+        job = Job(app, priority, cost=cost_s, deadline=ctx.deadline, step=step_s)
         try:
             sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
         except MissedDeadlineError as err:
