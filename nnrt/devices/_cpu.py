@@ -350,7 +350,11 @@ class CpuDevice(Device):
         """The idle-device admission test: MISSED_DEADLINE_PERSISTENT when ``plan``'s admission
         cost does not fit before ``deadline`` (and the plan's estimate learns of the refusal)."""
         cost_s = plan.admission_cost_ns / 1e9
-        if cost_s > deadline - self.clock.now():
+        left = deadline - self.clock.now()
+        if left <= 0:  # it passed since the call (a fenced execution waiting for its fences)
+            raise MissedDeadlineError("the deadline passed before the execution could start",
+                                      status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        if cost_s > left:
             plan.refused()
             raise MissedDeadlineError(
                 f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
