@@ -103,8 +103,8 @@ class LeanRunner:
         cls = type(driver)
         if not isinstance(driver, CpuDevice) or (cls.run_now, cls.can_run_now) != (CpuDevice.run_now, CpuDevice.can_run_now):
             return None
-        if any(step.kind != KERNEL for step in prepared.plan.steps):
-            return None
+        if prepared.plan.dynamic or any(step.kind != KERNEL for step in prepared.plan.steps):
+            return None  # (a dynamic plan's cost depends on each request's sizes)
         return LeanRunner(prepared)
 
     def __init__(self, prepared: PreparedModel) -> None:
@@ -124,7 +124,14 @@ class LeanRunner:
         try:
             if deadline is not None or loop_timeout is not None:
                 self.admit(deadline, loop_timeout)
-            results = self._kernels(lane.args, deadline)
+            plan = self._plan
+            if plan.fast_countdown:
+                plan.fast_countdown -= 1
+                results = self._kernels(lane.args, deadline)
+            else:  # the cost model learns on this path too (``Plan.observe_fast``)
+                t = perf_ns()
+                results = self._kernels(lane.args, deadline)
+                plan.observe_fast(perf_ns() - t)
             self._sched.ran_fast(self._app, self._priority)
             return self._finish(lane, results, measure, t0)
         except NnrtError as err:
@@ -234,4 +241,4 @@ class LeanRunner:
         (MISSED_DEADLINE_PERSISTENT for a deadline passed or out of reach)."""
         self._prepared._context(deadline, loop_timeout)  # a passed deadline, bad values: refused here
         if deadline is not None:
-            self._device.refuse_if_late(self._plan, deadline)
+            self._device.refuse_if_late(self._plan.cost, deadline)

@@ -26,6 +26,7 @@ import numpy as np
 from nnrt.clock import Clock, MonotonicClock, perf_ns
 from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
 from nnrt.execution._control import while_counts
+from nnrt.execution._cost import CostModel
 from nnrt.execution._plan import IF, KERNEL, Plan, Step
 from nnrt.types import ErrorStatus
 
@@ -67,7 +68,7 @@ except ImportError:  # pragma: no cover - other numpy layouts
 class ExecContext:
     """Per-execution state shared by the interpreter and its driver."""
 
-    __slots__ = ("clock", "deadline", "interrupt", "loop_timeout", "on_loop", "profile")
+    __slots__ = ("clock", "cost", "deadline", "interrupt", "loop_timeout", "on_loop", "profile")
 
     def __init__(
         self,
@@ -87,6 +88,8 @@ class ExecContext:
         self.on_loop = on_loop
         #: When a dict, step id -> nanoseconds spent in it (calibration).
         self.profile = profile
+        #: The cost model of this request when not the plan's own (a dynamic plan's shape class).
+        self.cost: CostModel | None = None
 
 
 def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
