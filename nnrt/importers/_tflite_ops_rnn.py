@@ -24,6 +24,7 @@ from nnrt.types import OperationType as Op
 __all__: list[str] = []
 
 _RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY = 24, 35, 16, 44, 124
+_RNN_ACTS, _LSTM_ACTS = (0, 1, 2, 3), (0, 1, 2, 3, 4, 6)
 
 
 def _float_inputs(g: Graph, op: TflOp, ks: range) -> list[int]:
@@ -51,10 +52,11 @@ def _assign(g: Graph, op: TflOp, k: int, operand: int) -> None:
     g.state.assign_tensor(g, g.tensor(op.inputs[k]), operand)
 
 
-def _act(o: Table | None, slot: int) -> int:
+def _act(o: Table | None, slot: int, allowed: tuple[int, ...]) -> int:
+    """The op's activation; NNAPI's RNNs take a FuseCode (0-3), its LSTMs also TANH (4) and SIGMOID (6)."""
     act = o.num(slot, "i8") if o is not None else 0
-    if act not in (0, 1, 2, 3, 4, 6):
-        raise Unsupported(f"activation {act}")
+    if act not in allowed:
+        raise Unsupported(f"activation {act} (NNAPI's op takes {', '.join(map(str, allowed))})")
     return act
 
 
@@ -62,7 +64,7 @@ def _act(o: Table | None, slot: int) -> int:
 def _rnn(g: Graph, op: TflOp) -> None:
     x, w, rw, b = _float_inputs(g, op, range(4))
     h = _state_tensor(g, op, 4)
-    act = _act(op.options, 0)
+    act = _act(op.options, 0, _RNN_ACTS)
     y = g.out(op.outputs[0])
     h_out = g.temp(y)
     g.op(Op.RNN, [x, w, rw, b, h, g.i32(act)], [h_out, y])
@@ -77,7 +79,7 @@ def _sequence_rnn(g: Graph, op: TflOp) -> None:
     time_major = o.flag(0) if o is not None else False
     y = g.out(op.outputs[0])
     h_out = g.temp(h)
-    g.op(Op.UNIDIRECTIONAL_SEQUENCE_RNN, [x, w, rw, b, h, g.i32(_act(o, 1)), g.i32(int(time_major))], [y, h_out])
+    g.op(Op.UNIDIRECTIONAL_SEQUENCE_RNN, [x, w, rw, b, h, g.i32(_act(o, 1, _RNN_ACTS)), g.i32(int(time_major))], [y, h_out])
     _assign(g, op, 4, h_out)
 
 
@@ -94,7 +96,7 @@ def _lstm_inputs(g: Graph, op: TflOp) -> tuple[list[int], int, int, list[int]]:
 def _sequence_lstm(g: Graph, op: TflOp) -> None:
     o = op.options
     weights, h, c, norms = _lstm_inputs(g, op)
-    act = _act(o, 0)
+    act = _act(o, 0, _LSTM_ACTS)
     clip, proj_clip = (o.real(1), o.real(2)) if o is not None else (0.0, 0.0)
     time_major = o.flag(3) if o is not None else False
     y = g.out(op.outputs[0])
@@ -115,7 +117,7 @@ def _lstm(g: Graph, op: TflOp) -> None:
     y = g.out(op.outputs[0])
     scratch = g.temp(y, dims=[0, 0])
     h_out, c_out = g.temp(h), g.temp(c)
-    ins = [*weights, h, c, g.i32(_act(o, 0)), g.f32(clip), g.f32(proj_clip), *norms]
+    ins = [*weights, h, c, g.i32(_act(o, 0, _LSTM_ACTS)), g.f32(clip), g.f32(proj_clip), *norms]
     g.op(Op.LSTM, ins, [scratch, h_out, c_out, y])
     _assign(g, op, 18, h_out)
     _assign(g, op, 19, c_out)
