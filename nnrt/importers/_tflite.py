@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 from nnrt.errors import InvalidArgumentError
 from nnrt.importers import _tflite_control, _tflite_ops_elementwise, _tflite_ops_nn, _tflite_ops_rnn, _tflite_ops_shape
-from nnrt.importers._common import Rejections
+from nnrt.importers._common import Rejections, check_operations
 from nnrt.importers._tflite_control import State, record_state
 from nnrt.importers._tflite_graph import MAPPERS, Graph, Unsupported
 from nnrt.importers._tflite_schema import TflFile, TflOp, parse_tflite
@@ -91,7 +91,7 @@ class _Importer:
         if index not in self.models:
             before = len(self.rejections.items)
             model = self._build(index, None, {})
-            if len(self.rejections.items) > before:
+            if len(self.rejections.items) > before or not model.finished:
                 raise Unsupported(f"subgraph {index} has nodes that cannot be expressed (listed)")
             self.models[index] = model
         return self.models[index]
@@ -101,6 +101,7 @@ class _Importer:
         label = self.name if index == 0 else f"{self.name}#subgraph{index}"
         model = Model(name=label)
         g = Graph(sub, model, self.subgraph_model, state, input_shapes)
+        before = len(self.rejections.items)
         self.building.add(index)
         try:
             inputs = [g.out(ti) for ti in sub.inputs]
@@ -113,7 +114,7 @@ class _Importer:
             return model
         finally:
             self.building.discard(index)
-        if self.rejections:
+        if len(self.rejections.items) > before:
             return model
         try:
             model.identify_inputs_and_outputs(inputs, outputs)
@@ -132,9 +133,11 @@ class _Importer:
         elif fn is None:
             reason = "no NNAPI equivalent"
         else:
+            start = len(g.model.operations)
             try:
                 fn(g, op)
                 g.flush()
+                check_operations(g.model, start)
                 return
             except (Unsupported, InvalidArgumentError) as err:
                 reason = str(err)

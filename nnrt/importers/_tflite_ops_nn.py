@@ -227,7 +227,35 @@ def _lrn(g: Graph, op: TflOp) -> None:
 def _batch_matmul(g: Graph, op: TflOp) -> None:
     o = op.options
     adj_x, adj_y = (o.flag(0), o.flag(1)) if o is not None else (False, False)
-    a, b = g.input(op.inputs[0]), g.input(op.inputs[1])
+    a = g.input(op.inputs[0])
+    b_const = g.const_value(op.inputs[1])
+    if b_const is not None and b_const.ndim == 2 and _dims(g, a) and len(_dims(g, a)) != 2 and not adj_x:
+        _matmul_by_constant(g, op, a, b_const.T if not adj_y else b_const)
+        return
+    b = g.input(op.inputs[1])
     if g.type_of(a) is not g.type_of(b):
         raise Unsupported("hybrid BATCH_MATMUL (inputs of different types)")
     g.op(Op.BATCH_MATMUL, [a, b, g.flag(adj_x), g.flag(adj_y)], [g.out(op.outputs[0])])
+
+
+def _matmul_by_constant(g: Graph, op: TflOp, a: int, w: np.ndarray) -> None:
+    """``a @ b`` for a constant 2-D ``b`` broadcast over ``a``'s leading dimensions (NNAPI's
+    BATCH_MATMUL needs equal ranks): a 1x1 CONV_2D with filter ``b^T`` works on any rank-4 ``a``
+    without knowing its other dimensions; rank 3 goes through EXPAND_DIMS and SQUEEZE."""
+    rank = len(_dims(g, a))
+    if g.type_of(a) is not T.TENSOR_FLOAT32 or rank not in (3, 4):
+        raise Unsupported(f"BATCH_MATMUL of a rank-{rank} {g.type_of(a).name} input by a constant matrix")
+    n_out, k = w.shape
+    filt = g.const(np.ascontiguousarray(w, np.float32).reshape(n_out, 1, 1, k), T.TENSOR_FLOAT32)
+    bias = g.const(np.zeros(n_out, np.float32), T.TENSOR_FLOAT32)
+    y = g.out(op.outputs[0])
+    x, out = a, y
+    if rank == 3:
+        d = _dims(g, a)
+        x = g.temp(a, dims=[d[0], 1, d[1], d[2]])
+        g.op(Op.EXPAND_DIMS, [a, g.i32(1)], [x])
+        yd = _dims(g, y)
+        out = g.temp(y, dims=[yd[0], 1, yd[1], yd[2]] if len(yd) == 3 else [0, 1, 0, n_out])
+    g.op(Op.CONV_2D, [x, filt, bias, g.i32(2), g.i32(1), g.i32(1), g.i32(0)], [out])
+    if rank == 3:
+        g.op(Op.SQUEEZE, [out, g.ints([1])], [y])

@@ -59,7 +59,30 @@ def _reshape(g: Graph, op: TflOp) -> None:
         shape = [d if d else -1 for d in dims]
     if not shape:
         shape = [1]  # a rank-0 target is a one-element tensor in nnrt
+    if list(g.model.operands[x].dimensions) == shape and all(d > 0 for d in shape):
+        g.alias(op.outputs[0], x)  # already that shape in nnrt (e.g. [1] to a scalar): no op, any type
+        return
+    if g.type_of(x) is T.TENSOR_BOOL8:
+        axes = _dropped_unit_axes(list(g.model.operands[x].dimensions), shape)
+        if axes is None:
+            raise Unsupported(f"RESHAPE of booleans to {shape} (NNAPI reshapes no TENSOR_BOOL8)")
+        # dropping size-1 axes of a bool tensor is REDUCE_ANY over them (each reduces one value)
+        g.op(Op.REDUCE_ANY, [x, g.ints(axes), g.flag(False)], [g.out(op.outputs[0])])
+        return
     g.op(Op.RESHAPE, [x, g.ints(shape)], [g.out(op.outputs[0])])
+
+
+def _dropped_unit_axes(dims: list[int], target: list[int]) -> list[int] | None:
+    """The size-1 axes of ``dims`` whose removal leaves ``target`` (``None`` if none do)."""
+    axes, j = [], 0
+    for i, d in enumerate(dims):
+        if j < len(target) and d == target[j] and d > 0:
+            j += 1
+        elif d == 1:
+            axes.append(i)
+        else:
+            return None
+    return axes if j == len(target) and axes else None
 
 
 @mapper(_SQUEEZE)

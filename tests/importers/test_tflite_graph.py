@@ -163,7 +163,7 @@ def test_input_shapes_and_names(device: nnrt.CpuDevice) -> None:
     np.testing.assert_allclose(got[0], run_litert(data, [x])[0], atol=1e-4, rtol=1e-3)
     got = run_nnrt(device, model, [x])  # the unknown batch is given at execution
     assert got[0].shape == (3, 2)
-    with pytest.raises(nnrt.InvalidArgumentError, match="'feature'.*not an input.*'features'"):
+    with pytest.raises(nnrt.InvalidArgumentError, match=r"'feature'.*not an input.*'features'"):
         load_bytes(data, input_shapes={"feature": [3, 4]})
     with pytest.raises(nnrt.InvalidArgumentError, match="rank 3"):
         load_bytes(data, input_shapes={"features": [3, 4, 1]})

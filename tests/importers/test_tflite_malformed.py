@@ -30,7 +30,7 @@ def test_the_base_file_loads() -> None:
 @pytest.mark.parametrize("cut", [8, 12, 40, 100, -200, -20, -1])
 def test_truncated(cut: int) -> None:
     data = _good()
-    with pytest.raises(nnrt.InvalidArgumentError, match="malformed flatbuffer|outside|past the end"):
+    with pytest.raises(nnrt.InvalidArgumentError, match=r"malformed flatbuffer|outside|past the end"):
         load_bytes(data[:cut])
 
 
