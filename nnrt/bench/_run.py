@@ -10,7 +10,8 @@ touches both alike; the ratio is of the medians. Every mode's last outputs are c
 to the first execution's (the modes share one execution path and must agree bit for bit).
 ``--profile`` adds ``profile_plan``'s per-step and per-op-type times.
 
-Inputs the reference does not have (state nnrt makes explicit) start at zero, as a stream does.
+Inputs the reference does not have (state nnrt makes explicit) start at zero (the zero point of
+a quantized input), as a stream does.
 """
 
 from __future__ import annotations
@@ -159,9 +160,10 @@ def _open_reference(report: BenchReport, path: str, specs: Sequence[InputSpec], 
     try:
         ref = open_reference(path, report.format, {s.name: s.shape for s in specs})
         names = [s.name for s in specs]
-        for k, name in enumerate(names):  # state nnrt makes explicit starts at zero, as a stream does
-            if name not in ref.input_names and all(n in names for n in ref.input_names):
-                inputs[k] = np.zeros_like(inputs[k]) if isinstance(inputs[k], np.ndarray) else type(inputs[k])(0)
+        for k, spec in enumerate(specs):  # state nnrt makes explicit starts at (real) zero, as a stream does
+            if spec.name not in ref.input_names and all(n in names for n in ref.input_names):
+                zero = spec.zero_point if spec.type.is_quantized else 0
+                inputs[k] = np.full_like(inputs[k], zero) if isinstance(inputs[k], np.ndarray) else type(inputs[k])(zero)
         feeds_for(ref, names, inputs)  # fails now if the inputs cannot be paired
     except ReferenceUnavailable as err:
         report.reference_note = str(err)
