@@ -39,7 +39,14 @@ from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
-from nnrt.devices._device import Device, DeviceType, check_preference_priority, check_preparation_args
+from nnrt.devices._device import (
+    Device,
+    DeviceType,
+    OperationSupport,
+    check_preference_priority,
+    check_preparation_args,
+    feature_level_reason,
+)
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
@@ -199,17 +206,22 @@ class CpuDevice(Device):
         return self._capabilities
 
     def supported_operations(self, model: Model) -> list[bool]:
+        return [s.supported for s in self.operation_support(model)]
+
+    def operation_support(self, model: Model) -> list[OperationSupport]:
+        """Per operation: its feature level (and its operand types') within the device's, and
+        its kernel accepting its signature (each operation compiled alone)."""
         if not isinstance(model, Model) or not model.finished:
             raise InvalidArgumentError("supported_operations: the model must be a finished Model")
         result = []
         for operation in model.operations:
-            single = model.operation_as_model(operation.index)
-            try:
-                compile_plan(single)
-            except NnrtError:
-                result.append(False)
-            else:
-                result.append(True)
+            reason = feature_level_reason(model, operation, self.feature_level)
+            if not reason:
+                try:
+                    compile_plan(model.operation_as_model(operation.index))
+                except NnrtError as err:
+                    reason = f"its kernel rejects it: {err}"
+            result.append(OperationSupport(operation.index, operation.type, not reason, reason))
         return result
 
     async def prepare_model(

@@ -5,7 +5,12 @@ Contract, following NNAPI's ``IDevice``:
 
 * ``supported_operations(model)`` returns one bool per operation of the main model, True
   exactly for operations the device runs correctly. A model that is not finished is
-  INVALID_ARGUMENT.
+  INVALID_ARGUMENT. ``operation_support(model)`` is the richer answer: per operation, whether
+  it is supported and, when not, why (an operation or operand type newer than the device's
+  feature level, a type of operation or operand the device does not take, a kernel that
+  rejects its signature). The default derives it from ``supported_operations``.
+* ``feature_level`` is NNAPI's (1-8): an operation or operand type introduced after it is
+  unsupported on the device (``feature_level_reason``).
 * ``prepare_model(model, preference=, priority=, deadline=)`` validates the model (every
   operation's signature; a bad model, preference or priority is INVALID_ARGUMENT), refuses a
   deadline already passed (MISSED_DEADLINE_PERSISTENT), and returns a ``PreparedModel``.
@@ -29,14 +34,25 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from nnrt.errors import GeneralFailureError, InvalidArgumentError
 from nnrt.execution import PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer
-from nnrt.model import Model
-from nnrt.types import Capabilities, ExecutionPreference, Priority
+from nnrt.model import Model, Operation
+from nnrt.types import EXPERIMENTAL_FEATURE_LEVEL, Capabilities, ExecutionPreference, OperationType, Priority
 
-__all__ = ["Device", "DeviceType", "check_preference_priority", "check_preparation_args"]
+__all__ = [
+    "Device",
+    "DeviceType",
+    "OperationSupport",
+    "check_preference_priority",
+    "check_preparation_args",
+    "feature_level_reason",
+]
+
+#: NNAPI's feature levels (FL1, Android 8.1, to FL8, Android 14).
+MIN_FEATURE_LEVEL, MAX_FEATURE_LEVEL = 1, 8
 
 
 class DeviceType(enum.IntEnum):
@@ -47,6 +63,16 @@ class DeviceType(enum.IntEnum):
     CPU = 2
     GPU = 3
     ACCELERATOR = 4
+
+
+@dataclass(frozen=True, slots=True)
+class OperationSupport:
+    """One operation of a model as a device sees it: supported, or why not (``reason``)."""
+
+    operation: int
+    type: OperationType
+    supported: bool
+    reason: str = ""
 
 
 class Device(ABC):
@@ -65,6 +91,14 @@ class Device(ABC):
     @abstractmethod
     def supported_operations(self, model: Model) -> list[bool]:
         """One bool per operation of ``model`` (which must be finished)."""
+
+    def operation_support(self, model: Model) -> list[OperationSupport]:
+        """Per operation of ``model`` (finished): supported, or the reason it is not."""
+        flags = self.supported_operations(model)
+        return [
+            OperationSupport(op.index, op.type, ok, "" if ok else f"{self.name} does not support it")
+            for op, ok in zip(model.operations, flags)
+        ]
 
     @abstractmethod
     async def prepare_model(
@@ -112,3 +146,30 @@ def check_preference_priority(preference: object, priority: object) -> tuple[Exe
     except ValueError:
         raise InvalidArgumentError(f"prepare_model: priority {priority!r} is not a Priority") from None
     return pref, prio
+
+
+def feature_level_reason(model: Model, operation: Operation, level: int) -> str:
+    """Why ``operation`` of ``model`` cannot run on a device of feature ``level`` ("" if it can):
+    the operation, or one of its operand types, appeared in a later feature level; before FL3
+    (dynamic output shapes) its outputs must be fully specified. IF and WHILE are checked
+    through the operations of the models they reference."""
+    needed = operation.type.feature_level
+    if needed != EXPERIMENTAL_FEATURE_LEVEL and needed > level:
+        return f"{operation.type.name} needs feature level {needed}, the device has {level}"
+    ops = model.operands
+    for i in (*operation.inputs, *operation.outputs):
+        t = ops[i].type
+        if t.feature_level > level:
+            return f"{ops[i].label} is {t.name}, which needs feature level {t.feature_level}; the device has {level}"
+    if level < 3:
+        for i in operation.outputs:
+            if not ops[i].fully_specified:
+                return f"output {ops[i].label} has unknown dimensions, which need feature level 3; the device has {level}"
+    for i in operation.inputs:
+        sub = ops[i].subgraph
+        if sub is not None:
+            for inner in sub.operations:
+                why = feature_level_reason(sub, inner, level)
+                if why:
+                    return f"its subgraph's {inner.label}: {why}"
+    return ""
