@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nnrt.devices import CpuDevice, Device, RestrictedDevice
+from nnrt.devices import CpuDevice, Device, RestrictedDevice, capabilities_from
 from nnrt.errors import InvalidArgumentError
 from nnrt.model import Model, Operation
 from nnrt.types import Capabilities, ExecutionPreference, OperandLifeTime, OperandType, OperationType, PerformanceInfo
@@ -45,6 +45,7 @@ _L = OperandLifeTime
 _FIXED = (_L.CONSTANT_COPY, _L.CONSTANT_POOL, _L.NO_VALUE, _L.SUBGRAPH)
 _FLOAT32 = (OperandType.FLOAT32, OperandType.TENSOR_FLOAT32)
 _CONTROL = (OperationType.IF, OperationType.WHILE)
+_CPU_CAPS = capabilities_from(1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,9 @@ def choose_devices(model: Model, devices: Sequence[Device], preference: Executio
     choice: list[int] = []
     for operation in model.operations:
         n = operation.index
-        best, best_perf = ref, 1.0
+        # The reference CPU reports 1.0 for everything (so an IF or WHILE costs it more than 1).
+        best = ref
+        best_perf = 1.0 if operation.type not in _CONTROL else operation_performance(_CPU_CAPS, model, operation, preference)
         if operation.type in _CONTROL and _control_unsized(model, operation):
             candidates: list[tuple[int, list[bool] | None, list[str], Capabilities]] = []
         else:
