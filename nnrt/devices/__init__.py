@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from nnrt.devices._cpu import CpuDevice
-from nnrt.devices._device import Device, DeviceType, OperationSupport, feature_level_reason
+from nnrt.devices._device import Device, DeviceType, OperationSupport, Restrictions, feature_level_reason
 from nnrt.devices._restricted import RestrictedDevice, capabilities_from
 from nnrt.errors import InvalidArgumentError
 
@@ -21,6 +21,7 @@ __all__ = [
     "DeviceType",
     "OperationSupport",
     "RestrictedDevice",
+    "Restrictions",
     "capabilities_from",
     "feature_level_reason",
     "get_devices",

@@ -43,6 +43,7 @@ from nnrt.devices._device import (
     Device,
     DeviceType,
     OperationSupport,
+    Restrictions,
     check_preference_priority,
     check_preparation_args,
     feature_level_reason,
@@ -92,6 +93,10 @@ def _resume(gen: _Gen) -> tuple[bool, Any, int]:
 
 class CpuDevice(Device):
     """The reference CPU device (numpy kernels)."""
+
+    #: What the device accepts, when it stands for a driver with limits (``RestrictedDevice``,
+    #: a simulated device); None: every operation it has a kernel for (the reference device).
+    restrictions: Restrictions | None = None
 
     def __init__(
         self,
@@ -213,6 +218,8 @@ class CpuDevice(Device):
         its kernel accepting its signature (each operation compiled alone)."""
         if not isinstance(model, Model) or not model.finished:
             raise InvalidArgumentError("supported_operations: the model must be a finished Model")
+        if self.restrictions is not None:
+            return self.restrictions.support(model, self.name)
         result = []
         for operation in model.operations:
             reason = feature_level_reason(model, operation, self.feature_level)
@@ -238,6 +245,7 @@ class CpuDevice(Device):
         """Prepare ``model``; with ``cache_dir`` and a 32-byte ``token``, through the compilation
         cache (``nnrt.cache``): a valid entry is loaded, else the model is prepared in full and
         the entry (re)written."""
+        self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         if deadline is not None and self.clock.now() >= deadline:
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
@@ -258,6 +266,11 @@ class CpuDevice(Device):
             _log.debug("driver.prepared", device=self.name, model=model.name, app=app, priority=prio.name,
                        preference=pref.name, bytes=nbytes, inline=plan.inline, cached=cache_dir is not None)
         return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
+
+    def _check_model(self, model: object) -> None:
+        """INVALID_ARGUMENT for a model holding an operation the device's restrictions exclude."""
+        if self.restrictions is not None:
+            self.restrictions.check(model, self.name)
 
     def _reserve(self, model: Model, app: str) -> int:
         nbytes = model_footprint(model)
@@ -303,6 +316,7 @@ class CpuDevice(Device):
         app: str = "default",
     ) -> PreparedModel:
         """``prepare_model`` for code without an event loop."""
+        self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         nbytes = self._reserve(model, app)
         try:

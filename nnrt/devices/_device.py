@@ -33,19 +33,21 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nnrt.errors import GeneralFailureError, InvalidArgumentError
 from nnrt.execution import PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer
 from nnrt.model import Model, Operation
-from nnrt.types import EXPERIMENTAL_FEATURE_LEVEL, Capabilities, ExecutionPreference, OperationType, Priority
+from nnrt.types import EXPERIMENTAL_FEATURE_LEVEL, Capabilities, ExecutionPreference, OperandType, OperationType, Priority
 
 __all__ = [
     "Device",
     "DeviceType",
     "OperationSupport",
+    "Restrictions",
     "check_preference_priority",
     "check_preparation_args",
     "feature_level_reason",
@@ -73,6 +75,75 @@ class OperationSupport:
     type: OperationType
     supported: bool
     reason: str = ""
+
+
+def _enum_set(values: Iterable[Any] | None, cls: type[OperationType] | type[OperandType], what: str) -> frozenset[Any] | None:
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)):
+        raise InvalidArgumentError(f"{what}: expected a collection of {cls.__name__}, got {values!r}")
+    out = set()
+    for v in values:
+        try:
+            out.add(cls[v] if isinstance(v, str) else cls(v))
+        except (KeyError, ValueError):
+            raise InvalidArgumentError(f"{what}: {v!r} is not an {cls.__name__}") from None
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Restrictions:
+    """What a driver accepts: operations and operand types (None: all) up to a feature level.
+    Its answers come from this configuration alone (see the module docstring)."""
+
+    feature_level: int = 7
+    operations: frozenset[OperationType] | None = None
+    operand_types: frozenset[OperandType] | None = None
+
+    @classmethod
+    def of(cls, feature_level: int = 7, operations: Iterable[OperationType | int | str] | None = None,
+           operand_types: Iterable[OperandType | int | str] | None = None) -> Restrictions:
+        """Checked restrictions (INVALID_ARGUMENT naming the argument)."""
+        if isinstance(feature_level, bool) or not isinstance(feature_level, int) or not (
+            MIN_FEATURE_LEVEL <= feature_level <= MAX_FEATURE_LEVEL
+        ):
+            raise InvalidArgumentError(f"feature_level: must be an int from 1 to 8, got {feature_level!r}")
+        return cls(feature_level, _enum_set(operations, OperationType, "operations"),
+                   _enum_set(operand_types, OperandType, "operand_types"))
+
+    def support(self, model: Model, device: str) -> list[OperationSupport]:
+        out = []
+        for operation in model.operations:
+            reason = self.reason(model, operation, device)
+            out.append(OperationSupport(operation.index, operation.type, not reason, reason))
+        return out
+
+    def reason(self, model: Model, operation: Operation, device: str) -> str:
+        """Why ``device`` does not take ``operation`` ("" if it does)."""
+        reason = feature_level_reason(model, operation, self.feature_level)
+        if reason:
+            return reason
+        if self.operations is not None and operation.type not in self.operations:
+            return f"{device} does not support {operation.type.name}"
+        ops = model.operands
+        for i in (*operation.inputs, *operation.outputs):
+            sub = ops[i].subgraph
+            if sub is not None:
+                for inner in sub.operations:
+                    why = self.reason(sub, inner, device)
+                    if why:
+                        return f"its subgraph's {inner.label}: {why}"
+            elif self.operand_types is not None and ops[i].type not in self.operand_types:
+                return f"{device} does not support {ops[i].type.name} ({ops[i].label})"
+        return ""
+
+    def check(self, model: object, device: str) -> None:
+        """INVALID_ARGUMENT naming the first operation of ``model`` that ``device`` does not take."""
+        if isinstance(model, Model) and model.finished:
+            for op in model.operations:
+                reason = self.reason(model, op, device)
+                if reason:
+                    raise InvalidArgumentError(f"{device} cannot prepare the model: {op.label}: {reason}")
 
 
 class Device(ABC):

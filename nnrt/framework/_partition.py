@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nnrt.devices import CpuDevice, Device, RestrictedDevice, capabilities_from
+from nnrt.devices import CpuDevice, Device, capabilities_from
 from nnrt.errors import InvalidArgumentError
 from nnrt.model import Model, Operation
 from nnrt.types import Capabilities, ExecutionPreference, OperandLifeTime, OperandType, OperationType, PerformanceInfo
@@ -61,7 +61,7 @@ class PlannedStep:
 
 def is_reference(device: Device) -> bool:
     """True for a reference CPU device: it runs every operation nnrt has a kernel for."""
-    return isinstance(device, CpuDevice) and not isinstance(device, RestrictedDevice)
+    return isinstance(device, CpuDevice) and device.restrictions is None
 
 
 def operation_performance(caps: Capabilities, model: Model, operation: Operation, preference: ExecutionPreference) -> float:
