@@ -7,8 +7,8 @@ back to the CPU for a step whose device fails (``_prepare``), and runs a partiti
 one more driver behind the one execution path (``_driver``). Nothing below imports it.
 """
 
-from nnrt.framework._driver import PartitionedDriver
+from nnrt.framework._driver import PartitionedDriver, partitioned_model
 from nnrt.framework._partition import PlannedStep, choose_devices, form_steps, partition
 from nnrt.framework._prepare import prepare
 
-__all__ = ["PartitionedDriver", "PlannedStep", "choose_devices", "form_steps", "partition", "prepare"]
+__all__ = ["PartitionedDriver", "PlannedStep", "choose_devices", "form_steps", "partition", "partitioned_model", "prepare"]

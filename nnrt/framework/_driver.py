@@ -31,10 +31,11 @@ from typing import Any
 from nnrt.clock import Clock
 from nnrt.execution import DELEGATED, ExecContext, Plan, PreparedModel, Step, run_plan
 from nnrt.execution._plan import _fetcher
+from nnrt.framework._partition import PlannedStep
 from nnrt.model import Model
-from nnrt.types import OperationType, Priority
+from nnrt.types import ExecutionPreference, OperationType, Partition, Priority
 
-__all__ = ["PartitionedDriver", "build_plan", "device_name"]
+__all__ = ["PartitionedDriver", "build_plan", "device_name", "partitioned_model"]
 
 _Gen = Generator[int, None, list[Any]]
 
@@ -156,3 +157,23 @@ def _next_step(gen: _Gen, ctx: ExecContext) -> tuple[PreparedModel, _Gen, ExecCo
 def device_name(prepared: PreparedModel) -> str:
     """The name of the device a prepared model runs on."""
     return str(getattr(prepared._driver, "name", type(prepared._driver).__name__))
+
+
+def partitioned_model(
+    model: Model,
+    steps: Sequence[tuple[PreparedModel, PlannedStep, str]],
+    *,
+    preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+    priority: Priority = Priority.MEDIUM,
+    app: str = "default",
+) -> PreparedModel:
+    """The prepared model of ``model`` partitioned into ``steps``: per step, its prepared step
+    model, what the partitioner planned for it, and the device that failed to prepare it ("")."""
+    prepared = [p for p, _, _ in steps]
+    names = [device_name(p) for p in prepared]
+    plan = build_plan(model, [(p, st.inputs, st.outputs, f"step {k} on {names[k]}")
+                              for k, (p, st, _) in enumerate(steps)])
+    result = PreparedModel(PartitionedDriver(prepared[0]._driver.clock, prepared), model, plan,
+                           preference=preference, priority=priority, app=app)
+    result._partitions = tuple(Partition(names[k], st.operations, failed) for k, (_, st, failed) in enumerate(steps))
+    return result

@@ -33,7 +33,7 @@ from nnrt.devices import CpuDevice, Device, get_devices
 from nnrt.devices._device import check_preparation_args
 from nnrt.errors import InvalidArgumentError, NnrtError
 from nnrt.execution import PreparedModel
-from nnrt.framework._driver import PartitionedDriver, build_plan, device_name
+from nnrt.framework._driver import device_name, partitioned_model
 from nnrt.framework._partition import PlannedStep, choose_devices, form_steps, is_reference
 from nnrt.model import Model
 from nnrt.types import ErrorStatus, ExecutionPreference, Partition, Priority
@@ -137,23 +137,14 @@ def _step_token(token: bytes | None, step: PlannedStep) -> bytes | None:
 
 
 async def _prepare_steps(model: Model, planned: list[PlannedStep], ref: Device | None, options: _Options) -> PreparedModel:
-    prepared: list[PreparedModel] = []
-    boundaries = []
-    partitions = []
+    steps = []
     for k, step in enumerate(planned):
         step_model = model.operations_as_model(step.operations, step.outputs, inputs=step.inputs,
                                                name=f"{model.name or 'model'}#step{k}")
         pm, failed = await options.with_fallback(step.device, ref, step_model, _step_token(options.token, step))
-        prepared.append(pm)
-        name = device_name(pm)
-        boundaries.append((pm, step.inputs, step.outputs, f"step {k} on {name}"))
-        partitions.append(Partition(name, step.operations, failed))
-    plan = build_plan(model, boundaries)
-    driver = PartitionedDriver(prepared[0]._driver.clock, prepared)
-    result = PreparedModel(driver, model, plan, preference=options.pref, priority=options.prio, app=options.app)
-    result._partitions = tuple(partitions)
+        steps.append((pm, step, failed))
+    result = partitioned_model(model, steps, preference=options.pref, priority=options.prio, app=options.app)
     if vlog_enabled("compilation"):
-        _log.debug("compilation.partitioned", model=model.name, steps=[(p.device, len(p.operations)) for p in partitions])
+        _log.debug("compilation.partitioned", model=model.name,
+                   steps=[(p.device, len(p.operations)) for p in result.partitions])
     return result
-
-
