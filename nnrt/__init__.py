@@ -27,16 +27,18 @@ from nnrt.execution import ExecutionResult, FencedExecutionCallback, FencedExecu
 from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, from_future
 from nnrt.importers import UnsupportedModelError, load
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, Memory, MemoryLocation
-from nnrt.model import Model
+from nnrt.model import Model, ModelBuilder, OperandRef
 from nnrt.types import (
     TIMING_UNAVAILABLE,
     Capabilities,
     ErrorStatus,
     ExecutionPreference,
+    FuseCode,
     OperandLifeTime,
     OperandType,
     OperationType,
     OutputShape,
+    PaddingCode,
     PerformanceInfo,
     Priority,
     Timing,
@@ -64,6 +66,7 @@ __all__ = [
     "FenceState",
     "FencedExecutionCallback",
     "FencedExecutionInfo",
+    "FuseCode",
     "GeneralFailureError",
     "InternalError",
     "InvalidArgumentError",
@@ -71,13 +74,16 @@ __all__ = [
     "MemoryLocation",
     "MissedDeadlineError",
     "Model",
+    "ModelBuilder",
     "MonotonicClock",
     "NnrtError",
     "OperandLifeTime",
+    "OperandRef",
     "OperandType",
     "OperationType",
     "OutputInsufficientSizeError",
     "OutputShape",
+    "PaddingCode",
     "PerformanceInfo",
     "PreparedModel",
     "Priority",

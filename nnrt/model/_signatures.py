@@ -58,20 +58,19 @@ def check_operation(label: str, op: OperationType, inputs: Sequence[Operand], ou
     ]
     if not candidates:
         forms = "; ".join(f"{v.label}: {v.render('inputs')} -> {v.render('outputs')}" for v in sig.variants)
-        have = f"{len(inputs)} inputs and {len(outputs)} outputs"
-        raise InvalidArgumentError(f"{label}: {op.name} has no form with {have} ({forms})")
+        counts = f"{len(inputs)} inputs and {len(outputs)} outputs"
+        raise InvalidArgumentError(f"{label}: {op.name} has no form with {counts} ({forms})")
     first: tuple[str, tuple[int, Operand, Arg]] | None = None
     for v in candidates:
-        miss = _type_mismatch(v, "inputs", inputs)
-        side = "input"
+        miss, where = _type_mismatch(v, "inputs", inputs), "input"
         if miss is None:
-            miss, side = _type_mismatch(v, "outputs", outputs), "output"
+            miss, where = _type_mismatch(v, "outputs", outputs), "output"
         if miss is None:
             return
-        first = first or (side, miss)
+        first = first or (where, miss)
     assert first is not None
-    side, (k, operand, arg) = first
+    where, (k, operand, arg) = first
     raise InvalidArgumentError(
-        f"{label}: {side} {k} ({arg.name}, {operand.label}) has type {operand.type.name}; "
+        f"{label}: {where} {k} ({arg.name}, {operand.label}) has type {operand.type.name}; "
         f"{op.name} expects {describe_types(arg.types)}"
     )
