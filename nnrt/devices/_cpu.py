@@ -39,7 +39,15 @@ from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
-from nnrt.devices._device import Device, DeviceType, check_preference_priority, check_preparation_args
+from nnrt.devices._device import (
+    Device,
+    DeviceType,
+    OperationSupport,
+    Restrictions,
+    check_preference_priority,
+    check_preparation_args,
+    feature_level_reason,
+)
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._cost import CostModel
@@ -86,6 +94,10 @@ def _resume(gen: _Gen) -> tuple[bool, Any, int]:
 
 class CpuDevice(Device):
     """The reference CPU device (numpy kernels)."""
+
+    #: What the device accepts, when it stands for a driver with limits (``RestrictedDevice``,
+    #: a simulated device); None: every operation it has a kernel for (the reference device).
+    restrictions: Restrictions | None = None
 
     def __init__(
         self,
@@ -200,17 +212,24 @@ class CpuDevice(Device):
         return self._capabilities
 
     def supported_operations(self, model: Model) -> list[bool]:
+        return [s.supported for s in self.operation_support(model)]
+
+    def operation_support(self, model: Model) -> list[OperationSupport]:
+        """Per operation: its feature level (and its operand types') within the device's, and
+        its kernel accepting its signature (each operation compiled alone)."""
         if not isinstance(model, Model) or not model.finished:
             raise InvalidArgumentError("supported_operations: the model must be a finished Model")
+        if self.restrictions is not None:
+            return self.restrictions.support(model, self.name)
         result = []
         for operation in model.operations:
-            single = model.operation_as_model(operation.index)
-            try:
-                compile_plan(single)
-            except NnrtError:
-                result.append(False)
-            else:
-                result.append(True)
+            reason = feature_level_reason(model, operation, self.feature_level)
+            if not reason:
+                try:
+                    compile_plan(model.operation_as_model(operation.index))
+                except NnrtError as err:
+                    reason = f"its kernel rejects it: {err}"
+            result.append(OperationSupport(operation.index, operation.type, not reason, reason))
         return result
 
     async def prepare_model(
@@ -227,6 +246,7 @@ class CpuDevice(Device):
         """Prepare ``model``; with ``cache_dir`` and a 32-byte ``token``, through the compilation
         cache (``nnrt.cache``): a valid entry is loaded, else the model is prepared in full and
         the entry (re)written."""
+        self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         if deadline is not None and self.clock.now() >= deadline:
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
@@ -247,6 +267,11 @@ class CpuDevice(Device):
             _log.debug("driver.prepared", device=self.name, model=model.name, app=app, priority=prio.name,
                        preference=pref.name, bytes=nbytes, inline=plan.inline, cached=cache_dir is not None)
         return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
+
+    def _check_model(self, model: object) -> None:
+        """INVALID_ARGUMENT for a model holding an operation the device's restrictions exclude."""
+        if self.restrictions is not None:
+            self.restrictions.check(model, self.name)
 
     def _reserve(self, model: Model, app: str) -> int:
         nbytes = model_footprint(model)
@@ -292,6 +317,7 @@ class CpuDevice(Device):
         app: str = "default",
     ) -> PreparedModel:
         """``prepare_model`` for code without an event loop."""
+        self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         nbytes = self._reserve(model, app)
         try:

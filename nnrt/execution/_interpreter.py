@@ -14,6 +14,11 @@ step (outputs computed after the deadline are no success, on any path): a passed
 MISSED_DEADLINE_TRANSIENT; a WHILE loop whose elapsed time exceeds ``ctx.loop_timeout`` after a
 true condition does the same. Exceptions that escape a kernel other than ``NnrtError`` become
 GENERAL_FAILURE naming the operation.
+
+A DELEGATED step (a partitioned model's step, run on another device) is handed to the driver:
+the interpreter puts ``(step, its input values)`` in ``ctx.handoff`` and yields ``DELEGATE``;
+the driver runs it and puts the step's outputs (a list) back in ``ctx.handoff`` before
+resuming. The interpreter stores them and frees temporaries as for any step.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from nnrt.clock import Clock, MonotonicClock, perf_ns
 from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
 from nnrt.execution._control import while_counts
 from nnrt.execution._cost import CostModel
-from nnrt.execution._plan import IF, KERNEL, Plan, Step
+from nnrt.execution._plan import IF, KERNEL, WHILE, Plan, Step
 from nnrt.types import ErrorStatus
 
-__all__ = ["INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_kernels", "run_plan"]
+__all__ = [
+    "DELEGATE", "INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_kernels", "run_plan",
+]
 
-INTERRUPTED, OFFLOAD = 1, 2
+INTERRUPTED, OFFLOAD, DELEGATE = 1, 2, 3
 
 DEFAULT_LOOP_TIMEOUT_S = 2.0
 MAX_LOOP_TIMEOUT_S = 15.0
@@ -68,7 +75,7 @@ except ImportError:  # pragma: no cover - other numpy layouts
 class ExecContext:
     """Per-execution state shared by the interpreter and its driver."""
 
-    __slots__ = ("clock", "cost", "deadline", "interrupt", "loop_timeout", "on_loop", "profile")
+    __slots__ = ("clock", "cost", "deadline", "handoff", "interrupt", "loop_timeout", "on_loop", "profile")
 
     def __init__(
         self,
@@ -90,6 +97,8 @@ class ExecContext:
         self.profile = profile
         #: The cost model of this request when not the plan's own (a dynamic plan's shape class).
         self.cost: CostModel | None = None
+        #: A DELEGATED step and its inputs on the way to the driver, its outputs on the way back.
+        self.handoff: Any = None
 
 
 def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
@@ -121,8 +130,14 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
                 profile[id(step)] = profile.get(id(step), 0) + perf_ns() - t0
         elif step.kind == IF:
             result = yield from _run_if(step, slots, ctx)
-        else:
+        elif step.kind == WHILE:
             result = yield from _run_while(step, slots, ctx)
+        else:
+            ctx.handoff = (step, step.fetch(slots))
+            yield DELEGATE
+            result, ctx.handoff = ctx.handoff, None
+            if step.out >= 0:
+                result = result[0]
         if step.out >= 0:
             slots[step.out] = result
         else:

@@ -23,9 +23,12 @@ from nnrt.ops import OpCall, prepare_function
 from nnrt.ops._registry import Kernel
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
-__all__ = ["FAST_SAMPLE_EVERY", "IF", "KERNEL", "WHILE", "Plan", "Step", "compile_plan"]
+__all__ = ["DELEGATED", "FAST_SAMPLE_EVERY", "IF", "KERNEL", "WHILE", "Plan", "Step", "compile_plan"]
 
-KERNEL, IF, WHILE = 0, 1, 2
+#: Step kinds. A DELEGATED step is run by the plan's driver, not by a kernel: the interpreter
+#: hands it over at a checkpoint (``nnrt.execution._interpreter``); a partitioned model's plan
+#: is made of them, one per device step (``nnrt.framework``).
+KERNEL, IF, WHILE, DELEGATED = 0, 1, 2, 3
 
 #: A step whose estimated cost exceeds this runs on the device's worker thread.
 DEFAULT_INLINE_LIMIT_NS = 100_000
@@ -61,6 +64,8 @@ class Step:
     heavy: bool = False
     #: IF: (then, else); WHILE: (condition, body).
     branches: tuple[Plan, ...] = ()
+    #: DELEGATED: what the driver runs for the step (opaque to the interpreter).
+    target: Any = None
 
 
 @dataclass(slots=True, eq=False)

@@ -33,7 +33,7 @@ from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT
 from nnrt.execution._plan import Plan
 from nnrt.execution._request import ResolvedOutputs, is_pool_arg, resolve_request
 from nnrt.model import Model, Operand
-from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Priority, Timing
+from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Partition, Priority, Timing
 
 if TYPE_CHECKING:
     from nnrt.burst import Burst
@@ -148,12 +148,23 @@ class PreparedModel:
         #: The event loop its async executions run on (``execute_sync`` from another thread
         #: goes through the scheduler there).
         self._loop: asyncio.AbstractEventLoop | None = asyncio._get_running_loop()
+        #: Set by the framework (``nnrt.prepare``) for a model partitioned across devices.
+        self._partitions: tuple[Partition, ...] | None = None
         # Fenced executions run as tasks owned by the prepared model (kept here so they are
         # neither garbage-collected nor lost while running).
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<PreparedModel {self.model.name or hex(id(self.model))} priority={self.priority.name} app={self.app!r}>"
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        """The steps this model runs as: each step's device and the model's operations in it
+        (one step, the whole model, unless ``nnrt.prepare`` partitioned it)."""
+        if self._partitions is None:
+            name = str(getattr(self._driver, "name", type(self._driver).__name__))
+            self._partitions = (Partition(name, tuple(range(len(self.model.operations)))),)
+        return self._partitions
 
     # -- public execution API ------------------------------------------------------------------
 
