@@ -158,7 +158,7 @@ def compare_model(path: str, device: nnrt.CpuDevice, repeat: int) -> tuple[str, 
         first = str(err).splitlines()[1].strip(" -") if "\n" in str(err) else str(err)
         return stem, "-", "-", f"rejected: {first[:70]}", "-", "-", "-"
     load_ms = (time.perf_counter() - t) * 1e3
-    n_ops = len(it._get_ops_details())  # noqa: SLF001 - LiteRT's op list, for the table
+    n_ops = len(it._get_ops_details())  # LiteRT's op list, for the table
     rng = np.random.default_rng(0)
     feeds = _inputs(details, rng, override)
     for d, x in zip(details, feeds):
