@@ -209,3 +209,37 @@ def test_rejection_inside_a_subgraph_is_listed() -> None:
         load_bytes(m.build())
     kinds = [r.op_type for r in info.value.rejections]
     assert kinds == ["CUMSUM", "IF"], info.value
+
+
+def test_sequence_lstm_state_is_carried(device: nnrt.CpuDevice) -> None:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM: its two variable tensors become two state inputs/outputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    m = TflModel()
+    g = m.main
+    n_in, units, batch, steps = 3, 4, 2, 5
+    x = g.tensor([batch, steps, n_in], name="x")
+    ws = [g.const(RNG.standard_normal((units, n_in)) * 0.5, name=f"wi{k}") for k in range(4)]
+    rs = [g.const(RNG.standard_normal((units, units)) * 0.3, name=f"wr{k}") for k in range(4)]
+    bs = [g.const(RNG.standard_normal(units) * 0.1, name=f"b{k}") for k in range(4)]
+    h = g.tensor([batch, units], name="h", variable=True)
+    c = g.tensor([batch, units], name="c", variable=True)
+    y = g.tensor([batch, steps, units], name="y")
+    ins = [x, *ws, *rs, -1, -1, -1, *bs, -1, -1, h, c, -1, -1, -1, -1]
+    g.op(BO.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [y], OPT.UnidirectionalSequenceLSTMOptions,
+         opts(S.UnidirectionalSequenceLSTMOptionsT, fusedActivationFunction=S.ActivationFunctionType.TANH,
+              timeMajor=False))
+    g.io([x], [y])
+    data = m.build()
+    model = load_bytes(data)
+    assert [v.key for v in state_variables(model)] == ["h", "c"]
+    it = Interpreter(model_content=data, num_threads=1)
+    it.allocate_tensors()
+    prepared = device.prepare_model_sync(model)
+    state = [v.initial for v in state_variables(model)]
+    for _ in range(3):
+        xs = RNG.standard_normal((batch, steps, n_in)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], xs)
+        it.invoke()
+        out, *state = prepared.execute_sync([xs, *state]).outputs
+        np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)
