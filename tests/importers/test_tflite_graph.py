@@ -243,3 +243,57 @@ def test_sequence_lstm_state_is_carried(device: nnrt.CpuDevice) -> None:
         it.invoke()
         out, *state = prepared.execute_sync([xs, *state]).outputs
         np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)
+
+
+def _single(code: int, in_shapes: list[list[int]], out_shape: list[int], consts: list[tuple[object, object]] = (),
+            opt_type: int = 0, option: object = None, dtype: object = np.float32) -> bytes:  # type: ignore[assignment]
+    m = TflModel()
+    g = m.main
+    xs = [g.tensor(s, dtype, name=f"in{i}") for i, s in enumerate(in_shapes)]
+    cs = [g.const(v, t) for v, t in consts]
+    y = g.tensor(out_shape, dtype, name="out")
+    g.op(code, [*xs, *cs], [y], opt_type, option)
+    g.io(xs, [y])
+    return m.build()
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (_single(BO.STRIDED_SLICE, [[4, 4]], [4, 4], [([0, 0], np.int32), ([4, 4], np.int32), ([1, 1], np.int32)],
+             OPT.StridedSliceOptions, opts(S.StridedSliceOptionsT, ellipsisMask=1)), "ellipsis_mask"),
+    (_single(BO.GATHER, [[2, 4]], [2, 1], [([[1], [2]], np.int32)], OPT.GatherOptions,
+             opts(S.GatherOptionsT, axis=1, batchDims=1)), "batch_dims 1"),
+    (_single(BO.SELECT_V2, [[2, 1], [2, 3], [1, 3]], [2, 3]), "broadcasting"),
+    (_single(BO.MEAN, [[2, 3], [1]], [2], dtype=np.float32), "axes .* must be a constant"),
+    (_single(BO.SQUARED_DIFFERENCE, [[2, 3], [2, 3]], [2, 3], dtype=np.int8), "quantized SQUARE"),
+    (_single(BO.ADD, [[2], [2]], [2], dtype=np.int64), "INT64, which NNAPI has no operand type for"),
+])
+def test_unexpressible_variants_are_rejected(data: bytes, reason: str) -> None:
+    with pytest.raises(UnsupportedModelError, match=reason):
+        load_bytes(data)
+
+
+def test_hybrid_conv_and_per_channel_fc(device: nnrt.CpuDevice) -> None:
+    """A float CONV_2D reading per-channel int8 weights directly gets a DEQUANTIZE (matches
+    LiteRT's hybrid kernel); int8 FULLY_CONNECTED with per-channel weights is rejected."""
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 4, 4, 2], name="x")
+    w = g.const(RNG.integers(-127, 128, (3, 1, 1, 2)), np.int8, name="w", scale=[0.01, 0.02, 0.03], qdim=0)
+    y = g.tensor([1, 4, 4, 3], name="y")
+    g.op(BO.CONV_2D, [x, w, g.const(np.zeros(3), name="b")], [y], OPT.Conv2DOptions,
+         opts(S.Conv2DOptionsT, padding=S.Padding.SAME, strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1))
+    g.io([x], [y])
+    data = m.build()
+    model = load_bytes(data)
+    assert nnrt.OperationType.DEQUANTIZE in [op.type for op in model.operations]
+    x_in = RNG.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    np.testing.assert_allclose(run_nnrt(device, model, [x_in])[0], run_litert(data, [x_in])[0], atol=2e-2, rtol=2e-2)
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 2], np.int8, name="x", scale=0.1, zp=0)
+    w = g.const(RNG.integers(-127, 128, (3, 2)), np.int8, name="w", scale=[0.01, 0.02, 0.03], qdim=0)
+    y = g.tensor([1, 3], np.int8, name="y", scale=0.1, zp=0)
+    g.op(BO.FULLY_CONNECTED, [x, w, -1], [y], OPT.FullyConnectedOptions, opts(S.FullyConnectedOptionsT))
+    g.io([x], [y])
+    with pytest.raises(UnsupportedModelError, match="per-channel weights"):
+        load_bytes(m.build())
