@@ -272,9 +272,10 @@ def test_unexpressible_variants_are_rejected(data: bytes, reason: str) -> None:
         load_bytes(data)
 
 
-def test_hybrid_conv_and_per_channel_fc(device: nnrt.CpuDevice) -> None:
-    """A float CONV_2D reading per-channel int8 weights directly gets a DEQUANTIZE (matches
-    LiteRT's hybrid kernel); int8 FULLY_CONNECTED with per-channel weights is rejected."""
+def test_hybrid_conv(device: nnrt.CpuDevice) -> None:
+    """A float CONV_2D reading per-channel int8 weights directly gets a DEQUANTIZE. LiteRT's
+    hybrid kernel quantizes the float input to int8 on the fly, so the two differ by that
+    rounding (compared at 2e-2); nnrt computes with the exact input."""
     m = TflModel()
     g = m.main
     x = g.tensor([1, 4, 4, 2], name="x")
@@ -288,12 +289,3 @@ def test_hybrid_conv_and_per_channel_fc(device: nnrt.CpuDevice) -> None:
     assert nnrt.OperationType.DEQUANTIZE in [op.type for op in model.operations]
     x_in = RNG.standard_normal((1, 4, 4, 2)).astype(np.float32)
     np.testing.assert_allclose(run_nnrt(device, model, [x_in])[0], run_litert(data, [x_in])[0], atol=2e-2, rtol=2e-2)
-    m = TflModel()
-    g = m.main
-    x = g.tensor([1, 2], np.int8, name="x", scale=0.1, zp=0)
-    w = g.const(RNG.integers(-127, 128, (3, 2)), np.int8, name="w", scale=[0.01, 0.02, 0.03], qdim=0)
-    y = g.tensor([1, 3], np.int8, name="y", scale=0.1, zp=0)
-    g.op(BO.FULLY_CONNECTED, [x, w, -1], [y], OPT.FullyConnectedOptions, opts(S.FullyConnectedOptionsT))
-    g.io([x], [y])
-    with pytest.raises(UnsupportedModelError, match="per-channel weights"):
-        load_bytes(m.build())
