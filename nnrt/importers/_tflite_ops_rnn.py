@@ -167,7 +167,7 @@ def _densify(g: Graph, op: TflOp) -> None:
     typ, scale, zp = g.nn_type(t)
     values = g.const(t.data.reshape(-1), typ, scale, zp)
     ins = [values, g.ints(order), g.ints(block_map) if block_map else _omitted(g, T.TENSOR_INT32), g.ints(formats), g.ints(dims)]
-    ins += [g.ints(a.tolist()) if a is not None else _omitted(g, T.TENSOR_INT32) for a in arrays]
+    ins += [g.const(a, T.TENSOR_INT32) if a is not None else _omitted(g, T.TENSOR_INT32) for a in arrays]
     g.op(Op.DENSIFY, ins, [g.out(op.outputs[0])])
 
 
