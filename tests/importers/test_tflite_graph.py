@@ -289,3 +289,33 @@ def test_hybrid_conv(device: nnrt.CpuDevice) -> None:
     assert nnrt.OperationType.DEQUANTIZE in [op.type for op in model.operations]
     x_in = RNG.standard_normal((1, 4, 4, 2)).astype(np.float32)
     np.testing.assert_allclose(run_nnrt(device, model, [x_in])[0], run_litert(data, [x_in])[0], atol=2e-2, rtol=2e-2)
+
+
+def test_svdf_state_is_carried(device: nnrt.CpuDevice) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    m = TflModel()
+    g = m.main
+    batch, n_in, units, rank, memory = 2, 3, 2, 2, 4
+    x = g.tensor([batch, n_in], name="x")
+    wf = g.const(RNG.standard_normal((units * rank, n_in)) * 0.5, name="wf")
+    wt = g.const(RNG.standard_normal((units * rank, memory)) * 0.5, name="wt")
+    b = g.const(RNG.standard_normal(units) * 0.1, name="b")
+    s = g.tensor([batch, memory * units * rank], name="svdf_state", variable=True)
+    y = g.tensor([batch, units], name="y")
+    g.op(BO.SVDF, [x, wf, wt, b, s], [y], OPT.SVDFOptions,
+         opts(S.SVDFOptionsT, rank=rank, fusedActivationFunction=S.ActivationFunctionType.RELU))
+    g.io([x], [y])
+    data = m.build()
+    model = load_bytes(data)
+    (var,) = state_variables(model)
+    it = Interpreter(model_content=data, num_threads=1)
+    it.allocate_tensors()
+    prepared = device.prepare_model_sync(model)
+    state = var.initial
+    for _ in range(4):
+        xs = RNG.standard_normal((batch, n_in)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], xs)
+        it.invoke()
+        out, state = prepared.execute_sync([xs, state]).outputs
+        np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)
