@@ -92,7 +92,8 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
             row.update(status="failed", reasons=str(err).splitlines()[0][:200])
         else:
             err_text, ok = _max_error(r)
-            row.update(status="ran", ops=r.operations, max_error=err_text, within=ok, nnrt_ms=r.modes["execute"].p50,
+            row.update(status="ran", ops=r.operations, load_ms=r.load_ms, prepare_ms=r.prepare_ms, max_error=err_text,
+                       within=ok, nnrt_ms=r.modes["execute"].p50,
                        reference=r.reference, reference_note=r.reference_note,
                        reference_ms=r.reference_latency.p50 if r.reference_latency else None, ratio=r.ratio,
                        top=[(t.op_type, t.share) for t in r.profile.op_types[:3]] if r.profile else [],
@@ -104,7 +105,7 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
 def print_table(rows: list[dict[str, Any]]) -> None:
     w = max([len(r["model"]) for r in rows] + [5])
     sys.stdout.write(f"{'model':<{w}} {'package':<21}{'ops':>5} {'max err':>8} {'tol':>4}"
-                     f"{'nnrt ms':>10}{'ref ms':>10}{'ratio':>8}  top op types by time\n")
+                     f"{'load ms':>9}{'prep ms':>9}{'nnrt ms':>10}{'ref ms':>10}{'ratio':>8}  top op types by time\n")
     for r in rows:
         if r["status"] != "ran":
             continue
@@ -113,7 +114,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         ratio = f"{r['ratio']:7.2f}x" if r["ratio"] is not None else f"{'-':>8}"
         top = ", ".join(f"{t} {s:.0%}" for t, s in r["top"])
         sys.stdout.write(f"{r['model']:<{w}} {r['package']:<21}{r['ops']:>5} {r['max_error']:>8} {tol:>4}"
-                         f"{r['nnrt_ms']:10.3f}{ref}{ratio}  {top}\n")
+                         f"{r['load_ms']:9.1f}{r['prepare_ms']:9.1f}{r['nnrt_ms']:10.3f}{ref}{ratio}  {top}\n")
         if r["reference_ms"] is None:
             sys.stdout.write(f"{'':<{w}}   (no reference: {r['reference_note']})\n")
     other = [r for r in rows if r["status"] != "ran"]
@@ -142,6 +143,11 @@ def print_targets(rows: list[dict[str, Any]]) -> None:
     _median_line("median nnrt / LiteRT, TFLite models", [r["ratio"] for r in ran if r["format"] == "tflite"], TFLITE_TARGET, 5)
     streams = [r for r in ran if r["format"] == "tflite" and r["kind"] == "streaming" and r["quantized_io"]]
     _median_line("int8 streaming step: await execute / LiteRT invoke", [r["ratio"] for r in streams], STREAM_TARGET, 1)
+    loaded = [r for r in rows if r["status"] == "ran"]
+    if loaded:
+        big = max(loaded, key=lambda r: r["load_ms"] + r["prepare_ms"])
+        sys.stdout.write(f"  slowest load + prepare: {big['model']} {big['load_ms'] + big['prepare_ms']:.0f} ms "
+                         "(issue 14: import plus first preparation of the largest model < 2000 ms)\n")
     accurate = [r for r in rows if r["status"] == "ran" and r["within"] is not None]
     sys.stdout.write(f"  within tolerance of the reference: {sum(r['within'] for r in accurate)} of {len(accurate)} compared; "
                      f"{sum(r['status'] != 'ran' for r in rows)} of {len(rows)} models not run\n")
