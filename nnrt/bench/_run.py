@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.bench._inputs import InputSpec, input_specs, make_inputs, open_model
+from nnrt.bench._inputs import InputSpec, input_specs, make_inputs, open_model, with_initial_state
 from nnrt.bench._profile import Profile, profile_plan
 from nnrt.bench._reference import Reference, ReferenceUnavailable, feeds_for, open_reference, pair_outputs
 from nnrt.bench._stats import Accuracy, Latency, compare, summarize
@@ -180,7 +180,7 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     load_ms = (time.perf_counter() - t) * 1e3
     model = loaded.model
     specs = input_specs(model, opts.input_shapes)
-    inputs = make_inputs(specs, seed=opts.seed, values=opts.input_values)
+    inputs = with_initial_state(model, make_inputs(specs, seed=opts.seed, values=opts.input_values))
     out_names = [model.operands[i].name or f"output{k}" for k, i in enumerate(model.output_indexes)]
     report = BenchReport(loaded.path, loaded.format, loaded.size, len(model.operations), dict(_count_ops(model)),
                          load_ms, 0.0, specs, out_names)

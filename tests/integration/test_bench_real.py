@@ -9,10 +9,13 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from nnrt.bench import BenchOptions, format_report, run_bench
+from nnrt.bench import BenchOptions, format_report, input_specs, make_inputs, open_model, run_bench
+from nnrt.bench._inputs import with_initial_state
 from nnrt.cli import main
+from nnrt.importers import state_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "models"
@@ -43,6 +46,16 @@ def test_int8_streaming_model_is_compared_in_quantized_units() -> None:
     assert report.inputs[0].type.name == "TENSOR_QUANT8_ASYMM_SIGNED" and len(report.inputs) > 1
     (acc,) = report.accuracy
     assert acc.quant_units is not None and acc.quant_units <= 3
+
+
+def test_state_inputs_start_at_their_initial_values() -> None:
+    model = open_model(DATA / "microwakeword_okay_nabu.tflite").model
+    state = state_variables(model)
+    assert len(state) == 6
+    inputs = with_initial_state(model, make_inputs(input_specs(model), seed=3))
+    for var in state:
+        assert inputs[var.input].dtype == np.int8 and np.array_equal(inputs[var.input], var.initial)
+    assert not np.array_equal(inputs[0], np.full_like(inputs[0], inputs[0].flat[0]))  # the audio stays random
 
 
 def test_bench_command_on_a_real_model_with_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
