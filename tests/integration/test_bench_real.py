@@ -61,13 +61,16 @@ def test_state_inputs_start_at_their_initial_values() -> None:
 def test_bench_command_on_a_real_model_with_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = DATA / "mediapipe_hand_recrop.tflite"
     out_json = tmp_path / "r.json"
-    assert main(["bench", str(path), "--runs", "3", "--warmup", "1", "--profile", "--json", str(out_json)]) == 0
+    assert main(["bench", str(path), "--runs", "3", "--warmup", "1", "--profile", "--reference-spread",
+                 "--json", str(out_json)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^  reference \(LiteRT [\d.]+\)( +\d+\.\d+){5}$", out, re.M)
     assert re.search(r"^  output_crop +\[1, 1, 1, 4\] .* yes \(tolerance used", out, re.M)
     assert re.search(r"^  PRELU +\d+\.\d+ +\d+\.\d%", out, re.M)
     doc = json.loads(out_json.read_text())
     assert doc["reference"]["accurate"] is True and doc["reference"]["ratio"] > 0
+    (spread,) = doc["reference"]["spread"]  # LiteRT's reference kernels against XNNPACK
+    assert spread["output"] == "output_crop" and spread["max_abs"] > 0
     assert {t["op_type"] for t in doc["profile"]["op_types"]} >= {"CONV_2D", "DEPTHWISE_CONV_2D", "PRELU"}
 
 
