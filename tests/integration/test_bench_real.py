@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +95,13 @@ def test_readme_run_your_own_model_example(monkeypatch: pytest.MonkeyPatch, caps
     monkeypatch.chdir(ROOT)
     exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out == "[(1, 896, 16), (1, 896, 1)]\n"
+
+
+def test_without_the_reference_runtime_the_bench_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("ai_edge_litert", "ai_edge_litert.interpreter"):
+        monkeypatch.setitem(sys.modules, name, None)
+    assert main(["bench", str(DATA / "mediapipe_hand_recrop.tflite"), "--runs", "2", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "reference: none (LiteRT is not installed: pip install ai-edge-litert (or pip install 'nnrt[bench]'))" in out
+    assert re.search(r"^  burst( +\d+\.\d+){5}$", out, re.M) and "accuracy vs" not in out
