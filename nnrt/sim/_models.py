@@ -201,7 +201,7 @@ class _CostCache:
             return [float(c) for c in costs]
         from nnrt.devices import CpuDevice
 
-        device = CpuDevice(name="nnrt-sim-calibration", compute_units=1)  # BLAS pinned, as in real runs
+        device = CpuDevice(name="nnrt-sim-calibration", compute_units=1, tune_process=True)  # as in real runs
         try:
             plan = device._compile(model)
         finally:
