@@ -11,7 +11,16 @@ This module only re-exports; the implementation lives in the subpackages.
 
 from nnrt.burst import Burst
 from nnrt.clock import Clock, MonotonicClock, VirtualClock, deadline_after
-from nnrt.devices import CpuDevice, Device, DeviceType, get_devices
+from nnrt.devices import (
+    CpuDevice,
+    Device,
+    DeviceType,
+    OperationSupport,
+    RestrictedDevice,
+    get_devices,
+    register_device,
+    unregister_device,
+)
 from nnrt.errors import (
     DeadObjectError,
     DeviceUnavailableError,
@@ -25,6 +34,7 @@ from nnrt.errors import (
 )
 from nnrt.execution import ExecutionResult, FencedExecutionCallback, FencedExecutionInfo, PreparedModel
 from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, from_future
+from nnrt.framework import prepare
 from nnrt.importers import UnsupportedModelError, load
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, Memory, MemoryLocation
 from nnrt.model import Model, ModelBuilder, OperandRef
@@ -39,6 +49,7 @@ from nnrt.types import (
     OperationType,
     OutputShape,
     PaddingCode,
+    Partition,
     PerformanceInfo,
     Priority,
     Timing,
@@ -82,12 +93,15 @@ __all__ = [
     "OperandType",
     "OperationType",
     "OutputInsufficientSizeError",
+    "OperationSupport",
     "OutputShape",
     "PaddingCode",
+    "Partition",
     "PerformanceInfo",
     "PreparedModel",
     "Priority",
     "ResourceExhaustedError",
+    "RestrictedDevice",
     "SyncFence",
     "UnsupportedModelError",
     "Timing",
@@ -100,4 +114,7 @@ __all__ = [
     "from_future",
     "get_devices",
     "load",
+    "prepare",
+    "register_device",
+    "unregister_device",
 ]

@@ -339,6 +339,17 @@ class OutputShape:
 
 
 @dataclass(frozen=True, slots=True)
+class Partition:
+    """One step of a prepared model: the device running it and the indexes of the model's
+    operations it runs (in run order). ``fallback_from`` names the device that was chosen for
+    the step but failed to prepare it (the step then runs on the CPU)."""
+
+    device: str
+    operations: tuple[int, ...]
+    fallback_from: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class PerformanceInfo:
     """NNAPI ``PerformanceInfo``: time and power relative to the CPU reference (lower is better)."""
 
