@@ -276,9 +276,10 @@ class CpuDevice(Device):
         cache_dir: str | os.PathLike[str] | None = None,
         token: bytes | None = None,
     ) -> PreparedModel:
-        """Prepare ``model``; with ``cache_dir`` and a 32-byte ``token``, through the compilation
-        cache (``nnrt.cache``): a valid entry is loaded, else the model is prepared in full and
-        the entry (re)written."""
+        """Prepare ``model`` (see ``Device.prepare_model`` for the arguments and errors); with
+        ``cache_dir`` and a 32-byte ``token``, through the compilation cache (``nnrt.cache``):
+        a valid entry is loaded, else the model is prepared in full and the entry (re)written.
+        Compilation and calibration run on a thread, not on the event loop."""
         self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         if deadline is not None and self.clock.now() >= deadline:
