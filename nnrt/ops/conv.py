@@ -37,7 +37,15 @@ from nnrt.ops._common import (
     to_nchw,
     to_real,
 )
-from nnrt.ops._conv_core import Geometry, TiledTaps, depthwise_direct, depthwise_sums, exact_in_float32, padded
+from nnrt.ops._conv_core import (
+    Geometry,
+    TiledTaps,
+    depthwise_direct,
+    depthwise_sums,
+    exact_in_float32,
+    im2col,
+    padded,
+)
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
@@ -57,8 +65,10 @@ __all__ = [
     "real_filter",
 ]
 
-#: Input channels up to which CONV_2D gathers taps as per-channel planes rather than im2col rows.
+#: Input channels up to which CONV_2D gathers taps as per-channel planes rather than im2col rows
+#: (one copy per tap: for few taps only; a 1x256 filter over a signal takes im2col's one copy).
 _PLANES_MAX_CHANNELS = 4
+_PLANES_MAX_TAPS = 25
 
 
 # -- signatures -----------------------------------------------------------------------------
@@ -283,13 +293,13 @@ def conv_nhwc(
         xp = padded(x, g, 1, 1)
         src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
         out: np.ndarray = np.matmul(src.reshape(p, c), waug[:k])
-        out += waug[k]
+        _add_row(out, waug[k])
         return out.reshape(n, oh, ow, cout), False
-    rows_h = [slice(i * g.dil_h, i * g.dil_h + (oh - 1) * sh + 1, sh) for i in range(k_h)]
-    cols_w = [slice(j * g.dil_w, j * g.dil_w + (ow - 1) * sw + 1, sw) for j in range(k_w)]
-    if c <= _PLANES_MAX_CHANNELS:
+    if c <= _PLANES_MAX_CHANNELS and k_h * k_w <= _PLANES_MAX_TAPS:
         # Channel-major padded copy, then one [C, N, OH, OW] block per tap; BLAS multiplies
         # the [K+1, P] planes through a transposed view.
+        rows_h = [slice(i * g.dil_h, i * g.dil_h + (oh - 1) * sh + 1, sh) for i in range(k_h)]
+        cols_w = [slice(j * g.dil_w, j * g.dil_w + (ow - 1) * sw + 1, sw) for j in range(k_w)]
         xc = _padded_cnhw(x, g, k_h, k_w)
         planes = np.empty((k + 1, n, oh, ow), dtype=x.dtype)
         for i, rs in enumerate(rows_h):
@@ -302,15 +312,18 @@ def conv_nhwc(
             return out.reshape(1, cout, oh, ow), True
         out = np.matmul(planes.reshape(k + 1, p).T, waug)
     else:
-        xp = padded(x, g, k_h, k_w)
-        cols = np.empty((p, k + 1), dtype=x.dtype)
-        taps = cols[:, :k].reshape(n, oh, ow, k_h * k_w, c)
-        for i, rs in enumerate(rows_h):
-            for j, cs in enumerate(cols_w):
-                taps[:, :, :, i * k_w + j] = xp[:, rs, cs]
-        cols[:, k] = 1
-        out = np.matmul(cols, waug)
+        # im2col in one copy from a strided window view, a column of ones for the bias row.
+        out = np.matmul(im2col(padded(x, g, k_h, k_w), g, k_h, k_w, ones=True), waug)
     return out.reshape(n, oh, ow, cout), False
+
+
+def _add_row(out: np.ndarray, row: np.ndarray) -> None:
+    """``out += row`` for a C-contiguous [P, C] ``out``, over rows of up to 16 * C elements
+    (a short broadcast row makes numpy's inner loop short: about 1.5x slower)."""
+    p, c = out.shape
+    r = next(r for r in (16, 8, 4, 2, 1) if p % r == 0) if out.size >= 1 << 14 else 1
+    flat = out.reshape(p // r, r * c)
+    flat += np.tile(row, r) if r > 1 else row
 
 
 def _padded_cnhw(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
@@ -348,9 +361,10 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             call.fail(f"filter has {fd[3]} input channels, the input has {cin}")
 
     const_w, const_b = call.const(1), call.const(2)
-    wmat0 = None
+    mat0 = None
     if const_w is not None and const_b is not None:
-        wmat0 = relaid(call, "wmat", lambda: _conv_matrix(real_filter(const_w, call, types), real_bias(const_b, call, types)))
+        mat0 = _conv_matrices(call, types, const_w, const_b, cached=True)
+    zero = call.inputs[0].zero_point if types.quantized else 0
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         g, cin = _run_geometry(call, sig, (x, w, b, *params))
@@ -358,14 +372,44 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
-        if wmat0 is not None:
-            wmat = wmat0
-        else:
-            wmat = _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
-        out, in_layout = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g, g.nchw)
-        return finish_output(call, out, g, in_layout)
+        wmat, scales = mat0 if mat0 is not None else _conv_matrices(call, types, w, b, cached=False)
+        if scales is None:
+            out, in_layout = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g, g.nchw)
+            return finish_output(call, out, g, in_layout)
+        xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
+        if zero:
+            xc -= wmat.dtype.type(zero)
+        sums = conv_nhwc(xc, wmat, w.shape[1], w.shape[2], g)[0]
+        return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     return run
+
+
+def _conv_matrices(
+    call: OpCall, types: ConvTypes, w: np.ndarray, b: np.ndarray, cached: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The GEMM matrix of a CONV_2D filter and bias (``_conv_matrix``) and, for quantized
+    filters, the real scale of each output channel (else None).
+
+    A quantized filter keeps its zero-point-centred integers and the bias its int32 values,
+    so the product of centred integer inputs sums exactly (float32 when every sum stays below
+    2**24, else float64); one multiplication by the scales gives real values."""
+    scales = None
+    if not types.quantized:
+
+        def make() -> np.ndarray:
+            return _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
+
+    else:
+        centred, scales = centred_filter(call, w, 0)
+        bound = w[0].size * 255 * 255 + int(np.abs(b.astype(np.int64)).max(initial=0))
+        dtype = np.float32 if bound < 1 << 24 else np.float64
+
+        def make() -> np.ndarray:
+            return _conv_matrix(centred.astype(dtype), b.astype(dtype))
+
+    key = "wmat_int" if types.quantized else "wmat"
+    return (relaid(call, key, make) if cached else make()), scales
 
 
 def _run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tuple[Geometry, int]:
@@ -448,23 +492,23 @@ def _depthwise_filter(
     call: OpCall, types: ConvTypes, w: np.ndarray
 ) -> tuple[TiledTaps, type[np.floating], TiledTaps | None]:
     """A depthwise filter [1, KH, KW, C] as tiled taps, the dtype the taps are summed in and,
-    for quantized filters, the real scale of each channel's integer sums (else None).
-
-    Quantized filters keep their zero-point-centred integer values: the sums of products are
-    exact (float32 while they stay below 2**24, else float64) and scaled once per output."""
+    for quantized filters, the real scale of each channel's integer sums (else None)."""
     if not types.quantized:
         return TiledTaps(real_filter(w, call, types)[0]), np.float32, None
+    centred, scales = centred_filter(call, w, 3)
+    dtype: type[np.floating] = np.float32 if exact_in_float32(w.shape[1] * w.shape[2]) else np.float64
+    return TiledTaps(centred[0].astype(dtype)), dtype, TiledTaps(scales[None, :])
+
+
+def centred_filter(call: OpCall, w: np.ndarray, channel_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A quantized filter's zero-point-centred integer values (float64) and the real scale of
+    each output channel's sums of products with centred inputs: input scale x filter scale."""
     f = call.inputs[1]
     cq = f.channel_quant
+    in_scale = np.float64(call.inputs[0].scale)
     if f.type is T.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq is not None:
-        scales = np.asarray(cq.scales, dtype=np.float64)
-        centred = w.astype(np.float64)
-    else:
-        scales = np.full(w.shape[3], f.scale, dtype=np.float64)
-        centred = w.astype(np.float64) - f.zero_point
-    dtype: type[np.floating] = np.float32 if exact_in_float32(w.shape[1] * w.shape[2]) else np.float64
-    scale = TiledTaps((scales * np.float64(call.inputs[0].scale))[None, :])
-    return TiledTaps(centred[0].astype(dtype)), dtype, scale
+        return w.astype(np.float64), np.asarray(cq.scales, dtype=np.float64) * in_scale
+    return w.astype(np.float64) - f.zero_point, np.full(w.shape[channel_dim], np.float64(f.scale) * in_scale)
 
 
 def _depthwise_bias(call: OpCall, types: ConvTypes, b: np.ndarray) -> TiledTaps:
