@@ -107,7 +107,7 @@ class CpuDevice(Device):
         blas_threads: int | None = 1,
         inline_limit_ns: float = DEFAULT_INLINE_LIMIT_NS,
         calibrate: bool = True,
-        fairness: Literal["round_robin", "weighted"] = "round_robin",
+        fairness: Literal["round_robin", "weighted"] = "weighted",
         app_weights: Mapping[Hashable, float] | None = None,
         aging: bool = True,
         aging_s: float = 0.25,
@@ -368,7 +368,7 @@ class CpuDevice(Device):
             except MissedDeadlineError:
                 gen.close()
                 raise
-        results = self.drive_sync(gen, ctx)
+        results = self._run_to_end(gen)
         self.scheduler.ran_fast(app, priority)
         return results
 
@@ -376,7 +376,11 @@ class CpuDevice(Device):
         """The idle-device admission test: MISSED_DEADLINE_PERSISTENT when ``plan``'s admission
         cost does not fit before ``deadline`` (and the plan's estimate learns of the refusal)."""
         cost_s = plan.admission_cost_ns / 1e9
-        if cost_s > deadline - self.clock.now():
+        left = deadline - self.clock.now()
+        if left <= 0:  # it passed since the call (a fenced execution waiting for its fences)
+            raise MissedDeadlineError("the deadline passed before the execution could start",
+                                      status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        if cost_s > left:
             plan.refused()
             raise MissedDeadlineError(
                 f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
@@ -390,7 +394,9 @@ class CpuDevice(Device):
         if self.runs_inline(plan) and sched.idle():
             return self.run_now(gen, ctx, plan, app, priority)
         cost_s = plan.admission_cost_ns / 1e9
-        job = Job(app, priority, cost=cost_s, deadline=ctx.deadline)
+        # On the loop thread nothing can interrupt it; on a worker it yields between steps.
+        step_s = cost_s if self.runs_inline(plan) else cost_s * plan.step_share()
+        job = Job(app, priority, cost=cost_s, deadline=ctx.deadline, step=step_s)
         try:
             sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
         except MissedDeadlineError as err:
@@ -468,7 +474,8 @@ class CpuDevice(Device):
                 held_ns += perf_ns() - granted
                 granted = await sched.wait_turn(job)
 
-    def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
+    def _run_to_end(self, gen: _Gen) -> tuple[list[Any], int]:
+        """Resume the interpreter on the calling thread until it returns (its yields ignored)."""
         t = perf_ns()
         token = fp_errors_ignored()
         try:

@@ -9,7 +9,8 @@ tensors, loop variables) lives in the generator frames, resuming recomputes noth
 heavy step it yields ``OFFLOAD`` when it is running on the event loop thread, so the driver
 can continue it on the device's worker thread.
 
-Deadlines are checked at every checkpoint against ``ctx.clock``: a passed deadline raises
+Deadlines are checked at every checkpoint against ``ctx.clock``, and once more after the last
+step (outputs computed after the deadline are no success, on any path): a passed deadline raises
 MISSED_DEADLINE_TRANSIENT; a WHILE loop whose elapsed time exceeds ``ctx.loop_timeout`` after a
 true condition does the same. Exceptions that escape a kernel other than ``NnrtError`` become
 GENERAL_FAILURE naming the operation.
@@ -141,7 +142,16 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
                 slots[slot] = value
         for slot in step.free:
             slots[slot] = None
+    if deadline is not None and now() > deadline:
+        raise _finished_late(plan)
     return [slots[i] for i in plan.outputs]
+
+
+def _finished_late(plan: Plan) -> MissedDeadlineError:
+    """The end-of-run check every path passes through: outputs computed after the deadline are
+    not a success (the last step may have run across it)."""
+    last = plan.steps[-1].label if plan.steps else "the plan"
+    return MissedDeadlineError(f"deadline passed during {last}, the last step", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
 
 
 def run_kernels(plan: Plan, args: list[Any], clock: Clock, deadline: float | None) -> list[Any]:
@@ -155,6 +165,8 @@ def run_kernels(plan: Plan, args: list[Any], clock: Clock, deadline: float | Non
         if deadline is not None and clock.now() >= deadline:
             raise MissedDeadlineError(f"deadline passed before {step.label}", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
         _store(step, slots, _kernel(step, slots))
+    if deadline is not None and clock.now() > deadline:
+        raise _finished_late(plan)
     return [slots[i] for i in plan.outputs]
 
 

@@ -149,6 +149,13 @@ class Plan:
     def cost_ns(self) -> float:
         return sum(s.cost_ns for s in self.steps)
 
+    def step_share(self) -> float:
+        """The longest kernel step's share of the plan's cost (0..1): the part of an execution
+        that runs without a checkpoint (control-flow steps have checkpoints inside)."""
+        total = self.cost_ns
+        longest = max((s.cost_ns for s in self.steps if s.kind == KERNEL), default=0.0)
+        return 1.0 if total <= 0 else min(1.0, longest / total)
+
     def set_inline_limit(self, limit_ns: float) -> None:
         """Decide, from the step costs, what may run on the event loop thread: each step
         (``heavy``), and the whole plan (``inline``: cheap and without control flow)."""

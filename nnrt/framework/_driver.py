@@ -13,9 +13,10 @@ the outputs go back into the plan's slots, where the next step reads them. So:
 * dynamic output shapes propagate: a step's output has the shape its kernel gave it;
 * one deadline covers the whole execution (every step's context carries it; the interpreter
   checks it again between steps); the times the steps spend computing add up into ``Timing``;
-* each entry point of the ``Driver`` protocol maps onto the same entry point of every step's
-  driver: ``run_now`` (the inline fast path, only when every step may run inline now),
-  ``drive`` (each step awaited on its device's scheduler), ``drive_sync``.
+* each hook of the ``Driver`` protocol maps onto the same hook of every step's driver:
+  ``run_now`` (the inline fast path, only when every step may run now; and ``execute_sync``
+  outside the scheduler),
+  ``drive`` (each step awaited on its device's scheduler).
 
 A fenced execution of a partitioned model is one fenced execution: it waits for its fences,
 then runs the steps in order, each starting when the previous one has finished (what chaining
@@ -123,18 +124,6 @@ class PartitionedDriver:
             while True:
                 p, step_gen, sub = _next_step(gen, ctx)
                 ctx.handoff, ns = await p._driver.drive(step_gen, sub, p.plan, app, priority)
-                total += ns
-        except StopIteration as stop:
-            return stop.value, total
-        finally:
-            gen.close()
-
-    def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
-        total = 0
-        try:
-            while True:
-                p, step_gen, sub = _next_step(gen, ctx)
-                ctx.handoff, ns = p._driver.drive_sync(step_gen, sub)
                 total += ns
         except StopIteration as stop:
             return stop.value, total

@@ -17,7 +17,7 @@ process, relative deadline, count or duration). Every mistake raises ``ScenarioE
     speed = 1.0                      # step costs are divided by it
     memory_mb = 64                   # the device's memory budget, charged at preparation (default: none)
     app_memory_mb = 16               # and each app's limit on it (default: none)
-    fairness = "weighted"            # or "round_robin" (default: weighted if an app has weight != 1)
+    fairness = "weighted"            # or "round_robin" (default: weighted, by device time)
     aging_s = 0.25
     max_queued_per_app = 256
     feature_level = 4                # a driver with limits (1-8; default: the reference CPU, all)
