@@ -236,6 +236,27 @@ async def test_one_deadline_covers_every_step(vdevices: tuple[nnrt.CpuDevice, Re
     assert cpu_calls == [1] and ok.outputs[0].shape == (1, 4)
 
 
+async def test_steps_that_cannot_fit_together_are_refused_before_any_runs(
+    vdevices: tuple[nnrt.CpuDevice, RestrictedDevice],
+) -> None:
+    cpu, npu = vdevices
+    clock = cpu.clock
+    pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu])
+    steps = [step.target for step in pm.plan.steps]
+    calls = [count_calls(p) for p in steps]
+    for p in steps:
+        for s in p.plan.steps:
+            s.cost_ns = 0.6e9  # each step alone fits a 1 s deadline, both together do not
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await pm.execute([x14()], deadline=clock.now() + 1.0)
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT and "2 steps" in str(info.value)
+    with pytest.raises(nnrt.MissedDeadlineError):
+        pm.execute_sync([x14()], deadline=clock.now() + 1.0)
+    assert calls == [[0], [0]]
+    assert (await pm.execute([x14()], deadline=clock.now() + 1.3)).outputs[0].shape == (1, 4)
+    assert calls == [[1], [1]]
+
+
 async def test_each_step_runs_under_its_device_scheduler_with_the_apps_priority(
     vdevices: tuple[nnrt.CpuDevice, RestrictedDevice],
 ) -> None:
