@@ -37,16 +37,18 @@ from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, f
 from nnrt.framework import prepare
 from nnrt.importers import UnsupportedModelError, load
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, Memory, MemoryLocation
-from nnrt.model import Model
+from nnrt.model import Model, ModelBuilder, OperandRef
 from nnrt.types import (
     TIMING_UNAVAILABLE,
     Capabilities,
     ErrorStatus,
     ExecutionPreference,
+    FuseCode,
     OperandLifeTime,
     OperandType,
     OperationType,
     OutputShape,
+    PaddingCode,
     Partition,
     PerformanceInfo,
     Priority,
@@ -75,6 +77,7 @@ __all__ = [
     "FenceState",
     "FencedExecutionCallback",
     "FencedExecutionInfo",
+    "FuseCode",
     "GeneralFailureError",
     "InternalError",
     "InvalidArgumentError",
@@ -82,14 +85,17 @@ __all__ = [
     "MemoryLocation",
     "MissedDeadlineError",
     "Model",
+    "ModelBuilder",
     "MonotonicClock",
     "NnrtError",
     "OperandLifeTime",
+    "OperandRef",
     "OperandType",
     "OperationType",
     "OutputInsufficientSizeError",
     "OperationSupport",
     "OutputShape",
+    "PaddingCode",
     "Partition",
     "PerformanceInfo",
     "PreparedModel",

@@ -1,4 +1,4 @@
-"""The ``nnrt`` command: ``nnrt demo``, ``nnrt devices``, ``nnrt conformance``, ``nnrt simulate``.
+"""The ``nnrt`` command: ``nnrt demo``, ``nnrt devices``, ``nnrt conformance``, ``nnrt simulate``, ``nnrt bench``.
 
 nnrt's own commands run on uvloop where it is installed (``--loop asyncio`` to opt out);
 library users keep whatever event loop they run.
@@ -213,6 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     devs.add_argument("--model", help="a built-in model or a saved one: its support and partitions on the devices")
     sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
     sub.add_parser("simulate", help="replay a QoS scenario in virtual time (nnrt simulate --help)", add_help=False)
+    sub.add_parser("bench", help="benchmark a .tflite/.onnx model against its reference runtime (nnrt bench --help)",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "conformance":
         return _conformance(rest)
@@ -220,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nnrt.sim._cli import main as simulate_main
 
         return simulate_main(rest)
+    if args.command == "bench":
+        from nnrt.bench import main as bench_main
+
+        return bench_main(rest, loop=args.loop)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "demo":

@@ -17,10 +17,12 @@ __all__ = [
     "Capabilities",
     "ErrorStatus",
     "ExecutionPreference",
+    "FuseCode",
     "OperandLifeTime",
     "OperandType",
     "OperationType",
     "OutputShape",
+    "PaddingCode",
     "PerformanceInfo",
     "Priority",
     "Timing",
@@ -249,6 +251,29 @@ class OperationType(enum.IntEnum):
             if self >= start:
                 return level
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+class FuseCode(enum.IntEnum):
+    """NNAPI ``FuseCode``: the activation an operation applies to its result (an INT32 scalar input
+    of ADD, MUL, SUB, DIV, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, the pools, ...)."""
+
+    NONE = 0
+    RELU = 1
+    #: Clamp to [-1, 1].
+    RELU1 = 2
+    #: Clamp to [0, 6].
+    RELU6 = 3
+
+
+class PaddingCode(enum.IntEnum):
+    """NNAPI ``PaddingCode``: the implicit padding scheme of convolutions and pools (an INT32 input).
+
+    SAME pads so that the output has ceil(input / stride) elements along each spatial axis
+    (the extra element, if any, goes at the end); VALID does not pad.
+    """
+
+    SAME = 1
+    VALID = 2
 
 
 class OperandLifeTime(enum.IntEnum):

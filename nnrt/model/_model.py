@@ -4,8 +4,9 @@ Per-call checks run at the call (an operand index out of range, a value of the w
 graph checks run at ``finish()``: execution order (every operand read by an operation is
 written before it, which also rules out cycles), exactly one writer for every temporary and
 output, inputs and constants never written, no duplicate inputs or outputs, and no cycle
-among referenced subgraphs. Operation signatures (argument counts and types) are the
-kernels' business and are checked at preparation, as NNAPI drivers do.
+among referenced subgraphs. ``add_operation`` checks the operation's signature (the number
+of inputs and outputs, each operand's type) against ``_signatures.py``, as NNAPI's runtime
+does; ranks, shapes and constant parameters are the kernels' checks, at preparation.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.errors import InvalidArgumentError
 from nnrt.model._operand import ChannelQuant, Operand, Operation, SupportsBuffer, check_quant_params, dims_product
+from nnrt.model._signatures import check_operation
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 __all__ = ["Model"]
@@ -158,7 +160,14 @@ class Model:
         op.subgraph, op.lifetime = model, _L.SUBGRAPH
 
     def add_operation(self, type: OperationType | int, inputs: Sequence[int], outputs: Sequence[int]) -> int:  # noqa: A002
-        """Append an operation; operations must be added in execution order."""
+        """Append an operation; operations must be added in execution order.
+
+        Raises ``InvalidArgumentError`` (INVALID_ARGUMENT) at once when an operand index is
+        out of range, or when the operation takes another number of inputs or outputs or an
+        operand has a type no form of the operation allows; the message lists the inputs
+        expected (see the operation reference). Shapes and parameter values are checked when
+        the model is prepared.
+        """
         self._check_mutable("add_operation")
         index = len(self.operations)
         t = _enum_value(OperationType, type, f"add_operation (operation {index})")
@@ -168,6 +177,7 @@ class Model:
         outs = tuple(self._operand(i, f"{label} output {k}").index for k, i in enumerate(outputs))
         if not outs and t is not OperationType.IF:
             raise InvalidArgumentError(f"{label}: an operation needs at least one output")
+        check_operation(label, t, [self.operands[i] for i in ins], [self.operands[i] for i in outs])
         self.operations.append(Operation(t, ins, outs, index))
         return index
 
