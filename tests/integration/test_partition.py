@@ -312,3 +312,35 @@ async def test_compilation_cache_per_step(cpu: nnrt.CpuDevice, npu: RestrictedDe
     assert sorted(os.listdir(tmp_path)) == written
     x = x14()
     assert (await first.execute([x])).outputs[0].tobytes() == (await second.execute([x])).outputs[0].tobytes()
+
+
+REAL_MODELS = Path(__file__).parents[1] / "data" / "models"
+
+
+def _random_inputs(model: Model, rng: np.random.Generator) -> list[np.ndarray]:
+    out = []
+    for i in model.input_indexes:
+        op = model.operands[i]
+        if op.type.is_quantized:
+            info = np.iinfo(op.type.dtype)
+            out.append(rng.integers(info.min, info.max, op.dimensions, endpoint=True).astype(op.type.dtype))
+        else:
+            out.append(rng.standard_normal(op.dimensions).astype(op.type.dtype))
+    return out
+
+
+@pytest.mark.parametrize("name", ["microwakeword_hey_jarvis.tflite", "mediapipe_hand_recrop.tflite"])
+async def test_real_models_bitwise_identical(cpu: nnrt.CpuDevice, name: str) -> None:
+    """Two vendored real models (imported by ``nnrt.load``): convolutions on a restricted
+    device, the rest on the CPU; outputs equal the single-device ones bit for bit."""
+    model = nnrt.load(REAL_MODELS / name)
+    conv = RestrictedDevice("npu-conv", operations=[Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.ADD])
+    pm = await nnrt.prepare(model, [cpu, conv])
+    assert len(pm.partitions) >= 3 and {p.device for p in pm.partitions} == {"cpu", "npu-conv"}
+    assert sorted(n for p in pm.partitions for n in p.operations) == list(range(len(model.operations)))
+    single = await cpu.prepare_model(model)
+    inputs = _random_inputs(model, np.random.default_rng(0))
+    expected = (await single.execute(inputs)).outputs
+    got = (await pm.execute(inputs)).outputs
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
+    conv.close()
