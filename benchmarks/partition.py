@@ -8,7 +8,11 @@
 (b) partitioning a 5,000-operation model (blocks of ADD, MUL, LOGISTIC, TANH; the restricted
     device takes ADD and MUL): support queries, best device per operation and step formation
     (``nnrt.framework.partition``; target: < 100 ms), then building the step models, and a
-    whole ``nnrt.prepare`` for scale.
+    whole ``nnrt.prepare`` for scale;
+(c) a vendored real model (mediapipe hand_recrop, 63 operations, on the device's worker)
+    with its convolutions on the restricted device (27 steps), against one device: what the
+    boundaries cost a model too heavy for the inline path (each step is admitted and handed
+    to a worker on its own).
 
 Run: python benchmarks/partition.py [--quick]
 """
@@ -120,6 +124,35 @@ def partition_time() -> None:
     npu.close()
 
 
+async def real_model(loop_name: str) -> None:
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "tests" / "data" / "models" / "mediapipe_hand_recrop.tflite"
+    model = nnrt.load(path)
+    cpu = nnrt.CpuDevice(name="cpu")
+    npu = RestrictedDevice("npu", operations=[Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.ADD])
+    single = await cpu.prepare_model(model)
+    parted = await nnrt.prepare(model, [cpu, npu])
+    steps = len(parted.partitions)
+    x = np.random.default_rng(0).standard_normal((1, 256, 256, 3)).astype(np.float32)
+
+    async def run_single() -> object:
+        return await single.execute([x])
+
+    async def run_parted() -> object:
+        return await parted.execute([x])
+
+    base, other = await atimed_pair(run_single, run_parted, 5 if QUICK else 20, repeat=5 if QUICK else 9)
+    sys.stdout.write(f"(c) {loop_name}: mediapipe hand_recrop, {len(model.operations)} operations, {steps} steps against 1\n")
+    report("execute, one device", base)
+    report(f"execute, {steps} steps", other)
+    report("cost per step boundary (worker path)", (other - base) / (steps - 1))
+    ratio("partitioned / one device", other / base)
+    cpu.close()
+    npu.close()
+
+
 if __name__ == "__main__":
     run_on_event_loops(step_overhead)
     partition_time()
+    asyncio.run(real_model("asyncio"))
