@@ -93,6 +93,17 @@ async def test_no_fallback_after_a_missed_deadline(cpu: nnrt.CpuDevice, status: 
     assert info.value.status is status
 
 
+async def test_preparation_deadline_reaches_the_steps_without_fallback(vdevices: tuple[nnrt.CpuDevice,
+                                                                                     RestrictedDevice]) -> None:
+    cpu, npu = vdevices
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu], deadline=cpu.clock.now())
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu], deadline=cpu.clock.now() + 1.0,
+                            preference=nnrt.ExecutionPreference.LOW_POWER)
+    assert [p.preference for p in (step.target for step in pm.plan.steps)] == [nnrt.ExecutionPreference.LOW_POWER] * 2
+
+
 async def test_without_the_cpu_nothing_falls_back(npu: RestrictedDevice) -> None:
     bad = RestrictedDevice("bad", operations=NPU_OPS, fail_prepare=ErrorStatus.DEVICE_UNAVAILABLE)
     with pytest.raises(nnrt.DeviceUnavailableError):
