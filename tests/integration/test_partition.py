@@ -355,3 +355,31 @@ async def test_real_models_bitwise_identical(cpu: nnrt.CpuDevice, name: str) -> 
     got = (await pm.execute(inputs)).outputs
     assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
     conv.close()
+
+
+async def test_worker_path_fenced_and_burst() -> None:
+    """Devices that run every plan on their workers (nothing inline): execute, a fenced chain
+    of two partitioned models, and a pipelined burst give the single-device outputs."""
+    cpu = nnrt.CpuDevice(name="wcpu", inline_limit_ns=0)
+    npu = RestrictedDevice("wnpu", operations=NPU_OPS, inline_limit_ns=0)
+    m = chain(Op.ADD, Op.LOGISTIC, Op.MUL)
+    pm = await nnrt.prepare(m, [cpu, npu])
+    assert not pm._driver.runs_inline(pm.plan)
+    x = x14()
+    once = (await (await cpu.prepare_model(m)).execute([x])).outputs[0]
+    twice = (await (await cpu.prepare_model(m)).execute([once])).outputs[0]
+    assert (await pm.execute([x])).outputs[0].tobytes() == once.tobytes()
+    mid, out = np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32)
+    gate = nnrt.SyncFence()
+    f1, _ = await pm.execute_fenced([x], [mid], wait_for=[gate])
+    f2, cb = await pm.execute_fenced([mid], [out], wait_for=[f1])
+    gate.signal()
+    await f2
+    assert cb.get_execution_info().status is ErrorStatus.NONE
+    assert mid.tobytes() == once.tobytes() and out.tobytes() == twice.tobytes()
+    async with pm.burst() as burst:
+        futures = [await burst.submit([x]) for _ in range(4)]
+        for f in futures:
+            assert (await f).outputs[0].tobytes() == once.tobytes()
+    cpu.close()
+    npu.close()
