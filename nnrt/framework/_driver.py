@@ -125,9 +125,14 @@ class PartitionedDriver:
         try:
             if ctx.deadline is not None:
                 self.refuse_if_late(ctx.deadline)
+            # ``_next_step`` inlined, one context for every step: each runs to its end here,
+            # where nothing can interrupt it (the inline path's cost per step boundary).
+            sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
             while True:
-                p, step_gen, sub = _next_step(gen, ctx)
-                ctx.handoff, ns = p._driver.run_now(step_gen, sub, p.plan, app, priority)
+                next(gen)
+                step, args = ctx.handoff
+                p: PreparedModel = step.target
+                ctx.handoff, ns = p._driver.run_now(run_plan(p.plan, args, sub), sub, p.plan, app, priority)
                 total += ns
         except StopIteration as stop:
             return stop.value, total
@@ -160,7 +165,7 @@ def _next_step(gen: _Gen, ctx: ExecContext) -> tuple[PreparedModel, _Gen, ExecCo
     step, args = ctx.handoff
     p: PreparedModel = step.target
     sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
-    return p, run_plan(p.plan, list(args), sub), sub
+    return p, run_plan(p.plan, args, sub), sub
 
 
 def device_name(prepared: PreparedModel) -> str:
