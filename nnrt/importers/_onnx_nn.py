@@ -164,7 +164,8 @@ def conv_operands(ctx: NodeCtx, w_index: int, quantized: bool = False) -> tuple[
     if ctx.has("pads"):
         p = ctx.ints("pads") or [0, 0]
         ctx.node.attrs["pads"].ints = [0, p[0], 0, p[1]]
-    return reshape_to(ctx, x, [x.shape[0], x.shape[1], 1, x.shape[2]], out=None), w, True
+    x4 = ctx.b.op1(Op.EXPAND_DIMS, [x, ctx.b.i32(2)], x.dtype, (x.shape[0], x.shape[1], 1, x.shape[2]), x.quant)
+    return x4, w, True
 
 
 #: Makes the filter operand from re-laid weights: (array, its output-channel dim, group slice).
@@ -215,7 +216,7 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
         y = ctx.b.op1(Op.CONCATENATION, [*outs, ctx.b.i32(1)], dtype, shape, quant)
     out_shape = shape if not was_1d else (shape[0], shape[1], shape[3])
     if was_1d:
-        y = reshape_to(ctx, y, list(out_shape), out=None)
+        y = ctx.b.op1(Op.SQUEEZE, [y, ctx.b.ints([2])], dtype, out_shape, quant)
     out_name = out_name or ctx.out()
     ctx.b.values[out_name] = y
     if out_name == ctx.out():

@@ -295,9 +295,7 @@ def _dim(buf: memoryview, ctx: _Ctx, where: str) -> int:
     value = -1
     for num, _w, v in fields(buf, where):
         if num == 1:
-            value = _int(v, where)
-            if value < 0:
-                raise ProtobufError(f"load: {where}: negative dim_value {value}")
+            value = max(_int(v, where), -1)  # some exporters write -1 for a dynamic dim: unknown
     return value
 
 

@@ -153,10 +153,37 @@ def _transpose(ctx: NodeCtx) -> None:
     perm = ctx.ints("perm") or list(range(r - 1, -1, -1))
     if sorted(perm) != list(range(r)):
         raise Reject(f"perm {perm} is not a permutation of {r} axes")
-    if r > 4:
-        raise Reject(f"rank {r} transposes are not supported (NNAPI TRANSPOSE takes rank <= 4)")
     assert x.shape is not None
-    ctx.emit(Op.TRANSPOSE, [x, ctx.b.ints(perm)], x.dtype, tuple(x.shape[p] for p in perm), x.quant)
+    out_shape = tuple(x.shape[p] for p in perm)
+    if r <= 4:
+        ctx.emit(Op.TRANSPOSE, [x, ctx.b.ints(perm)], x.dtype, out_shape, x.quant)
+        return
+    if not x.known:
+        raise Reject(f"a rank-{r} transpose needs known dims (NNAPI TRANSPOSE takes rank <= 4; input_shapes can fix them)")
+    in_shape, small_perm = _fewer_axes(x.shape, perm)
+    if len(small_perm) > 4:
+        raise Reject(f"rank-{r} transpose {perm} of {list(x.shape)} does not reduce to rank <= 4")
+    y = reshape_to(ctx, x, in_shape, out=None)
+    t_shape = tuple(in_shape[p] for p in small_perm)
+    y = ctx.b.op1(Op.TRANSPOSE, [y, ctx.b.ints(small_perm)], x.dtype, t_shape, x.quant)
+    reshape_to(ctx, y, list(out_shape))
+
+
+def _fewer_axes(shape: tuple[int, ...], perm: list[int]) -> tuple[list[int], list[int]]:
+    """The same transpose on fewer axes: size-1 axes dropped, axes that stay neighbours merged."""
+    keep = [a for a in range(len(shape)) if shape[a] != 1]
+    rel = {a: i for i, a in enumerate(keep)}
+    order = [rel[p] for p in perm if shape[p] != 1]
+    dims = [shape[a] for a in keep]
+    groups: list[list[int]] = []  # runs of input axes, in output order
+    for p in order:
+        if groups and groups[-1][-1] + 1 == p:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    in_shape = [math.prod(dims[a] for a in groups[g]) for g in by_input] or [1]
+    return in_shape, [by_input.index(g) for g in range(len(groups))] or [0]
 
 
 @mapper("Concat")
@@ -283,14 +310,14 @@ def _gather(ctx: NodeCtx) -> None:
             raise Reject(f"indices out of range for dimension {dim}")
         idx = Value(np.dtype(np.int32), c.shape, const=c.astype(np.int32))
     ir = idx.need_rank("Gather indices")
-    if ir == 0:
+    if ir == 0:  # a scalar index drops the axis: gather one, then squeeze it (rank 0 stays [1] in nnrt)
+        one = Value(idx.dtype, (1,), const=idx.const.reshape(1)) if idx.const is not None else idx
+        rest = x.shape[:axis] + x.shape[axis + 1:]
         if r == 1:
-            raise Reject("gathering one element of a rank-1 tensor gives a scalar")
-        one = Value(idx.dtype, (1,), const=idx.const.reshape(1)) if idx.const is not None else \
-            ctx.b.reshape(idx, [1])
-        shape = (*x.shape[:axis], 1, *x.shape[axis + 1:])
-        g = ctx.b.op1(Op.GATHER, [x, ctx.b.i32(axis), one], x.dtype, shape, x.quant)
-        ctx.emit(Op.SQUEEZE, [g, ctx.b.ints([axis])], x.dtype, x.shape[:axis] + x.shape[axis + 1:], x.quant)
+            ctx.emit(Op.GATHER, [x, ctx.b.i32(axis), one], x.dtype, (), x.quant)
+            return
+        g = ctx.b.op1(Op.GATHER, [x, ctx.b.i32(axis), one], x.dtype, x.shape[:axis] + (1,) + x.shape[axis + 1:], x.quant)
+        ctx.emit(Op.SQUEEZE, [g, ctx.b.ints([axis])], x.dtype, rest, x.quant)
         return
     if idx.dtype not in (np.int32, np.int64):
         raise Reject(f"indices of type {idx.dtype} are not supported")
