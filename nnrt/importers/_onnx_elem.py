@@ -395,8 +395,8 @@ def _softmax(ctx: NodeCtx) -> None:
     _float(ctx, x)
     op = Op.SOFTMAX if ctx.node.op_type == "Softmax" else Op.LOG_SOFTMAX
     r = x.need_rank(ctx.node.op_type)
-    if r == 0:
-        raise Reject("a scalar input is not supported")
+    if r == 0 or r > 4:
+        raise Reject(f"rank {r} is not supported (NNAPI's softmax takes rank 1 to 4)")
     beta = ctx.b.f32(1.0, x)
     if ctx.opset >= 13:
         ctx.emit(op, [x, beta, ctx.b.i32(_axis(ctx, x, -1))], x.dtype, x.shape)

@@ -121,7 +121,12 @@ def _squeeze(ctx: NodeCtx) -> None:
     shape = tuple(d for k, d in enumerate(x.shape) if k not in axes)
     if not shape:
         raise Reject("squeezing to a scalar is not supported (nnrt tensors have rank >= 1)")
-    ctx.emit(Op.SQUEEZE, [x, ctx.b.ints(axes)], x.dtype, shape, x.quant)
+    if shape.count(0) <= 1:
+        reshape_to(ctx, x, list(shape))
+    elif r > 4:
+        raise Reject(f"rank {r} with more than one unknown dim is not supported (SQUEEZE takes rank <= 4)")
+    else:
+        ctx.emit(Op.SQUEEZE, [x, ctx.b.ints(axes)], x.dtype, shape, x.quant)
 
 
 @mapper("Unsqueeze")
@@ -250,14 +255,15 @@ def _split(ctx: NodeCtx) -> None:
 def _slice(ctx: NodeCtx) -> None:
     x = ctx.inp(0)
     r = x.need_rank("Slice")
-    if r > 4:
-        raise Reject(f"rank {r} is not supported (NNAPI STRIDED_SLICE takes rank <= 4)")
     starts, ends = ctx.const(1, "starts"), ctx.const(2, "ends")
     assert starts is not None and ends is not None
     axes_c, steps_c = ctx.const(3, "axes"), ctx.const(4, "steps")
     axes = normalize_axes([int(a) for a in axes_c.reshape(-1)] if axes_c is not None else list(range(starts.size)), r)
     steps = [int(s) for s in steps_c.reshape(-1)] if steps_c is not None else [1] * starts.size
     assert x.shape is not None
+    if r > 4:
+        _slice_high_rank(ctx, x, starts, ends, axes, steps)
+        return
     begin, end, stride = [0] * r, [0] * r, [1] * r
     begin_mask = end_mask = 0
     for k in range(r):
@@ -293,6 +299,46 @@ def _slice(ctx: NodeCtx) -> None:
                                 ctx.b.i32(end_mask), ctx.b.i32(0)], x.dtype, tuple(shape), x.quant)
 
 
+def _slice_high_rank(ctx: NodeCtx, x: Value, starts: np.ndarray, ends: np.ndarray, axes: list[int],
+                     steps: list[int]) -> None:
+    """A Slice of a rank > 4 tensor: neighbouring unsliced axes merged, so STRIDED_SLICE sees rank <= 4."""
+    if not x.known or x.shape is None:
+        raise Reject(f"slicing a rank-{x.rank} tensor needs known dims (STRIDED_SLICE takes rank <= 4)")
+    bounds = {ax: slice(int(s), int(e), st) for s, e, ax, st in zip(starts.reshape(-1), ends.reshape(-1), axes, steps)}
+    groups: list[list[int]] = []
+    for a in range(len(x.shape)):
+        if a in bounds or not groups or groups[-1][-1] in bounds:
+            groups.append([a])
+        else:
+            groups[-1].append(a)
+    if len(groups) > 4:
+        raise Reject(f"slicing axes {axes} of a rank-{x.rank} tensor does not reduce to rank <= 4")
+    merged = [math.prod(x.shape[a] for a in g) for g in groups]
+    begin, end, stride = [], [], []
+    out = list(x.shape)
+    end_mask = 0
+    for k, g in enumerate(groups):
+        if g[0] in bounds:
+            b0, e0, st = bounds[g[0]].indices(x.shape[g[0]])
+            out[g[0]] = len(range(b0, e0, st))
+            if out[g[0]] == 0:
+                raise Reject("an empty slice is not supported (nnrt tensors have no zero-sized dims)")
+            begin.append(b0)
+            stride.append(st)
+            end.append(max(e0, 0))
+            if e0 < 0:
+                end_mask |= 1 << k
+        else:
+            begin.append(0)
+            end.append(merged[k])
+            stride.append(1)
+    y = reshape_to(ctx, x, merged, out=None)
+    small = tuple(out[g[0]] if g[0] in bounds else merged[k] for k, g in enumerate(groups))
+    y = ctx.b.op1(Op.STRIDED_SLICE, [y, ctx.b.ints(begin), ctx.b.ints(end), ctx.b.ints(stride), ctx.b.i32(0),
+                                     ctx.b.i32(end_mask), ctx.b.i32(0)], x.dtype, small, x.quant)
+    reshape_to(ctx, y, out)
+
+
 @mapper("Gather")
 def _gather(ctx: NodeCtx) -> None:
     x, idx = ctx.inp(0), ctx.inp(1)
@@ -316,7 +362,7 @@ def _gather(ctx: NodeCtx) -> None:
         if r == 1:
             ctx.emit(Op.GATHER, [x, ctx.b.i32(axis), one], x.dtype, (), x.quant)
             return
-        g = ctx.b.op1(Op.GATHER, [x, ctx.b.i32(axis), one], x.dtype, x.shape[:axis] + (1,) + x.shape[axis + 1:], x.quant)
+        g = ctx.b.op1(Op.GATHER, [x, ctx.b.i32(axis), one], x.dtype, (*x.shape[:axis], 1, *x.shape[axis + 1:]), x.quant)
         ctx.emit(Op.SQUEEZE, [g, ctx.b.ints([axis])], x.dtype, rest, x.quant)
         return
     if idx.dtype not in (np.int32, np.int64):
