@@ -98,13 +98,13 @@ def _fold_bn(ctx: NodeCtx, bn: Node, w: np.ndarray, bias: np.ndarray) -> tuple[n
     params = [ctx.b.lookup(n) if n else None for n in bn.inputs[1:5]]
     if len(params) != 4 or any(p is None or p.const is None for p in params):
         return None
-    gamma, beta, mean, var = (p.const.astype(np.float32) for p in params if p is not None and p.const is not None)
+    gamma, beta, mean, var = (p.const.astype(np.float32, copy=False) for p in params if p is not None and p.const is not None)
     eps = float(bn.attrs["epsilon"].f) if "epsilon" in bn.attrs else 1e-5
     if len(bn.outputs) > 1 and any(bn.outputs[1:]):
         return None
     scale = gamma / np.sqrt(var + np.float32(eps))
-    w2 = (w.astype(np.float32) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-    b2 = ((bias.astype(np.float32) - mean) * scale + beta).astype(bias.dtype)
+    w2 = (w.astype(np.float32, copy=False) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype, copy=False)
+    b2 = ((bias.astype(np.float32, copy=False) - mean) * scale + beta).astype(bias.dtype, copy=False)
     return w2, b2
 
 
@@ -229,8 +229,8 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
 def _conv(ctx: NodeCtx) -> None:
     x, w, was_1d = conv_operands(ctx, 1)
     bias_c = ctx.const(2, "bias")
-    bias = bias_c.astype(x.dtype) if bias_c is not None else np.zeros(w.shape[0], x.dtype)
-    w, bias, act, out_name = _conv_fusions(ctx, w.astype(x.dtype), bias)
+    bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(w.shape[0], x.dtype)
+    w, bias, act, out_name = _conv_fusions(ctx, w.astype(x.dtype, copy=False), bias)
     folded_bias = bias
     emit_conv(ctx, x, w, lambda arr, _dim, _sl: _cv(arr), lambda sl: _cv(folded_bias[sl]), act=act, was_1d=was_1d,
               out_name=out_name)
@@ -251,7 +251,7 @@ def _conv_transpose(ctx: NodeCtx) -> None:
         raise Reject("the output_shape attribute is not supported (give pads)")
     bias_c = ctx.const(2, "bias")
     m = mg * group
-    bias = bias_c.astype(x.dtype) if bias_c is not None else np.zeros(m, x.dtype)
+    bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(m, x.dtype)
     strides = ctx.ints("strides") or [1, 1]
     pads = ctx.ints("pads") or [0, 0, 0, 0]
     outpad = ctx.ints("output_padding") or [0, 0]
@@ -272,7 +272,7 @@ def _conv_transpose(ctx: NodeCtx) -> None:
     shape = (x.shape[0], m, (h - 1) * strides[0] + kh - t - b_ if h else 0,
              (wd - 1) * strides[1] + kw - left - r_ if wd else 0)
     geo = [ctx.b.i32(v) for v in (left, r_, t, b_, strides[1], strides[0])]
-    w = w.astype(x.dtype)
+    w = w.astype(x.dtype, copy=False)
     xs = [x] if group == 1 else ctx.b.op(Op.SPLIT, [x, ctx.b.i32(1), ctx.b.i32(group)],
                                          [(x.dtype, (x.shape[0], x.shape[1] // group if x.shape[1] else 0, h, wd))] * group)
     cg = w.shape[0] // group
@@ -289,7 +289,7 @@ def _conv_transpose(ctx: NodeCtx) -> None:
 
 
 def _channel_const(arr: np.ndarray, rank: int, dtype: np.dtype) -> Value:
-    return _cv(arr.astype(dtype).reshape((-1,) + (1,) * (rank - 2)))
+    return _cv(arr.astype(dtype, copy=False).reshape((-1,) + (1,) * (rank - 2)))
 
 
 @mapper("BatchNormalization")
@@ -300,7 +300,7 @@ def _batchnorm(ctx: NodeCtx) -> None:
     if ctx.i("training_mode", 0) or len([o for o in ctx.node.outputs if o]) > 1:
         raise Reject("training mode (running statistics outputs) is not supported")
     consts = [ctx.const(i, n) for i, n in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var"))]
-    gamma, beta, mean, var = (c.astype(np.float32) for c in consts if c is not None)
+    gamma, beta, mean, var = (c.astype(np.float32, copy=False) for c in consts if c is not None)
     scale = gamma / np.sqrt(var + np.float32(ctx.f("epsilon", 1e-5)))
     shift = beta - mean * scale
     r = x.need_rank("BatchNormalization")
@@ -405,8 +405,8 @@ def fully_connected(ctx: NodeCtx, a: Value, w_nk: np.ndarray | Value, bias: np.n
     Float weights and bias may be given as arrays; quantized ones as Values carrying their types.
     """
     assert a.shape is not None
-    w = w_nk if isinstance(w_nk, Value) else _cv(w_nk.astype(a.dtype))
-    bv = bias if isinstance(bias, Value) else _cv(bias.astype(a.dtype))
+    w = w_nk if isinstance(w_nk, Value) else _cv(w_nk.astype(a.dtype, copy=False))
+    bv = bias if isinstance(bias, Value) else _cv(bias.astype(a.dtype, copy=False))
     dtype, quant = out_type if out_type is not None else (a.dtype, None)
     rows = math.prod(a.shape[:-1]) if all(a.shape[:-1]) else 0
     assert w.shape is not None
@@ -464,18 +464,20 @@ def _gemm(ctx: NodeCtx) -> None:
     add_c = None
     if c is not None:
         if c.const is not None and c.const.size in (1, n) and (c.const.ndim < 2 or c.const.shape[0] == 1):
-            bias = np.broadcast_to(c.const.astype(np.float32).reshape(-1), (n,)) * np.float32(beta)
+            bias = np.broadcast_to(c.const.astype(np.float32, copy=False).reshape(-1), (n,)) * np.float32(beta)
         else:
             add_c = c
     if b.const is not None:
-        w = (b.const if trans_b else b.const.T).astype(np.float32) * np.float32(alpha)
+        w = (b.const if trans_b else b.const.T).astype(np.float32, copy=False)
+        if alpha != 1.0:
+            w = w * np.float32(alpha)
         y = fully_connected(ctx, a, w, bias, shape, final=add_c is None)
     else:
         y = ctx.b.op1(Op.BATCH_MATMUL, [a, b, ctx.b.bool(False), ctx.b.bool(bool(trans_b))], a.dtype, shape)
         if alpha != 1.0:
             y = ctx.b.op1(Op.MUL, [y, _cv(np.asarray([alpha], a.dtype)), ctx.b.i32(0)], a.dtype, shape)
         if add_c is None and c is not None:
-            add_c = _cv(bias.astype(a.dtype))
+            add_c = _cv(bias.astype(a.dtype, copy=False))
             beta = 1.0
         if add_c is None:
             ctx.set(0, y)

@@ -33,7 +33,7 @@ _F32 = np.dtype(np.float32)
 
 
 def _c(arr: np.ndarray, dtype: np.dtype) -> Value:
-    a = np.ascontiguousarray(arr.astype(dtype))
+    a = np.ascontiguousarray(arr.astype(dtype, copy=False))
     return Value(a.dtype, a.shape, const=a)
 
 
@@ -50,9 +50,9 @@ class _Rnn:
         w, r = ctx.const(1, "W"), ctx.const(2, "R")
         assert w is not None and r is not None
         self.hidden = ctx.i("hidden_size", r.shape[-1])
-        self.w, self.r = w.astype(np.float32), r.astype(np.float32)
+        self.w, self.r = w.astype(np.float32, copy=False), r.astype(np.float32, copy=False)
         b = ctx.const(3, "B")
-        self.b = (b.astype(np.float32) if b is not None
+        self.b = (b.astype(np.float32, copy=False) if b is not None
                   else np.zeros((w.shape[0], 2 * gates * self.hidden), np.float32))
         direction = ctx.s("direction", "forward")
         dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
@@ -165,7 +165,7 @@ def _lstm(ctx: NodeCtx) -> None:
         ins += [_c(w[gate[g]], _F32) for g in "ifco"]
         ins += [_c(r[gate[g]], _F32) for g in "ifco"]
         if p is not None:
-            pd = p[d].astype(np.float32)
+            pd = p[d].astype(np.float32, copy=False)
             ins += [_c(pd[0:hdim], _F32), _c(pd[2 * hdim:3 * hdim], _F32), _c(pd[hdim:2 * hdim], _F32)]
         else:
             ins += [None, None, None]
