@@ -66,6 +66,10 @@ class Value:
     int_scale: float = 0.0
     #: Set on values that a rejected node should have produced.
     missing: bool = False
+    #: The operand holds this rank-4 tensor transposed to NHWC (``shape`` stays ONNX's NCHW).
+    nhwc: bool = False
+    #: The same tensor in the other layout, once some consumer needed it (one transpose, shared).
+    twin: Value | None = None
 
     @property
     def rank(self) -> int | None:
@@ -142,6 +146,7 @@ class Builder:
             outer = self.parent.lookup(name)
             if outer is None:
                 return None
+            outer = self.parent.logical(outer)
             if outer.const is not None or outer.missing:
                 # A fresh Value: the outer one may already hold an operand index of the outer model.
                 copy = Value(outer.dtype, outer.shape, const=outer.const, quant=outer.quant, channel=outer.channel,
@@ -160,6 +165,40 @@ class Builder:
         t = nnrt_type(dtype, quant, name or "tensor")
         scale, zp = quant if quant is not None else (0.0, 0)
         return self.model.add_operand(t, list(shape) if shape is not None else None, scale, zp, name=name)
+
+    # -- layout (see _onnx_layout) --------------------------------------------------------
+
+    def logical(self, v: Value) -> Value:
+        """``v`` as ONNX lays it out (NCHW): NHWC values are transposed back once, on first need."""
+        if not v.nhwc:
+            return v
+        if v.twin is None:
+            t = self.op1(OperationType.TRANSPOSE, [v, self.ints([0, 3, 1, 2])], v.dtype, v.shape, v.quant)
+            v.twin, t.twin = t, v
+        return v.twin
+
+    def nhwc(self, v: Value) -> Value:
+        """A rank-4 NCHW ``v`` held as NHWC (constants re-laid, tensors transposed once, on first need)."""
+        if v.nhwc:
+            return v
+        if v.twin is not None:
+            return v.twin
+        assert v.shape is not None and len(v.shape) == 4
+        if v.const is not None:
+            arr = np.ascontiguousarray(v.const.transpose(0, 2, 3, 1))
+            t = Value(v.dtype, v.shape, const=arr, quant=v.quant, nhwc=True)
+        else:
+            t = self.op1(OperationType.TRANSPOSE, [v, self.ints([0, 2, 3, 1])], v.dtype, to_nhwc(v.shape), v.quant)
+            t.shape, t.nhwc = v.shape, True
+        v.twin, t.twin = t, v
+        return t
+
+    def op_nhwc(self, op_type: OperationType, inputs: Sequence[Arg], dtype: np.dtype, shape: tuple[int, ...],
+                quant: tuple[float, int] | None = None, name: str = "") -> Value:
+        """Emit an operation whose output is NHWC; ``shape`` is the output's logical NCHW shape."""
+        v = self.op(op_type, inputs, [(dtype, to_nhwc(shape), quant)], [name])[0]
+        v.shape, v.nhwc = shape, True
+        return v
 
     def operand(self, v: Value, what: str = "input") -> int:
         """The operand index holding ``v`` (constants become CONSTANT_POOL operands on first use)."""
@@ -264,6 +303,10 @@ class Builder:
         return self.reshape(x, dims)
 
 
+def to_nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[0], shape[2], shape[3], shape[1])
+
+
 class NodeCtx:
     """One node being converted: its inputs as Values, its attributes, its outputs."""
 
@@ -277,14 +320,24 @@ class NodeCtx:
     def opset(self) -> int:
         return self.b.opset
 
-    def inp(self, i: int) -> Value:
+    def raw(self, i: int) -> Value:
+        """Input ``i`` as stored, possibly NHWC (for layout-aware mappers)."""
         v = self.inputs[i] if i < len(self.inputs) else None
         if v is None:
             raise Reject(f"input {i} is required")
         return v
 
+    def inp(self, i: int) -> Value:
+        """Input ``i`` in ONNX's layout."""
+        return self.b.logical(self.raw(i))
+
     def opt(self, i: int) -> Value | None:
-        return self.inputs[i] if i < len(self.inputs) else None
+        v = self.inputs[i] if i < len(self.inputs) else None
+        return None if v is None else self.b.logical(v)
+
+    def all_inputs(self) -> list[Value]:
+        """The present inputs, in ONNX's layout."""
+        return [self.b.logical(v) for v in self.inputs if v is not None]
 
     def const(self, i: int, what: str) -> np.ndarray | None:
         v = self.opt(i)
@@ -362,6 +415,7 @@ def _load_mappers() -> None:
 def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
     """Convert every node of ``g`` into ``b``; record the ones that cannot be expressed."""
     from nnrt.importers._onnx_fold import try_fold
+    from nnrt.importers._onnx_layout import run_in_nhwc
 
     b.graph_outputs = {vi.name for vi in g.outputs}
     for node in g.nodes:
@@ -384,7 +438,7 @@ def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
                 raise Reject(f"operator {node.op_type}{where} is not supported")
             if any(v is not None and v.missing for v in ins):
                 ctx.outputs = [Value(_F32, None, missing=True) for _ in node.outputs]
-            elif not try_fold(ctx):
+            elif not try_fold(ctx) and not run_in_nhwc(ctx, fn):
                 fn(ctx)
                 if any(v is None for v, name in zip(ctx.outputs, node.outputs) if name):
                     raise Reject("an output this node would produce is not supported")
@@ -509,6 +563,7 @@ def finish_outputs(b: Builder, names: Sequence[str], rejections: Rejections, inp
         if v.missing:
             continue
         try:
+            v = b.logical(v)
             if v.index is None or v.index in taken or v.const is not None:
                 v = b.copy(v)
             assert v.index is not None

@@ -121,7 +121,7 @@ def _pow(ctx: NodeCtx) -> None:
 
 @mapper("Max", "Min", "Sum", "Mean")
 def _variadic(ctx: NodeCtx) -> None:
-    xs = [v for v in ctx.inputs if v is not None]
+    xs = ctx.all_inputs()
     if not xs:
         raise Reject("needs at least one input")
     op = {"Max": Op.MAXIMUM, "Min": Op.MINIMUM, "Sum": Op.ADD, "Mean": Op.ADD}[ctx.node.op_type]

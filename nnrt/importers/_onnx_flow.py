@@ -109,7 +109,7 @@ def _if(ctx: NodeCtx) -> None:
     t_vals, e_vals = (_out_values(c, o) for c, _m, o in branches)
     if [v.dtype for v in t_vals] != [v.dtype for v in e_vals]:
         raise Reject("the branches produce outputs of different types")
-    outer = [ctx.b.lookup(n) for n in names]
+    outer = [ctx.b.logical(v) for v in (ctx.b.lookup(n) for n in names) if v is not None]
     if cond.known and cond.shape and any(d != 1 for d in cond.shape):
         raise Reject("the condition must have one element")
     specs = []
@@ -131,7 +131,7 @@ def _loop(ctx: NodeCtx) -> None:
     trip, cond = ctx.opt(0), ctx.opt(1)
     if trip is None and cond is None:
         raise Reject("a loop with neither a trip count nor a condition never ends")
-    carried = [v for v in ctx.inputs[2:]]
+    carried = [ctx.opt(i) for i in range(2, len(ctx.inputs))]
     if any(v is None for v in carried):
         raise Reject("omitted loop-carried values are not supported")
     n_carried = len(carried)
@@ -167,7 +167,7 @@ def _loop(ctx: NodeCtx) -> None:
     # Rank-0 condition and trip count pass as they are: NNAPI wants one element, not a shape.
     c0 = cond if cond is not None else Value(_BOOL, one, const=np.ones(1, bool))
     m0 = trip if trip is not None else Value(np.dtype(np.int32), one, const=np.zeros(1, np.int32))
-    outer_captured = [b.lookup(n) for n in captured]
+    outer_captured = [b.logical(v) for v in (b.lookup(n) for n in captured) if v is not None]
     loop_ins: list[Arg] = [_ref(ctx, cond_model), _ref(ctx, body_model), it0, c0, *carried, m0, *outer_captured]
     specs = [(_I64, one), (_BOOL, one)] + [(v.dtype, v.shape, v.quant) for v in _out_values(child, outs[1:])]
     names = ["", "", *ctx.node.outputs]

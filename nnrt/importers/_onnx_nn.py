@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnrt.importers._onnx import Arg, NodeCtx, Reject, Value, mapper
+from nnrt.importers._onnx import Arg, NodeCtx, Reject, Value, mapper, to_nhwc
 from nnrt.importers._onnx_elem import bshape, normalize_axes
 from nnrt.importers._onnx_proto import Node
 from nnrt.importers._onnx_shape import reshape_to
@@ -147,8 +147,10 @@ def _conv_fusions(ctx: NodeCtx, w: np.ndarray, bias: np.ndarray) -> tuple[np.nda
 def conv_operands(ctx: NodeCtx, w_index: int, quantized: bool = False) -> tuple[Value, np.ndarray, bool]:
     """The input as 4-D NCHW (a 1-D conv's [N, C, L] reshaped to [N, C, 1, L], its attributes
     widened to match), the 4-D OIHW weights, and whether the conv was 1-D."""
-    x = ctx.inp(0)
+    x = ctx.raw(0)  # 2-D convolutions read it NHWC (emit_conv); a 1-D one reads it NCHW
     r = x.need_rank(ctx.node.op_type)
+    if r != 4:
+        x = ctx.inp(0)
     if (x.dtype not in _FLOATS or x.quant is not None) and not quantized:
         raise Reject(f"input of type {x.dtype} is not supported")
     w = ctx.const(w_index, "weights")
@@ -181,6 +183,8 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
     assert x.shape is not None
     dtype, quant = out_type if out_type is not None else (x.dtype, None)
     group = ctx.i("group", 1)
+    nhwc = not was_1d  # a 1-D conv's [N, C, 1, L] view stays NCHW (NNAPI's flag) between its reshapes
+    xp = ctx.b.nhwc(x) if nhwc else ctx.b.logical(x)
     m, cg, kh, kw = w.shape
     c = x.shape[1]
     if c and c != cg * group:
@@ -190,30 +194,38 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
     shape = (x.shape[0], m, _out_size(x.shape[2], kh, strides[0], dil[0], t, b_),
              _out_size(x.shape[3], kw, strides[1], dil[1], left, r_))
     geo = [ctx.b.i32(v) for v in (left, r_, t, b_, strides[1], strides[0])]
-    dilation = [ctx.b.bool(True), ctx.b.i32(dil[1]), ctx.b.i32(dil[0])]
+    layout = ctx.b.bool(not nhwc)
+    dilation = [layout, ctx.b.i32(dil[1]), ctx.b.i32(dil[0])]
     every = slice(0, m)
+
+    def emit(op: Op, ins: list[Arg], out_shape: tuple[int, ...]) -> Value:
+        if nhwc:
+            return ctx.b.op_nhwc(op, ins, dtype, out_shape, quant)
+        return ctx.b.op1(op, ins, dtype, out_shape, quant)
+
     ins: list[Arg]
     if group == 1:
-        ins = [x, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(act), *dilation]
-        y = ctx.b.op1(Op.CONV_2D, ins, dtype, shape, quant)
+        ins = [xp, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(act), *dilation]
+        y = emit(Op.CONV_2D, ins, shape)
     elif cg == 1 and m % group == 0:
-        ins = [x, weight(w.transpose(1, 2, 3, 0), 3, every), bias(every), *geo, ctx.b.i32(m // group),
+        ins = [xp, weight(w.transpose(1, 2, 3, 0), 3, every), bias(every), *geo, ctx.b.i32(m // group),
                ctx.b.i32(act), *dilation]
-        y = ctx.b.op1(Op.DEPTHWISE_CONV_2D, ins, dtype, shape, quant)
+        y = emit(Op.DEPTHWISE_CONV_2D, ins, shape)
     elif dil == [1, 1]:
-        ins = [x, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(group), ctx.b.i32(act),
-               ctx.b.bool(True)]
-        y = ctx.b.op1(Op.GROUPED_CONV_2D, ins, dtype, shape, quant)
+        ins = [xp, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(group), ctx.b.i32(act),
+               layout]
+        y = emit(Op.GROUPED_CONV_2D, ins, shape)
     else:  # GROUPED_CONV_2D has no dilation: one CONV_2D per group
-        parts = ctx.b.op(Op.SPLIT, [x, ctx.b.i32(1), ctx.b.i32(group)],
-                         [(x.dtype, (x.shape[0], cg, x.shape[2], x.shape[3]), x.quant)] * group)
+        part_shape = (x.shape[0], cg, x.shape[2], x.shape[3])
+        parts = ctx.b.op(Op.SPLIT, [xp, ctx.b.i32(3 if nhwc else 1), ctx.b.i32(group)],
+                         [(x.dtype, to_nhwc(part_shape) if nhwc else part_shape, x.quant)] * group)
         mg = m // group
         outs = []
         for g, part in enumerate(parts):
             sl = slice(g * mg, (g + 1) * mg)
             ins = [part, weight(w[sl].transpose(0, 2, 3, 1), 0, sl), bias(sl), *geo, ctx.b.i32(act), *dilation]
-            outs.append(ctx.b.op1(Op.CONV_2D, ins, dtype, (shape[0], mg, shape[2], shape[3]), quant))
-        y = ctx.b.op1(Op.CONCATENATION, [*outs, ctx.b.i32(1)], dtype, shape, quant)
+            outs.append(emit(Op.CONV_2D, ins, (shape[0], mg, shape[2], shape[3])))
+        y = emit(Op.CONCATENATION, [*outs, ctx.b.i32(3 if nhwc else 1)], shape)
     out_shape = shape if not was_1d else (shape[0], shape[1], shape[3])
     if was_1d:
         y = ctx.b.op1(Op.SQUEEZE, [y, ctx.b.ints([2])], dtype, out_shape, quant)
@@ -273,19 +285,19 @@ def _conv_transpose(ctx: NodeCtx) -> None:
              (wd - 1) * strides[1] + kw - left - r_ if wd else 0)
     geo = [ctx.b.i32(v) for v in (left, r_, t, b_, strides[1], strides[0])]
     w = w.astype(x.dtype, copy=False)
-    xs = [x] if group == 1 else ctx.b.op(Op.SPLIT, [x, ctx.b.i32(1), ctx.b.i32(group)],
-                                         [(x.dtype, (x.shape[0], x.shape[1] // group if x.shape[1] else 0, h, wd))] * group)
+    xp = ctx.b.nhwc(x)
+    part_shape = (x.shape[0], x.shape[1] // group if x.shape[1] else 0, h, wd)
+    xs = [xp] if group == 1 else ctx.b.op(Op.SPLIT, [xp, ctx.b.i32(3), ctx.b.i32(group)],
+                                          [(x.dtype, to_nhwc(part_shape))] * group)
     cg = w.shape[0] // group
     outs = []
     for g, part in enumerate(xs):
         wg = w[g * cg:(g + 1) * cg].transpose(1, 2, 3, 0)  # [M/g, kH, kW, C_in/g]
-        ins: list[Arg] = [part, _cv(wg), _cv(bias[g * mg:(g + 1) * mg]), *geo, ctx.b.i32(0), ctx.b.bool(True)]
-        if group == 1:
-            outs.append(ctx.emit(Op.TRANSPOSE_CONV_2D, ins, x.dtype, shape))
-        else:
-            outs.append(ctx.b.op1(Op.TRANSPOSE_CONV_2D, ins, x.dtype, (shape[0], mg, shape[2], shape[3])))
-    if group > 1:
-        ctx.emit(Op.CONCATENATION, [*outs, ctx.b.i32(1)], x.dtype, shape)
+        ins: list[Arg] = [part, _cv(wg), _cv(bias[g * mg:(g + 1) * mg]), *geo, ctx.b.i32(0), ctx.b.bool(False)]
+        outs.append(ctx.b.op_nhwc(Op.TRANSPOSE_CONV_2D, ins, x.dtype, shape if group == 1 else
+                                  (shape[0], mg, shape[2], shape[3]), name=ctx.out() if group == 1 else ""))
+    ctx.set(0, outs[0] if group == 1 else
+            ctx.b.op_nhwc(Op.CONCATENATION, [*outs, ctx.b.i32(3)], x.dtype, shape, name=ctx.out()))
 
 
 def _channel_const(arr: np.ndarray, rank: int, dtype: np.dtype) -> Value:
@@ -294,7 +306,9 @@ def _channel_const(arr: np.ndarray, rank: int, dtype: np.dtype) -> Value:
 
 @mapper("BatchNormalization")
 def _batchnorm(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
+    x = ctx.raw(0)
+    if x.rank != 4:
+        x = ctx.inp(0)
     if x.dtype not in _FLOATS:
         raise Reject(f"input of type {x.dtype} is not supported")
     if ctx.i("training_mode", 0) or len([o for o in ctx.node.outputs if o]) > 1:
@@ -306,6 +320,12 @@ def _batchnorm(ctx: NodeCtx) -> None:
     r = x.need_rank("BatchNormalization")
     if r < 2:
         raise Reject("needs an input of rank >= 2")
+    assert x.shape is not None
+    if r == 4:  # NHWC: the per-channel constants broadcast along the last axis
+        xp = ctx.b.nhwc(ctx.raw(0))
+        y = ctx.b.op_nhwc(Op.MUL, [xp, _cv(scale.astype(x.dtype)), ctx.b.i32(0)], x.dtype, x.shape)
+        ctx.set(0, ctx.b.op_nhwc(Op.ADD, [y, _cv(shift.astype(x.dtype)), ctx.b.i32(0)], x.dtype, x.shape, name=ctx.out()))
+        return
     y = ctx.b.op1(Op.MUL, [x, _channel_const(scale, r, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
     ctx.emit(Op.ADD, [y, _channel_const(shift, r, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
 
@@ -346,7 +366,7 @@ def _lp_norm(ctx: NodeCtx) -> None:
 
 @mapper("MaxPool", "AveragePool")
 def _pool(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
+    x = ctx.raw(0)  # read NHWC
     if x.need_rank(ctx.node.op_type) != 4:
         raise Reject("only 2-D pooling is supported")
     if len([o for o in ctx.node.outputs if o]) > 1:
@@ -365,10 +385,10 @@ def _pool(ctx: NodeCtx) -> None:
     oh = _out_size(x.shape[2], kernel[0], strides[0], 1, pads[0], pads[2], ceil)
     ow = _out_size(x.shape[3], kernel[1], strides[1], 1, pads[1], pads[3], ceil)
     if avg and ctx.i("count_include_pad", 0) and any(pads):
-        table = np.asarray([[0, 0], [0, 0], [pads[0], pads[2]], [pads[1], pads[3]]], dtype=np.int32)
+        table = np.asarray([[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]], dtype=np.int32)  # NHWC
         padded = (x.shape[0], x.shape[1], x.shape[2] + pads[0] + pads[2] if x.shape[2] else 0,
                   x.shape[3] + pads[1] + pads[3] if x.shape[3] else 0)
-        x = ctx.b.op1(Op.PAD, [x, _cv(table)], x.dtype, padded, x.quant)
+        x = ctx.b.op_nhwc(Op.PAD, [ctx.b.nhwc(x), _cv(table)], x.dtype, padded, x.quant)
         pads = [0, 0, 0, 0]
     assert x.shape is not None
     if ceil:
@@ -379,18 +399,29 @@ def _pool(ctx: NodeCtx) -> None:
         pads[3] += max((ow - 1) * strides[1] + kernel[1] - (x.shape[3] + pads[1] + pads[3]), 0)
     op = Op.AVERAGE_POOL_2D if avg else Op.MAX_POOL_2D
     geo = [ctx.b.i32(v) for v in (pads[1], pads[3], pads[0], pads[2], strides[1], strides[0], kernel[1], kernel[0])]
-    ctx.emit(op, [x, *geo, ctx.b.i32(0), ctx.b.bool(True)], x.dtype, (x.shape[0], x.shape[1], oh, ow), x.quant)
+    ctx.set(0, ctx.b.op_nhwc(op, [ctx.b.nhwc(x), *geo, ctx.b.i32(0), ctx.b.bool(False)], x.dtype,
+                             (x.shape[0], x.shape[1], oh, ow), x.quant, ctx.out()))
 
 
 @mapper("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
+    x = ctx.raw(0)
     r = x.need_rank(ctx.node.op_type)
+    if r != 4:
+        x = ctx.inp(0)
     if r < 3 or x.dtype not in _FLOATS:
         raise Reject("needs a float input of rank >= 3")
     assert x.shape is not None
     axes = list(range(2, r))
     shape = x.shape[:2] + (1,) * (r - 2)
+    if r == 4:  # over H and W of the NHWC tensor
+        xp = ctx.b.nhwc(ctx.raw(0))
+        if ctx.node.op_type == "GlobalAveragePool":
+            y = ctx.b.op_nhwc(Op.MEAN, [xp, ctx.b.ints([1, 2]), ctx.b.i32(1)], x.dtype, shape, name=ctx.out())
+        else:
+            y = ctx.b.op_nhwc(Op.REDUCE_MAX, [xp, ctx.b.ints([1, 2]), ctx.b.bool(True)], x.dtype, shape, name=ctx.out())
+        ctx.set(0, y)
+        return
     if ctx.node.op_type == "GlobalAveragePool":
         ctx.emit(Op.MEAN, [x, ctx.b.ints(axes), ctx.b.i32(1)], x.dtype, shape)
     else:

@@ -193,7 +193,7 @@ def _fewer_axes(shape: tuple[int, ...], perm: list[int]) -> tuple[list[int], lis
 
 @mapper("Concat")
 def _concat(ctx: NodeCtx) -> None:
-    xs = [v for v in ctx.inputs if v is not None]
+    xs = ctx.all_inputs()
     r = xs[0].need_rank("Concat")
     if r > 4:
         raise Reject(f"rank {r} is not supported (NNAPI CONCATENATION takes rank <= 4)")
@@ -504,7 +504,7 @@ def _resize_flags(mode: str, coord: str, nearest: str, up_int: bool, out_hw: tup
 
 @mapper("Resize")
 def _resize(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
+    x = ctx.raw(0)  # resized NHWC
     if x.need_rank("Resize") != 4:
         raise Reject("only 4-D (NCHW) inputs are supported")
     for attr in ("antialias", "keep_aspect_ratio_policy", "axes"):
@@ -542,5 +542,6 @@ def _resize(ctx: NodeCtx) -> None:
         raise Reject(f"input of type {x.dtype} is not supported")
     op = Op.RESIZE_BILINEAR if mode == "linear" else Op.RESIZE_NEAREST_NEIGHBOR
     shape = (x.shape[0], x.shape[1], out[2], out[3])
-    ctx.emit(op, [x, ctx.b.i32(out[3]), ctx.b.i32(out[2]), ctx.b.bool(True), ctx.b.bool(align), ctx.b.bool(half)],
-             x.dtype, shape, x.quant)
+    ins: list[Arg] = [ctx.b.nhwc(x), ctx.b.i32(out[3]), ctx.b.i32(out[2]), ctx.b.bool(False), ctx.b.bool(align),
+                      ctx.b.bool(half)]
+    ctx.set(0, ctx.b.op_nhwc(op, ins, x.dtype, shape, x.quant, ctx.out()))

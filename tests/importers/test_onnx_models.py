@@ -72,7 +72,8 @@ def test_batchnorm_folds_into_conv_and_relu_fuses(device: CpuDevice, tmp_path: o
     model = make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", None)], inits)
     compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 8, 8)})
     loaded = nnrt.load(save(model, tmp_path, "bn.onnx"))
-    assert [op.type.name for op in loaded.operations] == ["CONV_2D"]
+    # NHWC inside: one transpose in, the conv (BN folded, Relu fused), one transpose out.
+    assert [op.type.name for op in loaded.operations] == ["TRANSPOSE", "CONV_2D", "TRANSPOSE"]
 
 
 def test_batchnorm_alone_is_mul_add(device: CpuDevice, tmp_path: object) -> None:
@@ -161,6 +162,34 @@ def test_nchw_io_is_kept(device: CpuDevice, tmp_path: object) -> None:
     model = make_model(nodes, [vi("x", [1, 3, 8, 6])], [vi("y", None)], [init("w", rand(5, 3, 3, 3))])
     out = compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 8, 6)})
     assert out[0].shape == (1, 5, 4, 3)
+
+
+def test_spatial_runs_stay_nhwc_between_two_transposes(device: CpuDevice, tmp_path: object) -> None:
+    import nnrt
+    from tests.importers.onnx_build import save
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["a"], ["s"]),
+        helper.make_node("Mul", ["a", "s"], ["silu"]),  # SiLU as exported: Sigmoid x Mul
+        helper.make_node("Conv", ["silu", "w2"], ["b"], pads=[1, 1, 1, 1], group=4),
+        helper.make_node("Add", ["b", "silu"], ["c"]),
+        helper.make_node("Mul", ["c", "per_channel"], ["d"]),
+        helper.make_node("MaxPool", ["d"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Resize", ["p", "", "sc"], ["r"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                         nearest_mode="floor"),
+        helper.make_node("Concat", ["r", "x4"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["y"]),
+    ]
+    inits = [init("w1", rand(4, 3, 3, 3)), init("w2", rand(4, 1, 3, 3)), init("per_channel", rand(4, 1, 1)),
+             init("sc", np.asarray([1, 1, 2, 2], np.float32))]
+    model = make_model(nodes, [vi("x", [1, 3, 8, 8]), vi("x4", [1, 2, 8, 8])], [vi("y", None), vi("d", None)], inits,
+                       opset=13)
+    compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 8, 8), "x4": rand(1, 2, 8, 8)})
+    ops = [op.type.name for op in nnrt.load(save(model, tmp_path, "l.onnx")).operations]
+    # In: x and x4. Out: d (a graph output) and g (Flatten reads NCHW).
+    assert ops.count("TRANSPOSE") == 4, ops
 
 
 def test_shape_arithmetic_folds_into_a_constant_reshape(device: CpuDevice, tmp_path: object) -> None:
@@ -310,7 +339,8 @@ def test_qdq_weights_fold_to_float(device: CpuDevice, tmp_path: object) -> None:
     inits = [init("w", w), init("ws", RNG.uniform(0.01, 0.02, 4).astype(np.float32))]
     model = make_model(nodes, [vi("x", [1, 3, 5, 5])], [vi("y", None)], inits, opset=13)
     compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 5, 5)})
-    assert [op.type.name for op in nnrt.load(save(model, tmp_path, "q.onnx")).operations] == ["CONV_2D"]
+    ops = [op.type.name for op in nnrt.load(save(model, tmp_path, "q.onnx")).operations]
+    assert ops == ["TRANSPOSE", "CONV_2D", "TRANSPOSE"]
 
 
 def test_if_with_outer_scope_values(device: CpuDevice, tmp_path: object) -> None:
