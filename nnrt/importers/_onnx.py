@@ -409,7 +409,7 @@ def mapper(*op_types: str) -> Callable[[Mapper], Mapper]:
 
 
 def _load_mappers() -> None:
-    from nnrt.importers import _onnx_elem, _onnx_flow, _onnx_nn, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401
+    from nnrt.importers import _onnx_elem, _onnx_flow, _onnx_nn, _onnx_norm, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401
 
 
 def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
