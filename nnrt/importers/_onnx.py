@@ -482,6 +482,8 @@ def graph_input_value(b: Builder, vi_name: str, elem_type: int, dims: tuple[int,
     if dtype is None:
         raise Reject(f"graph input {vi_name!r} has element type {ONNX_TYPE_NAMES.get(elem_type, elem_type)}, "
                      "which nnrt cannot hold")
+    if dims is not None and 0 in dims:
+        raise Reject(f"graph input {vi_name!r} has a zero-sized dimension {list(dims)} (nnrt's 0 means unknown)")
     shape: Shape = None if dims is None else tuple(max(d, 0) for d in dims)
     if fixed is not None:
         if shape is not None and (len(fixed) != len(shape) or any(s and s != f for s, f in zip(shape, fixed))):
