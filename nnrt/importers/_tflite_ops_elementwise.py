@@ -5,7 +5,8 @@ Rules: ADD/SUB/MUL/DIV pass the fused activation (a TANH activation becomes a TA
 LEAKY_RELU becomes PRELU with a one-element alpha (float: alpha; quantized: the value 1 with scale
 alpha, as the delegate does); a DEQUANTIZE of a float16 constant is folded into a float32
 constant at load; QUANTIZE from a quantized input (a requantization) becomes DEQUANTIZE then
-QUANTIZE; SQUARE is MUL(x, x) and SQUARED_DIFFERENCE is SUB then MUL for float tensors.
+QUANTIZE; SQUARE is MUL(x, x) and SQUARED_DIFFERENCE is SUB then MUL for float tensors; GELU's
+tanh form is spelled out in MUL/ADD/TANH (its erf form has no NNAPI equivalent).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ _BINARY = {
 }
 _FLOAT_ONLY = {Op.DIV, Op.POW, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.FLOOR}
 _ELU, _LEAKY_RELU, _SELECT, _SELECT_V2, _SQUARE, _SQUARED_DIFF = 111, 98, 64, 123, 92, 99
-_QUANTIZE, _DEQUANTIZE = 114, 6
+_QUANTIZE, _DEQUANTIZE, _GELU, _RELU_0_TO_1 = 114, 6, 150, 152
 _FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 
 
@@ -145,3 +146,39 @@ def _quantize(g: Graph, op: TflOp) -> None:
     if g.type_of(y) not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
         raise Unsupported(f"QUANTIZE to {g.type_of(y).name} (NNAPI quantizes to 8 bits)")
     g.op(Op.QUANTIZE, [x], [y])
+
+
+@mapper(_GELU)
+def _gelu(g: Graph, op: TflOp) -> None:
+    """GELU's tanh form, x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in NNAPI ops (NNAPI has
+    no GELU and no ERF, so the exact erf form is refused)."""
+    if op.options is None or not op.options.flag(0):
+        raise Unsupported("exact (erf) GELU; NNAPI has no ERF (the approximate tanh form maps)")
+    x = g.input(op.inputs[0])
+    if g.type_of(x) is not T.TENSOR_FLOAT32:
+        raise Unsupported(f"GELU on {g.type_of(x).name} (decomposed in float32 only)")
+
+    def const(v: float) -> int:
+        return g.const(np.array([v], np.float32), T.TENSOR_FLOAT32)
+
+    def step(kind: Op, a: int, b: int, out: int | None = None) -> int:
+        dst = g.temp(x) if out is None else out
+        g.op(kind, [a, b, g.i32(0)], [dst])
+        return dst
+
+    cube = step(Op.MUL, step(Op.MUL, x, x), x)
+    inner = step(Op.ADD, x, step(Op.MUL, cube, const(0.044715)))
+    t = g.temp(x)
+    g.op(Op.TANH, [step(Op.MUL, inner, const(float(np.sqrt(2.0 / np.pi))))], [t])
+    step(Op.MUL, step(Op.MUL, x, const(0.5)), step(Op.ADD, t, const(1.0)), g.out(op.outputs[0]))
+
+
+@mapper(_RELU_0_TO_1)
+def _relu_0_to_1(g: Graph, op: TflOp) -> None:
+    """min(max(x, 0), 1): RELU then MINIMUM with 1 (NNAPI's RELU1 clamps to [-1, 1])."""
+    x = g.input(op.inputs[0])
+    if g.type_of(x) is not T.TENSOR_FLOAT32:
+        raise Unsupported(f"RELU_0_TO_1 on {g.type_of(x).name}")
+    r = g.temp(x)
+    g.op(Op.RELU, [x], [r])
+    g.op(Op.MINIMUM, [r, g.const(np.array([1.0], np.float32), T.TENSOR_FLOAT32)], [g.out(op.outputs[0])])

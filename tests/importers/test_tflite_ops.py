@@ -319,3 +319,9 @@ def test_l2_norm_lrn_cast_and_int64_indices(device: nnrt.CpuDevice) -> None:
     g.op(BO.CAST, [gathered], [y])
     g.io([x], [y])
     compare(device, m.build(), [_f(4, 3) * 10])
+
+
+def test_gelu_tanh_form_and_relu_0_to_1(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.GELU, [[3, 7]], [[3, 7]], OPT.GeluOptions, opts(S.GeluOptionsT, approximate=True)),
+            [_f(3, 7) * 3])
+    compare(device, _one_op(BO.RELU_0_TO_1, [[3, 7]], [[3, 7]]), [_f(3, 7)])
