@@ -107,9 +107,26 @@ def test_resource_variables_become_state_io(device: nnrt.CpuDevice) -> None:
         np.testing.assert_allclose(y, want, atol=1e-5, rtol=1e-5)
 
 
-def test_variable_tensor_state_of_a_sequence_rnn(device: nnrt.CpuDevice) -> None:
+def _run_stateful(device: nnrt.CpuDevice, data: bytes, shape: tuple[int, ...], keys: list[str], steps: int = 3) -> None:
+    """Run ``data`` ``steps`` times in LiteRT and in nnrt (carrying its state), compare outputs."""
     from ai_edge_litert.interpreter import Interpreter
 
+    model = load_bytes(data)
+    variables = state_variables(model)
+    assert [v.key for v in variables] == keys
+    it = Interpreter(model_content=data, num_threads=1)
+    it.allocate_tensors()
+    prepared = device.prepare_model_sync(model)
+    state = [v.initial for v in variables]
+    for _ in range(steps):
+        xs = RNG.standard_normal(shape).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], xs)
+        it.invoke()
+        out, *state = prepared.execute_sync([xs, *state]).outputs
+        np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)
+
+
+def test_variable_tensor_state_of_a_sequence_rnn(device: nnrt.CpuDevice) -> None:
     m = TflModel()
     g = m.main
     x = g.tensor([2, 3, 4], name="x")  # batch-major [batch, time, input]
@@ -121,21 +138,7 @@ def test_variable_tensor_state_of_a_sequence_rnn(device: nnrt.CpuDevice) -> None
     g.op(BO.UNIDIRECTIONAL_SEQUENCE_RNN, [x, w, rw, b, h], [y], OPT.SequenceRNNOptions,
          opts(S.SequenceRNNOptionsT, timeMajor=False, fusedActivationFunction=S.ActivationFunctionType.RELU))
     g.io([x], [y])
-    data = m.build()
-    model = load_bytes(data)
-    (var,) = state_variables(model)
-    assert var.key == "hidden" and var.input == 1 and var.output == 1
-    it = Interpreter(model_content=data, num_threads=1)
-    it.allocate_tensors()
-    prepared = device.prepare_model_sync(model)
-    state = var.initial
-    for _ in range(2):
-        xs = RNG.standard_normal((2, 3, 4)).astype(np.float32)
-        it.set_tensor(it.get_input_details()[0]["index"], xs)
-        it.invoke()
-        want = it.get_tensor(it.get_output_details()[0]["index"])
-        out, state = prepared.execute_sync([xs, state]).outputs
-        np.testing.assert_allclose(out, want, atol=1e-4, rtol=1e-3)
+    _run_stateful(device, m.build(), (2, 3, 4), ["hidden"], steps=2)
 
 
 def _dynamic_fc() -> bytes:
@@ -213,8 +216,6 @@ def test_rejection_inside_a_subgraph_is_listed() -> None:
 
 def test_sequence_lstm_state_is_carried(device: nnrt.CpuDevice) -> None:
     """UNIDIRECTIONAL_SEQUENCE_LSTM: its two variable tensors become two state inputs/outputs."""
-    from ai_edge_litert.interpreter import Interpreter
-
     m = TflModel()
     g = m.main
     n_in, units, batch, steps = 3, 4, 2, 5
@@ -230,19 +231,7 @@ def test_sequence_lstm_state_is_carried(device: nnrt.CpuDevice) -> None:
          opts(S.UnidirectionalSequenceLSTMOptionsT, fusedActivationFunction=S.ActivationFunctionType.TANH,
               timeMajor=False))
     g.io([x], [y])
-    data = m.build()
-    model = load_bytes(data)
-    assert [v.key for v in state_variables(model)] == ["h", "c"]
-    it = Interpreter(model_content=data, num_threads=1)
-    it.allocate_tensors()
-    prepared = device.prepare_model_sync(model)
-    state = [v.initial for v in state_variables(model)]
-    for _ in range(3):
-        xs = RNG.standard_normal((batch, steps, n_in)).astype(np.float32)
-        it.set_tensor(it.get_input_details()[0]["index"], xs)
-        it.invoke()
-        out, *state = prepared.execute_sync([xs, *state]).outputs
-        np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)
+    _run_stateful(device, m.build(), (batch, steps, n_in), ["h", "c"])
 
 
 def _single(code: int, in_shapes: list[list[int]], out_shape: list[int], consts: list[tuple[object, object]] = (),
@@ -292,8 +281,6 @@ def test_hybrid_conv(device: nnrt.CpuDevice) -> None:
 
 
 def test_svdf_state_is_carried(device: nnrt.CpuDevice) -> None:
-    from ai_edge_litert.interpreter import Interpreter
-
     m = TflModel()
     g = m.main
     batch, n_in, units, rank, memory = 2, 3, 2, 2, 4
@@ -306,16 +293,31 @@ def test_svdf_state_is_carried(device: nnrt.CpuDevice) -> None:
     g.op(BO.SVDF, [x, wf, wt, b, s], [y], OPT.SVDFOptions,
          opts(S.SVDFOptionsT, rank=rank, fusedActivationFunction=S.ActivationFunctionType.RELU))
     g.io([x], [y])
-    data = m.build()
-    model = load_bytes(data)
-    (var,) = state_variables(model)
-    it = Interpreter(model_content=data, num_threads=1)
-    it.allocate_tensors()
-    prepared = device.prepare_model_sync(model)
-    state = var.initial
-    for _ in range(4):
-        xs = RNG.standard_normal((batch, n_in)).astype(np.float32)
-        it.set_tensor(it.get_input_details()[0]["index"], xs)
-        it.invoke()
-        out, state = prepared.execute_sync([xs, state]).outputs
-        np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)
+    _run_stateful(device, m.build(), (batch, n_in), ["svdf_state"], steps=4)
+
+
+def test_lstm_and_rnn_cells_carry_state(device: nnrt.CpuDevice) -> None:
+    n_in, units, batch = 3, 4, 2
+    m = TflModel()
+    g = m.main
+    x = g.tensor([batch, n_in], name="x")
+    ws = [g.const(RNG.standard_normal((units, n_in)) * 0.5, name=f"wi{k}") for k in range(4)]
+    rs = [g.const(RNG.standard_normal((units, units)) * 0.3, name=f"wr{k}") for k in range(4)]
+    bs = [g.const(RNG.standard_normal(units) * 0.1, name=f"b{k}") for k in range(4)]
+    h = g.tensor([batch, units], name="h", variable=True)
+    c = g.tensor([batch, units], name="c", variable=True)
+    y = g.tensor([batch, units], name="y")
+    g.op(BO.LSTM, [x, *ws, *rs, -1, -1, -1, *bs, -1, -1, h, c, -1, -1, -1, -1], [y], OPT.LSTMOptions,
+         opts(S.LSTMOptionsT, fusedActivationFunction=S.ActivationFunctionType.TANH, cellClip=3.0))
+    g.io([x], [y])
+    _run_stateful(device, m.build(), (batch, n_in), ["h", "c"])
+    m = TflModel()
+    g = m.main
+    x = g.tensor([batch, n_in], name="x")
+    hs = g.tensor([batch, units], name="hidden", variable=True)
+    y = g.tensor([batch, units], name="y")
+    g.op(BO.RNN, [x, g.const(RNG.standard_normal((units, n_in))), g.const(RNG.standard_normal((units, units)) * 0.3),
+                  g.const(RNG.standard_normal(units)), hs], [y], OPT.RNNOptions,
+         opts(S.RNNOptionsT, fusedActivationFunction=S.ActivationFunctionType.RELU))
+    g.io([x], [y])
+    _run_stateful(device, m.build(), (batch, n_in), ["hidden"])

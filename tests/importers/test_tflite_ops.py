@@ -325,3 +325,41 @@ def test_gelu_tanh_form_and_relu_0_to_1(device: nnrt.CpuDevice) -> None:
     compare(device, _one_op(BO.GELU, [[3, 7]], [[3, 7]], OPT.GeluOptions, opts(S.GeluOptionsT, approximate=True)),
             [_f(3, 7) * 3])
     compare(device, _one_op(BO.RELU_0_TO_1, [[3, 7]], [[3, 7]]), [_f(3, 7)])
+
+
+def test_logic_pow_fill_embedding_and_int64_argmax(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    a, b = g.tensor([2, 3], name="a"), g.tensor([2, 3], name="b")
+    la, lb = g.tensor([2, 3], np.bool_, name="la"), g.tensor([2, 3], np.bool_, name="lb")
+    g.op(BO.GREATER, [a, b], [la])
+    g.op(BO.LESS, [a, g.const([0.0])], [lb])
+    both, either, neither = (g.tensor([2, 3], np.bool_, name=n) for n in ("both", "either", "neither"))
+    g.op(BO.LOGICAL_AND, [la, lb], [both])
+    g.op(BO.LOGICAL_OR, [la, lb], [either])
+    g.op(BO.LOGICAL_NOT, [either], [neither])
+    p = g.tensor([2, 3], name="pow")
+    g.op(BO.POW, [b, g.const([2.0])], [p])
+    filled = g.tensor([2, 2], name="filled")
+    g.op(BO.FILL, [g.const([2, 2], np.int32), g.const(np.array(1.5, np.float32))], [filled])
+    emb = g.tensor([2, 4], name="emb")
+    g.op(BO.EMBEDDING_LOOKUP, [g.const([2, 0], np.int32), g.const(RNG.standard_normal((3, 4)))], [emb])
+    arg = g.tensor([2], np.int64, name="arg")
+    g.op(BO.ARG_MAX, [a, g.const([1], np.int32)], [arg], OPT.ArgMaxOptions,
+         opts(S.ArgMaxOptionsT, outputType=S.TensorType.INT64))
+    g.io([a, b], [both, either, neither, p, filled, emb, arg])
+    data = m.build()
+    got = compare(device, data, [_f(2, 3), _f(2, 3)])
+    assert got[-1].dtype == np.int32  # NNAPI's ARGMAX gives int32; the values are LiteRT's int64 ones
+
+
+def test_float_transpose_conv(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 3, 3, 2], name="x")
+    w = g.const(RNG.standard_normal((4, 3, 3, 2)), name="w")
+    y = g.tensor([1, 6, 6, 4], name="y")
+    g.op(BO.TRANSPOSE_CONV, [g.const([1, 6, 6, 4], np.int32), w, x, g.const(RNG.standard_normal(4))], [y],
+         OPT.TransposeConvOptions, opts(S.TransposeConvOptionsT, padding=S.Padding.SAME, strideW=2, strideH=2))
+    g.io([x], [y])
+    compare(device, m.build(), [_f(1, 3, 3, 2)])
