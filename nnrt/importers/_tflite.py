@@ -45,7 +45,6 @@ from nnrt.importers._tflite_schema import TflFile, TflOp, parse_tflite
 from nnrt.model import Model
 from nnrt.types import OperandLifeTime as L
 from nnrt.types import OperandType as T
-from nnrt.types import OperationType as Op
 
 __all__ = ["load_tflite"]
 
@@ -165,8 +164,6 @@ class _Importer:
             operand = g.input(ti)
             o = g.model.operands[operand]
             if o.lifetime is not L.TEMPORARY_VARIABLE or operand in inputs or operand in outputs:
-                copy = g.model.add_operand(o.type, o.dimensions, o.scale, o.zero_point, name=g.tensor(ti).name)
-                g.op(Op.CAST, [operand], [copy])
-                operand = copy
+                operand = g.identity(operand, g.tensor(ti).name)
             outputs.append(operand)
         return outputs

@@ -117,6 +117,7 @@ class State:
             co = g.model.operands[cur]
             if (co.type, co.scale, co.zero_point) != (sin.type, sin.scale, sin.zero_point):
                 raise Unsupported(f"state {var.key!r} is assigned a {co.type.name} value but read as {sin.type.name}")
+            # declared like the state input (fully known), whatever shape the new value has on the way
             out = g.model.add_operand(sin.type, sin.dimensions, sin.scale, sin.zero_point, name=f"state_out/{var.key}")
             g.op(Op.CAST, [cur], [out])
             init = self.initial.get(var.key, var.initial)

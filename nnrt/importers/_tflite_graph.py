@@ -62,7 +62,7 @@ class _Pool:
         self.buffer = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
-_ACT_OPS = {1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6, 4: Op.TANH}
+_ACT_OPS = {1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6}
 _ACT_NAMES = {4: "TANH", 5: "SIGN_BIT"}
 
 
@@ -251,9 +251,10 @@ class Graph:
     def op(self, typ: Op, ins: Sequence[int], outs: Sequence[int]) -> None:
         self.model.add_operation(typ, list(ins), list(outs))
 
-    def identity(self, operand: int) -> int:
-        """A copy of ``operand`` in a new temporary (CAST to the same type)."""
-        dst = self.temp(operand)
+    def identity(self, operand: int, name: str = "") -> int:
+        """A copy of ``operand`` in a new operand named ``name`` (CAST to the same type)."""
+        o = self.model.operands[operand]
+        dst = self.model.add_operand(o.type, o.dimensions, o.scale, o.zero_point, name=name)
         self.op(Op.CAST, [operand], [dst])
         return dst
 
@@ -277,9 +278,6 @@ class Graph:
             return self.out(out_ti)
         if code not in _ACT_OPS:
             raise Unsupported(f"fused activation {_ACT_NAMES.get(code, code)} has no NNAPI equivalent")
-        t = self.tensor(out_ti)
-        if code == 4 and t.type != TT.FLOAT32 and t.type != TT.FLOAT16:
-            raise Unsupported("fused TANH on a quantized output (NNAPI's quantized TANH has a fixed output scale)")
         final = self.out(out_ti)
         target = self.temp(final)
         self._pending.append((_ACT_OPS[code], [target], [final]))
