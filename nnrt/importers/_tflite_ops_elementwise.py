@@ -33,15 +33,14 @@ _BINARY = {
 }
 _FLOAT_ONLY = {Op.DIV, Op.POW, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.FLOOR}
 _ELU, _LEAKY_RELU, _SELECT, _SELECT_V2, _SQUARE, _SQUARED_DIFF = 111, 98, 64, 123, 92, 99
-_QUANTIZE, _DEQUANTIZE, _GELU, _RELU_0_TO_1 = 114, 6, 150, 152
+_QUANTIZE, _DEQUANTIZE, _GELU, _RELU_0_TO_1, _FLOOR_DIV, _ADD_N = 114, 6, 150, 152, 90, 106
 _FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 
 
 def _check_float(g: Graph, operand: int, kind: Op) -> None:
-    if kind in _FLOAT_ONLY and g.type_of(operand) not in _FLOATS and not (
-        kind is Op.DIV and g.type_of(operand) is T.TENSOR_INT32
-    ):
-        raise Unsupported(f"NNAPI's {kind.name} takes float tensors, got {g.type_of(operand).name}")
+    if kind in _FLOAT_ONLY and g.type_of(operand) not in _FLOATS:
+        why = " (its int32 DIV rounds down, TFLite's DIV truncates)" if kind is Op.DIV else ""
+        raise Unsupported(f"NNAPI's {kind.name} takes float tensors, got {g.type_of(operand).name}{why}")
 
 
 @mapper(*_ARITH)
@@ -74,6 +73,35 @@ def _binary(g: Graph, op: TflOp) -> None:
     a, b = g.input(op.inputs[0]), g.input(op.inputs[1])
     _check_float(g, a, kind)
     g.op(kind, [a, b], [g.out(op.outputs[0])])
+
+
+@mapper(_FLOOR_DIV)
+def _floor_div(g: Graph, op: TflOp) -> None:
+    """int32: NNAPI's DIV, which rounds toward negative infinity; float: DIV then FLOOR."""
+    a, b = g.input(op.inputs[0]), g.input(op.inputs[1])
+    if g.type_of(a) is T.TENSOR_INT32:
+        g.op(Op.DIV, [a, b, g.i32(0)], [g.out(op.outputs[0])])
+        return
+    if g.type_of(a) not in _FLOATS:
+        raise Unsupported(f"FLOOR_DIV on {g.type_of(a).name}")
+    y = g.out(op.outputs[0])
+    q = g.temp(y)
+    g.op(Op.DIV, [a, b, g.i32(0)], [q])
+    g.op(Op.FLOOR, [q], [y])
+
+
+@mapper(_ADD_N)
+def _add_n(g: Graph, op: TflOp) -> None:
+    """A chain of ADDs (NNAPI has no n-ary add)."""
+    xs = [g.input(i) for i in op.inputs]
+    y = g.out(op.outputs[0])
+    acc = xs[0]
+    for k, x in enumerate(xs[1:], start=2):
+        dst = y if k == len(xs) else g.temp(y)
+        g.op(Op.ADD, [acc, x, g.i32(0)], [dst])
+        acc = dst
+    if len(xs) == 1:
+        g.op(Op.CAST, [acc], [y])
 
 
 @mapper(_ELU)

@@ -26,7 +26,7 @@ _SLICE, _STRIDED_SLICE, _GATHER, _TRANSPOSE, _TILE = 65, 45, 36, 39, 69
 _RESIZE_BILINEAR, _RESIZE_NEAREST = 23, 97
 _MEAN, _SUM, _PROD, _RMAX, _RMIN, _RANY, _RALL = 40, 74, 81, 82, 89, 91, 140
 _ARG_MAX, _ARG_MIN = 56, 79
-_S2D, _D2S, _B2S, _S2B, _EMBEDDING_LOOKUP, _FILL = 26, 5, 37, 38, 7, 94
+_S2D, _D2S, _B2S, _S2B, _EMBEDDING_LOOKUP, _FILL, _TOPK_V2, _REVERSE_V2 = 26, 5, 37, 38, 7, 94, 48, 105
 
 _REDUCERS = {_SUM: Op.REDUCE_SUM, _PROD: Op.REDUCE_PROD, _RMAX: Op.REDUCE_MAX, _RMIN: Op.REDUCE_MIN,
              _RANY: Op.REDUCE_ANY, _RALL: Op.REDUCE_ALL}
@@ -294,6 +294,22 @@ def _batch_space(g: Graph, op: TflOp) -> None:
 def _paddings_at(g: Graph, op: TflOp, k: int) -> int:
     pads = g.const_ints(op, k, "paddings")
     return g.const(np.asarray(pads, np.int32).reshape(-1, 2), T.TENSOR_INT32)
+
+
+@mapper(_TOPK_V2)
+def _topk(g: Graph, op: TflOp) -> None:
+    x = g.input(op.inputs[0])
+    (k,) = g.const_ints(op, 1, "k")
+    g.op(Op.TOPK_V2, [x, g.i32(k)], [g.out(op.outputs[0]), g.out(op.outputs[1], T.TENSOR_INT32)])
+
+
+@mapper(_REVERSE_V2)
+def _reverse(g: Graph, op: TflOp) -> None:
+    x = g.input(op.inputs[0])
+    axes = g.const_ints(op, 1, "axis")
+    if len(axes) != 1:
+        raise Unsupported(f"axes {axes} (NNAPI's REVERSE takes one axis)")
+    g.op(Op.REVERSE, [x, g.ints([_axis(axes[0], _rank(g, x))])], [g.out(op.outputs[0])])
 
 
 @mapper(_EMBEDDING_LOOKUP)

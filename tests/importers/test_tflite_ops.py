@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import nnrt
-from tests.importers.tflite_builder import BO, OPT, S, TflModel, compare, opts
+from nnrt.importers import UnsupportedModelError
+from tests.importers.tflite_builder import BO, OPT, S, TflModel, compare, load_bytes, opts
 
 RNG = np.random.default_rng(7)
 
@@ -363,3 +364,24 @@ def test_float_transpose_conv(device: nnrt.CpuDevice) -> None:
          OPT.TransposeConvOptions, opts(S.TransposeConvOptionsT, padding=S.Padding.SAME, strideW=2, strideH=2))
     g.io([x], [y])
     compare(device, m.build(), [_f(1, 3, 3, 2)])
+
+
+def test_integer_division_semantics(device: nnrt.CpuDevice) -> None:
+    """TFLite's int32 DIV truncates and NNAPI's rounds down: DIV is refused, FLOOR_DIV maps."""
+    a, b = np.array([-7, 7, -7, 7, 6], np.int32), np.array([2, 2, -2, -2, 3], np.int32)
+    compare(device, _one_op(BO.FLOOR_DIV, [[5], [5]], [[5]], dtype=np.int32), [a, b])
+    compare(device, _one_op(BO.FLOOR_DIV, [[5], [5]], [[5]]), [a.astype(np.float32), b.astype(np.float32) + 0.5])
+    with pytest.raises(UnsupportedModelError, match="truncates"):
+        load_bytes(_one_op(BO.DIV, [[5], [5]], [[5]], OPT.DivOptions, opts(S.DivOptionsT), dtype=np.int32))
+
+
+def test_add_n_topk_reverse(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.ADD_N, [[2, 3], [2, 3], [2, 3]], [[2, 3]]), [_f(2, 3), _f(2, 3), _f(2, 3)])
+    m = TflModel()
+    g = m.main
+    x = g.tensor([2, 6], name="x")
+    vals, idx = g.tensor([2, 3], name="values"), g.tensor([2, 3], np.int32, name="indices")
+    g.op(BO.TOPK_V2, [x, g.const(3, np.int32)], [vals, idx])
+    g.io([x], [vals, idx])
+    compare(device, m.build(), [_f(2, 6)])
+    compare(device, _one_op(BO.REVERSE_V2, [[2, 3, 4]], [[2, 3, 4]], consts=[([1], np.int32)]), [_f(2, 3, 4)])
