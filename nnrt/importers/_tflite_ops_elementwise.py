@@ -72,7 +72,12 @@ def _binary(g: Graph, op: TflOp) -> None:
     kind = _BINARY[op.code]
     a, b = g.input(op.inputs[0]), g.input(op.inputs[1])
     _check_float(g, a, kind)
-    g.op(kind, [a, b], [g.out(op.outputs[0])])
+    y = g.out(op.outputs[0])
+    if kind in (Op.MAXIMUM, Op.MINIMUM) and g.type_of(a).is_quantized:
+        quants = {(g.model.operands[i].scale, g.model.operands[i].zero_point) for i in (a, b, y)}
+        if len(quants) > 1:  # LiteRT compares and copies raw values; NNAPI would requantize
+            raise Unsupported(f"quantized {kind.name} with differing scales or zero points (LiteRT does not rescale)")
+    g.op(kind, [a, b], [y])
 
 
 @mapper(_FLOOR_DIV)

@@ -385,3 +385,30 @@ def test_add_n_topk_reverse(device: nnrt.CpuDevice) -> None:
     g.io([x], [vals, idx])
     compare(device, m.build(), [_f(2, 6)])
     compare(device, _one_op(BO.REVERSE_V2, [[2, 3, 4]], [[2, 3, 4]], consts=[([1], np.int32)]), [_f(2, 3, 4)])
+
+
+@pytest.mark.parametrize(("code", "out_q"), [(BO.HARD_SWISH, (0.03, -20)), (BO.LOGISTIC, (1 / 256, -128)),
+                                            (BO.TANH, (1 / 128, 0)), (BO.RELU6, (0.03, -128)),
+                                            (BO.MAXIMUM, (0.05, 3))])
+def test_int8_activations(device: nnrt.CpuDevice, code: int, out_q: tuple[float, int]) -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([2, 8], np.int8, name="x", scale=0.05, zp=3)
+    y = g.tensor([2, 8], np.int8, name="y", scale=out_q[0], zp=out_q[1])
+    extra = [g.const(np.zeros((1, 8)), np.int8, scale=0.05, zp=3)] if code == BO.MAXIMUM else []
+    g.op(code, [x, *extra], [y])
+    g.io([x], [y])
+    compare(device, m.build(), [RNG.integers(-128, 128, (2, 8)).astype(np.int8)])
+    if code == BO.MAXIMUM:  # LiteRT does not rescale a MAXIMUM between differing quantizations: refused
+        g.t.tensors[y].quantization.zeroPoint = [0]
+        with pytest.raises(UnsupportedModelError, match="LiteRT does not rescale"):
+            load_bytes(m.build())
+
+
+def test_strided_slice_shrink_and_negative_stride(device: nnrt.CpuDevice) -> None:
+    o = opts(S.StridedSliceOptionsT, shrinkAxisMask=1)
+    compare(device, _one_op(BO.STRIDED_SLICE, [[4, 6]], [[3]], OPT.StridedSliceOptions, o,
+                            consts=[([2, 0], np.int32), ([3, 6], np.int32), ([1, 2], np.int32)]), [_f(4, 6)])
+    o = opts(S.StridedSliceOptionsT, endMask=2)
+    compare(device, _one_op(BO.STRIDED_SLICE, [[4, 6]], [[2, 6]], OPT.StridedSliceOptions, o,
+                            consts=[([3, 5], np.int32), ([1, 0], np.int32), ([-1, -1], np.int32)]), [_f(4, 6)])
