@@ -77,6 +77,13 @@ class Graph:
         self.state = state
         self.input_shapes = input_shapes
         self.operand: dict[int, int] = {}
+        #: ``input_shapes`` changed a dimension the file has as fixed: every computed tensor's
+        #: dimensions become unknown (kept rank), for preparation to infer.
+        self.resized = any(
+            len(fixed) == len(t.signature) and any(d >= 0 and d != f for d, f in zip(t.signature, fixed))
+            for t in (sub.tensors[i] for i in sub.inputs)
+            if (fixed := input_shapes.get(t.name)) is not None
+        )
         self._pending: list[tuple[Op, list[int], list[int]]] = []
         self._scalars: dict[tuple[T, object], int] = {}
 
@@ -91,6 +98,8 @@ class Graph:
         fixed = self.input_shapes.get(t.name) if t.index in self.sub.inputs else None
         if fixed is not None:
             return fixed or (1,)
+        if self.resized and not t.is_variable:
+            return tuple(0 for _ in t.signature) or (1,)  # the file's shapes no longer hold: inferred
         return tuple(0 if d < 0 else d for d in t.signature) or (1,)
 
     def nn_type(self, t: TflTensor) -> tuple[T, float, int]:

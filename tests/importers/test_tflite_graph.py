@@ -141,12 +141,12 @@ def test_variable_tensor_state_of_a_sequence_rnn(device: nnrt.CpuDevice) -> None
     _run_stateful(device, m.build(), (2, 3, 4), ["hidden"], steps=2)
 
 
-def _dynamic_fc() -> bytes:
+def _dynamic_fc(signature: bool = True) -> bytes:
     m = TflModel()
     g = m.main
-    x = g.tensor([1, 4], name="features", signature=[-1, 4])
+    x = g.tensor([1, 4], name="features", signature=[-1, 4] if signature else None)
     w = g.const(RNG.standard_normal((2, 4)), name="w")
-    y = g.tensor([1, 2], name="scores", signature=[-1, 2])
+    y = g.tensor([1, 2], name="scores", signature=[-1, 2] if signature else None)
     g.op(BO.FULLY_CONNECTED, [x, w, g.const(np.zeros(2), name="b")], [y], OPT.FullyConnectedOptions,
          opts(S.FullyConnectedOptionsT))
     g.io([x], [y])
@@ -166,6 +166,10 @@ def test_input_shapes_and_names(device: nnrt.CpuDevice) -> None:
     np.testing.assert_allclose(got[0], run_litert(data, [x])[0], atol=1e-4, rtol=1e-3)
     got = run_nnrt(device, model, [x])  # the unknown batch is given at execution
     assert got[0].shape == (3, 2)
+    static = _dynamic_fc(signature=False)  # a batch of 1 fixed in the file, resized by the caller
+    resized = load_bytes(static, input_shapes={"features": [3, 4]})
+    assert resized.operands[resized.output_indexes[0]].dimensions == (0, 0)
+    np.testing.assert_allclose(run_nnrt(device, resized, [x])[0], run_litert(static, [x])[0], atol=1e-4, rtol=1e-3)
     with pytest.raises(nnrt.InvalidArgumentError, match=r"'feature'.*not an input.*'features'"):
         load_bytes(data, input_shapes={"feature": [3, 4]})
     with pytest.raises(nnrt.InvalidArgumentError, match="rank 3"):
