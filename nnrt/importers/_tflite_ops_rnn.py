@@ -4,8 +4,10 @@ UNIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel), UNIDIRECTIONAL_SEQUENCE_LSTM, a
 TFLite keeps a recurrent op's state in variable tensors it updates in place; NNAPI's ops take
 the state as inputs and return the new state as outputs. The mappers read the variable
 tensors through ``Graph.input`` (which makes them state inputs of the model) and hand the
-op's state outputs to ``State.assign_tensor`` (state outputs of the model). Only float32
-recurrent ops are expressible (the delegate refuses hybrid sequence ops too).
+op's state outputs to ``State.assign_tensor`` (state outputs of the model). They compute in
+float32: constant int8/uint8 weights (hybrid ops) get a DEQUANTIZE and float16 ones are widened
+at load, as for convolutions (LiteRT's hybrid kernels quantize the activations on the fly
+instead, so the two differ by that rounding). Quantized activations are refused.
 
 DENSIFY turns a sparse constant (TFLite ``SparsityParameters``: traversal order, block map,
 per-dimension DENSE size or SPARSE_CSR segments and indices) into NNAPI's DENSIFY inputs.
@@ -17,6 +19,7 @@ import numpy as np
 
 from nnrt.importers._flatbuf import Table
 from nnrt.importers._tflite_graph import Graph, Unsupported, mapper
+from nnrt.importers._tflite_ops_nn import float_weights
 from nnrt.importers._tflite_schema import TT, TflOp
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -28,14 +31,15 @@ _RNN_ACTS, _LSTM_ACTS = (0, 1, 2, 3), (0, 1, 2, 3, 4, 6)
 
 
 def _float_inputs(g: Graph, op: TflOp, ks: range) -> list[int]:
-    """Operands for inputs ``ks``; omitted optional ones become NO_VALUE operands."""
+    """Operands for inputs ``ks``; omitted optional ones become NO_VALUE operands. Constant
+    weights in int8/uint8 (hybrid ops) or float16 become float32 as for convolutions."""
     out = []
     for k in ks:
         if g.has_input(op, k):
             t = g.tensor(op.inputs[k])
-            if t.type != TT.FLOAT32:
+            if t.type != TT.FLOAT32 and (k == 0 or t.data is None):
                 raise Unsupported(f"input {k} ({t.label()}) is {t.type_name}; only float32 recurrent ops map")
-            out.append(g.input(op.inputs[k]))
+            out.append(float_weights(g, op.inputs[k]))
         else:
             out.append(_omitted(g, T.TENSOR_FLOAT32))
     return out
