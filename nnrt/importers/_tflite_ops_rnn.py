@@ -1,4 +1,4 @@
-"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN, SVDF,
+"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN, SVDF, BIDIRECTIONAL_SEQUENCE_LSTM,
 UNIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel), UNIDIRECTIONAL_SEQUENCE_LSTM, and DENSIFY.
 
 TFLite keeps a recurrent op's state in variable tensors it updates in place; NNAPI's ops take
@@ -26,7 +26,7 @@ from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
 
-_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY, _SVDF = 24, 35, 16, 44, 124, 27
+_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY, _SVDF, _BIDI_LSTM = 24, 35, 16, 44, 124, 27, 52
 _RNN_ACTS, _LSTM_ACTS = (0, 1, 2, 3), (0, 1, 2, 3, 4, 6)
 
 
@@ -192,3 +192,26 @@ def _svdf(g: Graph, op: TflOp) -> None:
     state_out = g.temp(state)
     g.op(Op.SVDF, [x, wf, wt, b, state, g.i32(rank), g.i32(_act(o, 1, _RNN_ACTS))], [state_out, y])
     _assign(g, op, 4, state_out)
+
+
+@mapper(_BIDI_LSTM)
+def _bidirectional_lstm(g: Graph, op: TflOp) -> None:
+    """Inputs map one to one (NNAPI's op follows TFLite's): input, forward weights 1-17,
+    backward 18-34, four states 35-38, auxiliary input and weights 39-47; then NNAPI's scalars
+    and 8 omitted layer-norm weights."""
+    if len(op.inputs) != 48:
+        raise Unsupported(f"{len(op.inputs)} inputs; expected 48")
+    o = op.options
+    act = _act(o, 0, _LSTM_ACTS)
+    clip, proj_clip = (o.real(1), o.real(2)) if o is not None else (0.0, 0.0)
+    merge, time_major = (o.flag(3), o.flag(4, True)) if o is not None else (False, True)
+    ins = _float_inputs(g, op, range(35))
+    states = [_state_tensor(g, op, k) for k in range(35, 39)]
+    aux = _float_inputs(g, op, range(39, 48))
+    scalars = [g.i32(act), g.f32(clip), g.f32(proj_clip), g.flag(merge), g.flag(time_major)]
+    outs = [g.out(t) for t in op.outputs[: 1 if merge else 2]]
+    new_states = [g.temp(s) for s in states]
+    norms = [_omitted(g, T.TENSOR_FLOAT32) for _ in range(8)]
+    g.op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, [*ins, *states, *aux, *scalars, *norms], [*outs, *new_states])
+    for k, new in zip(range(35, 39), new_states):
+        _assign(g, op, k, new)

@@ -336,3 +336,38 @@ def test_lstm_and_rnn_cells_carry_state(device: nnrt.CpuDevice) -> None:
          opts(S.RNNOptionsT, fusedActivationFunction=S.ActivationFunctionType.RELU))
     g.io([x], [y])
     _run_stateful(device, m.build(), (batch, n_in), ["hidden"])
+
+
+@pytest.mark.parametrize(("merge", "time_major"), [(False, False), (True, True)])
+def test_bidirectional_lstm(device: nnrt.CpuDevice, merge: bool, time_major: bool) -> None:
+    """BIDIRECTIONAL_SEQUENCE_LSTM: four variable tensors become four state inputs/outputs.
+    (LiteRT's merged output in batch-major layout changes from run to run on the same input,
+    uninitialized memory in LiteRT, so that combination has no reference to compare with.)"""
+    m = TflModel()
+    g = m.main
+    n_in, units, batch, steps = 3, 4, 2, 5
+    lead = [steps, batch] if time_major else [batch, steps]
+    x = g.tensor([*lead, n_in], name="x")
+
+    def cell(prefix: str) -> list[int]:
+        ws = [g.const(RNG.standard_normal((units, n_in)) * 0.5, name=f"{prefix}wi{k}") for k in range(4)]
+        rs = [g.const(RNG.standard_normal((units, units)) * 0.3, name=f"{prefix}wr{k}") for k in range(4)]
+        bs = [g.const(RNG.standard_normal(units) * 0.1, name=f"{prefix}b{k}") for k in range(4)]
+        return [*ws, *rs, -1, -1, -1, *bs, -1, -1]
+
+    fw, bw = cell("fw_"), cell("bw_")
+    states = [g.tensor([batch, units], name=n, variable=True) for n in ("fw_h", "fw_c", "bw_h", "bw_c")]
+    outs = [g.tensor([*lead, 2 * units], name="y")] if merge else \
+        [g.tensor([*lead, units], name="y_fw"), g.tensor([*lead, units], name="y_bw")]
+    g.op(BO.BIDIRECTIONAL_SEQUENCE_LSTM, [x, *fw, *bw, *states, *([-1] * 9)], outs,
+         OPT.BidirectionalSequenceLSTMOptions,
+         opts(S.BidirectionalSequenceLSTMOptionsT, fusedActivationFunction=S.ActivationFunctionType.TANH,
+              mergeOutputs=merge, timeMajor=time_major))
+    g.io([x], outs)
+    data = m.build()
+    model = load_bytes(data)
+    assert [v.key for v in state_variables(model)] == ["fw_h", "fw_c", "bw_h", "bw_c"]
+    xs = RNG.standard_normal((*lead, n_in)).astype(np.float32)
+    got = run_nnrt(device, model, [xs, *(v.initial for v in state_variables(model))])
+    for a, b in zip(got, run_litert(data, [xs])):
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-3)
