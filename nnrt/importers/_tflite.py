@@ -35,7 +35,8 @@ Supported builtins (NNAPI op in brackets where the name differs):
   SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND (no crops), EMBEDDING_LOOKUP, FILL, TOPK_V2,
   RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR;
 - reductions: MEAN, SUM, PROD, REDUCE_MAX/MIN/ANY/ALL, ARG_MAX ARG_MIN (int32 output);
-- recurrent (float32, or hybrid int8 weights): RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel),
+- recurrent (float32, or hybrid int8 weights): RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN,
+  BIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel),
   UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM;
 - control flow and state: IF, WHILE, VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE CALL_ONCE.
 

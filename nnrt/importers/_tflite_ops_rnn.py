@@ -1,4 +1,4 @@
-"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN, SVDF, BIDIRECTIONAL_SEQUENCE_LSTM,
+"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN, SVDF, BIDIRECTIONAL_SEQUENCE_LSTM/RNN,
 UNIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel), UNIDIRECTIONAL_SEQUENCE_LSTM, and DENSIFY.
 
 TFLite keeps a recurrent op's state in variable tensors it updates in place; NNAPI's ops take
@@ -26,7 +26,7 @@ from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
 
-_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY, _SVDF, _BIDI_LSTM = 24, 35, 16, 44, 124, 27, 52
+_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY, _SVDF, _BIDI_LSTM, _BIDI_RNN = 24, 35, 16, 44, 124, 27, 52, 46
 _RNN_ACTS, _LSTM_ACTS = (0, 1, 2, 3), (0, 1, 2, 3, 4, 6)
 
 
@@ -215,3 +215,22 @@ def _bidirectional_lstm(g: Graph, op: TflOp) -> None:
     g.op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, [*ins, *states, *aux, *scalars, *norms], [*outs, *new_states])
     for k, new in zip(range(35, 39), new_states):
         _assign(g, op, k, new)
+
+
+@mapper(_BIDI_RNN)
+def _bidirectional_rnn(g: Graph, op: TflOp) -> None:
+    """One to one: input, forward weights/recurrent/bias, forward state, the same backwards,
+    auxiliary input and weights; then NNAPI's activation, time_major and merge_outputs."""
+    if len(op.inputs) != 12:
+        raise Unsupported(f"{len(op.inputs)} inputs; expected 12")
+    o = op.options
+    time_major, merge = (o.flag(0), o.flag(2)) if o is not None else (False, False)
+    fw, bw = _float_inputs(g, op, range(4)), _float_inputs(g, op, range(5, 8))
+    fw_h, bw_h = _state_tensor(g, op, 4), _state_tensor(g, op, 8)
+    aux = _float_inputs(g, op, range(9, 12))
+    scalars = [g.i32(_act(o, 1, _RNN_ACTS)), g.flag(time_major), g.flag(merge)]
+    outs = [g.out(t) for t in op.outputs[: 1 if merge else 2]]
+    new_fw, new_bw = g.temp(fw_h), g.temp(bw_h)
+    g.op(Op.BIDIRECTIONAL_SEQUENCE_RNN, [*fw, fw_h, *bw, bw_h, *aux, *scalars], [*outs, new_fw, new_bw])
+    _assign(g, op, 4, new_fw)
+    _assign(g, op, 8, new_bw)

@@ -371,3 +371,32 @@ def test_bidirectional_lstm(device: nnrt.CpuDevice, merge: bool, time_major: boo
     got = run_nnrt(device, model, [xs, *(v.initial for v in state_variables(model))])
     for a, b in zip(got, run_litert(data, [xs])):
         np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_bidirectional_rnn(device: nnrt.CpuDevice, merge: bool) -> None:
+    m = TflModel()
+    g = m.main
+    n_in, units, batch, steps = 3, 4, 2, 5
+    x = g.tensor([batch, steps, n_in], name="x")
+
+    def cell(prefix: str) -> list[int]:
+        return [g.const(RNG.standard_normal((units, n_in)) * 0.5, name=f"{prefix}w"),
+                g.const(RNG.standard_normal((units, units)) * 0.3, name=f"{prefix}r"),
+                g.const(RNG.standard_normal(units) * 0.1, name=f"{prefix}b"),
+                g.tensor([batch, units], name=f"{prefix}h", variable=True)]
+
+    fw, bw = cell("fw_"), cell("bw_")
+    outs = [g.tensor([batch, steps, 2 * units], name="y")] if merge else \
+        [g.tensor([batch, steps, units], name="y_fw"), g.tensor([batch, steps, units], name="y_bw")]
+    g.op(BO.BIDIRECTIONAL_SEQUENCE_RNN, [x, *fw, *bw, -1, -1, -1], outs, OPT.BidirectionalSequenceRNNOptions,
+         opts(S.BidirectionalSequenceRNNOptionsT, timeMajor=False, mergeOutputs=merge,
+              fusedActivationFunction=S.ActivationFunctionType.RELU))
+    g.io([x], outs)
+    data = m.build()
+    model = load_bytes(data)
+    assert [v.key for v in state_variables(model)] == ["fw_h", "bw_h"]
+    xs = RNG.standard_normal((batch, steps, n_in)).astype(np.float32)
+    got = run_nnrt(device, model, [xs, *(v.initial for v in state_variables(model))])
+    for a, b in zip(got, run_litert(data, [xs])):
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-3)
