@@ -27,6 +27,7 @@ _RESIZE_BILINEAR, _RESIZE_NEAREST = 23, 97
 _MEAN, _SUM, _PROD, _RMAX, _RMIN, _RANY, _RALL = 40, 74, 81, 82, 89, 91, 140
 _ARG_MAX, _ARG_MIN = 56, 79
 _S2D, _D2S, _B2S, _S2B, _EMBEDDING_LOOKUP, _FILL, _TOPK_V2, _REVERSE_V2 = 26, 5, 37, 38, 7, 94, 48, 105
+_HASHTABLE_LOOKUP = 10
 
 _REDUCERS = {_SUM: Op.REDUCE_SUM, _PROD: Op.REDUCE_PROD, _RMAX: Op.REDUCE_MAX, _RMIN: Op.REDUCE_MIN,
              _RANY: Op.REDUCE_ANY, _RALL: Op.REDUCE_ALL}
@@ -316,6 +317,13 @@ def _reverse(g: Graph, op: TflOp) -> None:
 def _embedding_lookup(g: Graph, op: TflOp) -> None:
     ids, values = g.input(op.inputs[0]), g.input(op.inputs[1])
     g.op(Op.EMBEDDING_LOOKUP, [ids, values], [g.out(op.outputs[0])])
+
+
+@mapper(_HASHTABLE_LOOKUP)
+def _hashtable_lookup(g: Graph, op: TflOp) -> None:
+    lookups, keys, values = (g.input(op.inputs[k]) for k in range(3))
+    hits = g.out(op.outputs[1], T.TENSOR_QUANT8_ASYMM)
+    g.op(Op.HASHTABLE_LOOKUP, [lookups, keys, values], [g.out(op.outputs[0]), hits])
 
 
 @mapper(_FILL)

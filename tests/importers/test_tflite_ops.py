@@ -412,3 +412,15 @@ def test_strided_slice_shrink_and_negative_stride(device: nnrt.CpuDevice) -> Non
     o = opts(S.StridedSliceOptionsT, endMask=2)
     compare(device, _one_op(BO.STRIDED_SLICE, [[4, 6]], [[2, 6]], OPT.StridedSliceOptions, o,
                             consts=[([3, 5], np.int32), ([1, 0], np.int32), ([-1, -1], np.int32)]), [_f(4, 6)])
+
+
+def test_hashtable_lookup(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    lookups = g.tensor([4], np.int32, name="lookups")
+    out = g.tensor([4, 2], name="rows")
+    hits = g.tensor([4], np.uint8, name="hits")
+    g.op(BO.HASHTABLE_LOOKUP, [lookups, g.const([1, 3, 7], np.int32), g.const(_f(3, 2))], [out, hits])
+    g.io([lookups], [out, hits])
+    got = compare(device, m.build(), [np.array([3, 5, 1, 7], np.int32)])
+    assert got[1].tolist() == [1, 0, 1, 1]
