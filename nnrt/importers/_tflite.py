@@ -52,7 +52,7 @@ from nnrt.importers import _tflite_control, _tflite_ops_elementwise, _tflite_ops
 from nnrt.importers._common import Rejections, check_operations
 from nnrt.importers._tflite_control import State, record_state
 from nnrt.importers._tflite_graph import MAPPERS, Graph, Unsupported
-from nnrt.importers._tflite_schema import TflFile, TflOp, parse_tflite
+from nnrt.importers._tflite_schema import TflFile, TflOp, TflSubgraph, parse_tflite
 from nnrt.model import Model
 from nnrt.types import OperandLifeTime as L
 from nnrt.types import OperandType as T
@@ -61,7 +61,9 @@ __all__ = ["load_tflite"]
 
 # The op mapper modules register themselves with ``MAPPERS`` when imported.
 _MAPPER_MODULES = (_tflite_control, _tflite_ops_elementwise, _tflite_ops_nn, _tflite_ops_rnn, _tflite_ops_shape)
-_CUSTOM = 32
+_CUSTOM, _RESHAPE = 32, 22
+#: Operators that matter without consuming outputs: state (variables, CALL_ONCE), control flow.
+_STATEFUL = frozenset({118, 119, 129, 142, 143, 144})
 #: Control flow nested deeper than this is refused (a hostile file could nest thousands).
 _MAX_NESTING = 32
 
@@ -70,6 +72,25 @@ def load_tflite(data: memoryview, *, name: str, input_shapes: Mapping[str, tuple
     """Import a ``TFL3`` flatbuffer (see the module docstring for the rules)."""
     file = parse_tflite(data, name)
     return _Importer(file, name).run(dict(input_shapes))
+
+
+def _live_operators(sub: TflSubgraph) -> set[int]:
+    """The operators whose results reach an output or that change state; the others are not
+    imported (nor refused). A RESHAPE never reads a computed shape input (it takes the shape
+    from ``new_shape`` or its output), so a SHAPE / STRIDED_SLICE / PACK chain that only
+    computes one, as converters emit for dynamic batches, is dead here."""
+    live_tensors = set(sub.outputs)
+    live: set[int] = set()
+    for op in reversed(sub.operators):
+        inputs = [i for i in op.inputs if i >= 0]
+        stateful = op.code in _STATEFUL or any(sub.tensors[i].is_variable for i in inputs)
+        if not stateful and not any(t in live_tensors for t in op.outputs):
+            continue
+        live.add(op.index)
+        if op.code == _RESHAPE and len(inputs) > 1 and sub.tensors[inputs[1]].data is None:
+            inputs = inputs[:1]
+        live_tensors.update(inputs)
+    return live
 
 
 class _Importer:
@@ -120,8 +141,10 @@ class _Importer:
         self.building.add(index)
         try:
             inputs = [g.out(ti) for ti in sub.inputs]
+            live = _live_operators(sub)
             for op in sub.operators:
-                self._map(g, op, index)
+                if op.index in live:
+                    self._map(g, op, index)
             outputs = self._outputs(g, state)
             variables = state.finish(g, inputs, outputs) if state is not None else ()
         except Unsupported as err:

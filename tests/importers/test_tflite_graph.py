@@ -400,3 +400,29 @@ def test_bidirectional_rnn(device: nnrt.CpuDevice, merge: bool) -> None:
     got = run_nnrt(device, model, [xs, *(v.initial for v in state_variables(model))])
     for a, b in zip(got, run_litert(data, [xs])):
         np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_dead_nodes_and_computed_reshape_shapes_are_not_imported(device: nnrt.CpuDevice) -> None:
+    """A SHAPE -> STRIDED_SLICE -> PACK chain feeding only a RESHAPE's shape (as converters emit
+    for a dynamic batch) and an unexpressible op whose result nobody reads are left out, not refused."""
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 2, 3], name="x", signature=[-1, 2, 3])
+    shape = g.tensor([3], np.int32, name="shape")
+    g.op(BO.SHAPE, [x], [shape], OPT.ShapeOptions, opts(S.ShapeOptionsT, outType=S.TensorType.INT32))
+    batch = g.tensor([], np.int32, name="batch")
+    g.op(BO.STRIDED_SLICE, [shape, g.const([0], np.int32), g.const([1], np.int32), g.const([1], np.int32)], [batch],
+         OPT.StridedSliceOptions, opts(S.StridedSliceOptionsT, shrinkAxisMask=1))
+    target = g.tensor([2], np.int32, name="target")
+    g.op(BO.PACK, [batch, g.const(np.array(6), np.int32)], [target], OPT.PackOptions,
+         opts(S.PackOptionsT, valuesCount=2, axis=0))
+    y = g.tensor([1, 6], name="y", signature=[-1, 6])
+    g.op(BO.RESHAPE, [x, target], [y])
+    unused = g.tensor([1, 6], name="unused")
+    g.op(BO.GELU, [y], [unused])  # exact GELU: refused if it were imported
+    g.io([x], [y])
+    data = m.build()
+    model = load_bytes(data)
+    assert [op.type for op in model.operations] == [nnrt.OperationType.RESHAPE]
+    xs = RNG.standard_normal((4, 2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(run_nnrt(device, model, [xs])[0], run_litert(data, [xs])[0])
