@@ -426,3 +426,25 @@ def test_dead_nodes_and_computed_reshape_shapes_are_not_imported(device: nnrt.Cp
     assert [op.type for op in model.operations] == [nnrt.OperationType.RESHAPE]
     xs = RNG.standard_normal((4, 2, 3)).astype(np.float32)
     np.testing.assert_array_equal(run_nnrt(device, model, [xs])[0], run_litert(data, [xs])[0])
+
+
+def test_sequence_lstm_with_peepholes_projection_and_layer_norm(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    n_in, units, n_out, batch, steps = 3, 5, 4, 2, 4
+    x = g.tensor([batch, steps, n_in], name="x")
+    ws = [g.const(RNG.standard_normal((units, n_in)) * 0.5, name=f"wi{k}") for k in range(4)]
+    rs = [g.const(RNG.standard_normal((units, n_out)) * 0.3, name=f"wr{k}") for k in range(4)]
+    peep = [g.const(RNG.standard_normal(units) * 0.2, name=f"p{k}") for k in range(3)]
+    bs = [g.const(RNG.standard_normal(units) * 0.1, name=f"b{k}") for k in range(4)]
+    proj_w, proj_b = g.const(RNG.standard_normal((n_out, units)) * 0.4, name="pw"), g.const(RNG.standard_normal(n_out) * 0.1)
+    h = g.tensor([batch, n_out], name="h", variable=True)
+    c = g.tensor([batch, units], name="c", variable=True)
+    norms = [g.const(1.0 + RNG.standard_normal(units) * 0.1, name=f"ln{k}") for k in range(4)]
+    y = g.tensor([batch, steps, n_out], name="y")
+    g.op(BO.UNIDIRECTIONAL_SEQUENCE_LSTM, [x, *ws, *rs, *peep, *bs, proj_w, proj_b, h, c, *norms], [y],
+         OPT.UnidirectionalSequenceLSTMOptions,
+         opts(S.UnidirectionalSequenceLSTMOptionsT, fusedActivationFunction=S.ActivationFunctionType.TANH,
+              cellClip=5.0, projClip=3.0, timeMajor=False))
+    g.io([x], [y])
+    _run_stateful(device, m.build(), (batch, steps, n_in), ["h", "c"])
