@@ -1,7 +1,10 @@
 """TFLite → NNAPI mappers for element-wise ops: arithmetic with fused activations, activations,
 unary math, comparisons, logic, selection, and the type changes (QUANTIZE, DEQUANTIZE, CAST).
 
-Rules: ADD/SUB/MUL/DIV pass the fused activation (a TANH activation becomes a TANH op after);
+Rules: ADD/SUB/MUL/DIV pass the fused activation (TANH and SIGN_BIT are refused: LiteRT does
+not apply them either); int32 DIV is refused (TFLite truncates, NNAPI rounds down) and int32
+FLOOR_DIV is NNAPI's DIV (float: DIV then FLOOR); ADD_N is a chain of ADDs; quantized
+MAXIMUM/MINIMUM need one quantization on all operands (LiteRT does not rescale);
 LEAKY_RELU becomes PRELU with a one-element alpha (float: alpha; quantized: the value 1 with scale
 alpha, as the delegate does); a DEQUANTIZE of a float16 constant is folded into a float32
 constant at load; QUANTIZE from a quantized input (a requantization) becomes DEQUANTIZE then

@@ -1,10 +1,12 @@
 """TFLite → NNAPI mappers for ops that move data: reshapes, concatenation and splitting,
-padding, slicing, gathering, transposes, resizing, reductions and arg-max/min.
+padding, slicing, gathering, transposes, resizing, reductions, arg-max/min, top-k, reverse and
+table lookups.
 
 NNAPI takes their shape-like arguments (target shapes, paddings, axes, permutations, sizes)
 as constants, so a TFLite tensor feeding one of them must be a constant in the file (int64
 constants are narrowed to int32 when they fit). RESHAPE takes its shape from the constant
-input, else ``new_shape``, else the output tensor. SPLIT_V becomes one SLICE per output;
+input, else ``new_shape``, else the output tensor (a boolean RESHAPE that only drops unit axes
+is a REDUCE_ANY over them: NNAPI reshapes no booleans). SPLIT_V becomes one SLICE per output;
 UNPACK is SPLIT then SQUEEZE; MEAN keeps its own op, the other reducers map to REDUCE_*.
 """
 
