@@ -38,7 +38,8 @@ Supported builtins (NNAPI op in brackets where the name differs):
 - recurrent (float32, or hybrid int8 weights): RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN,
   BIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel),
   UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM;
-- control flow and state: IF, WHILE, VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE CALL_ONCE.
+- control flow and state: IF, WHILE, VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE CALL_ONCE;
+- subgraph calls, mapped in place: CALL, STABLEHLO_COMPOSITE (by its decomposition).
 
 Everything else, custom ops included, is rejected with the reason.
 """
@@ -118,12 +119,7 @@ class _Importer:
 
     def subgraph_model(self, index: int) -> Model:
         """The finished model of subgraph ``index`` (an IF branch or a WHILE condition/body)."""
-        if not 0 < index < len(self.file.subgraphs):
-            raise Unsupported(f"subgraph index {index} is not a subgraph other than the main one")
-        if index in self.building:
-            raise Unsupported(f"subgraph {index} refers to itself (recursion has no NNAPI form)")
-        if len(self.building) >= _MAX_NESTING:
-            raise Unsupported(f"subgraphs nested more than {_MAX_NESTING} deep")
+        self._enter(index)
         if index not in self.models:
             before = len(self.rejections.items)
             model = self._build(index, None, {})
@@ -132,11 +128,42 @@ class _Importer:
             self.models[index] = model
         return self.models[index]
 
+    def _enter(self, index: int) -> None:
+        if not 0 < index < len(self.file.subgraphs):
+            raise Unsupported(f"subgraph index {index} is not a subgraph other than the main one")
+        if index in self.building:
+            raise Unsupported(f"subgraph {index} refers to itself (recursion has no NNAPI form)")
+        if len(self.building) >= _MAX_NESTING:
+            raise Unsupported(f"subgraphs nested more than {_MAX_NESTING} deep")
+
+    def inline(self, g: Graph, index: int, inputs: list[int]) -> list[int]:
+        """Map subgraph ``index``'s operators into ``g``'s model with its inputs bound to
+        ``inputs``; return the operands of its outputs."""
+        self._enter(index)
+        sub = self.file.subgraphs[index]
+        if len(inputs) != len(sub.inputs):
+            raise Unsupported(f"{len(inputs)} inputs for subgraph {index}, which takes {len(sub.inputs)}")
+        child = Graph(sub, g.model, self.subgraph_model, g.state, {}, self.inline)
+        child.operand.update(zip(sub.inputs, inputs))
+        before = len(self.rejections.items)
+        self.building.add(index)
+        try:
+            live = _live_operators(sub)
+            for op in sub.operators:
+                if op.index in live:
+                    self._map(child, op, index)
+            outputs = [child.input(ti) for ti in sub.outputs]
+        finally:
+            self.building.discard(index)
+        if len(self.rejections.items) > before:
+            raise Unsupported(f"subgraph {index} has nodes that cannot be expressed (listed)")
+        return outputs
+
     def _build(self, index: int, state: State | None, input_shapes: dict[str, tuple[int, ...]]) -> Model:
         sub = self.file.subgraphs[index]
         label = self.name if index == 0 else f"{self.name}#subgraph{index}"
         model = Model(name=label)
-        g = Graph(sub, model, self.subgraph_model, state, input_shapes)
+        g = Graph(sub, model, self.subgraph_model, state, input_shapes, self.inline)
         before = len(self.rejections.items)
         self.building.add(index)
         try:

@@ -70,10 +70,15 @@ class Graph:
     """One TFLite subgraph being turned into one nnrt ``Model``."""
 
     def __init__(self, sub: TflSubgraph, model: Model, subgraph_model: Callable[[int], Model],
-                 state: State | None, input_shapes: dict[str, tuple[int, ...]]) -> None:
+                 state: State | None, input_shapes: dict[str, tuple[int, ...]],
+                 inline: Callable[[Graph, int, list[int]], list[int]] | None = None) -> None:
         self.sub = sub
         self.model = model
+        #: The finished model of another subgraph (IF branches, WHILE bodies).
         self.subgraph_model = subgraph_model
+        #: Map another subgraph's operators into this model, its inputs bound to the given
+        #: operands; returns the operands of its outputs (CALL, STABLEHLO_COMPOSITE).
+        self.inline = inline
         self.state = state
         self.input_shapes = input_shapes
         self.operand: dict[int, int] = {}

@@ -448,3 +448,36 @@ def test_sequence_lstm_with_peepholes_projection_and_layer_norm(device: nnrt.Cpu
               cellClip=5.0, projClip=3.0, timeMajor=False))
     g.io([x], [y])
     _run_stateful(device, m.build(), (batch, steps, n_in), ["h", "c"])
+
+
+def _composite(inner_code: int) -> bytes:
+    """A STABLEHLO_COMPOSITE whose decomposition computes x * 2 then ``inner_code`` with 1."""
+    import flatbuffers.flexbuffers as fx
+
+    m = TflModel()
+    g = m.main
+    x, y = g.tensor([2, 3], name="x"), g.tensor([2, 3], name="y")
+    g.op(BO.STABLEHLO_COMPOSITE, [x], [y])
+    op = g.t.operators[-1]
+    op.builtinOptions2Type = S.BuiltinOptions2.StableHLOCompositeOptions
+    op.builtinOptions2 = opts(S.StableHLOCompositeOptionsT, name="odml.scale_shift", decompositionSubgraphIndex=1,
+                              compositeAttributes=list(fx.Dumps({})), compositeAttributesFormat=1, version=1)
+    g.io([x], [y])
+    sub = m.subgraph()
+    a, t, b = sub.tensor([2, 3], name="a"), sub.tensor([2, 3], name="t"), sub.tensor([2, 3], name="b")
+    sub.op(BO.MUL, [a, sub.const([2.0])], [t], OPT.MulOptions, opts(S.MulOptionsT))
+    sub.op(inner_code, [t, sub.const([1.0])], [b])
+    sub.io([a], [b])
+    return m.build()
+
+
+def test_stablehlo_composite_is_its_decomposition(device: nnrt.CpuDevice) -> None:
+    data = _composite(BO.MAXIMUM)
+    model = load_bytes(data)
+    assert [op.type for op in model.operations] == [nnrt.OperationType.MUL, nnrt.OperationType.MAXIMUM]
+    xs = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(run_nnrt(device, model, [xs])[0], run_litert(data, [xs])[0], atol=1e-6)
+    with pytest.raises(UnsupportedModelError) as info:
+        load_bytes(_composite(BO.FLOOR_MOD))
+    assert [(r.node, r.op_type) for r in info.value.rejections] == [
+        ("subgraph 1 op 1 (b)", "FLOOR_MOD"), ("op 0 (y)", "STABLEHLO_COMPOSITE")]
