@@ -18,8 +18,9 @@ import numpy as np
 
 from nnrt import zoo
 from nnrt.clock import deadline_after
-from nnrt.devices import CpuDevice, get_devices
+from nnrt.devices import CpuDevice, Device, devices_from_config, get_devices
 from nnrt.errors import NnrtError
+from nnrt.model import Model
 from nnrt.sched import ClassStatistics
 from nnrt.types import ErrorStatus, Priority
 
@@ -171,13 +172,47 @@ async def _demo_priorities(device: CpuDevice, deadline_ms: float) -> None:
     _write("  HIGH latency: " + _percentiles(high_ms))
 
 
-def _devices(_args: argparse.Namespace) -> int:
-    for dev in get_devices():
-        _write(f"{dev.name}: {dev.type.name}, version {dev.version}, feature level {dev.feature_level}")
-        caps = dev.capabilities
-        for t, info in sorted(caps.operand_performance.items()):
-            _write(f"  {t.name:28} exec time x{info.exec_time:.2f} relative to float32")
+def _devices(args: argparse.Namespace) -> int:
+    try:
+        devices = get_devices() + (devices_from_config(args.config) if args.config else [])
+        _list_devices(devices)
+        if args.model:
+            _show_partitioning(args.model, devices)
+    except NnrtError as err:
+        sys.stderr.write(f"nnrt devices: {err}\n")
+        return 2
     return 0
+
+
+def _list_devices(devices: list[Device]) -> None:
+    for dev in devices:
+        _write(f"{dev.name}: {dev.type.name}, version {dev.version}, feature level {dev.feature_level}")
+        limits = getattr(dev, "restrictions", None)
+        if limits is not None:
+            for what, names in (("operations", limits.operations), ("operand types", limits.operand_types)):
+                _write(f"  {what}: " + ("all at its feature level" if names is None else " ".join(sorted(n.name for n in names))))
+        caps = dev.capabilities
+        figures = set(caps.operand_performance.values())
+        if limits is not None and len(figures) == 1:
+            (info,) = figures
+            _write(f"  every type: exec time x{info.exec_time:.2f}, power x{info.power_usage:.2f} relative to the CPU")
+            continue
+        for t, info in sorted(caps.operand_performance.items()):
+            _write(f"  {t.name:28} exec time x{info.exec_time:.2f} relative to {'float32' if limits is None else 'the CPU'}")
+
+
+def _show_partitioning(name: str, devices: list[Device]) -> None:
+    """What ``nnrt.prepare`` would do with the model on these devices."""
+    from nnrt.framework import partition
+
+    model = getattr(zoo, name)() if name in zoo.NAMES else Model.load(name)
+    _write(f"model {model.name or name}: {len(model.operations)} operations")
+    for dev in devices[1:]:
+        for s in dev.operation_support(model):
+            if not s.supported:
+                _write(f"  {dev.name} does not run operation {s.operation} ({s.type.name}): {s.reason}")
+    for k, step in enumerate(partition(model, devices)):
+        _write(f"  step {k} on {step.device.name}: operations {', '.join(map(str, step.operations))}")
 
 
 def _conformance(rest: list[str]) -> int:
@@ -195,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--executions", type=int, default=300)
     demo.add_argument("--deadline-ms", type=float, default=50.0, help="deadline per execution (0: none)")
     demo.add_argument("--no-qos", dest="qos", action="store_false", help="skip the priorities and deadlines phase")
-    sub.add_parser("devices", help="list devices and their measured capabilities")
+    devs = sub.add_parser("devices", help="list devices and their capabilities (and how a model is partitioned)")
+    devs.add_argument("--config", help="a TOML file of restricted devices to add ([devices.NAME])")
+    devs.add_argument("--model", help="a built-in model or a saved one: its support and partitions on the devices")
     sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
     sub.add_parser("simulate", help="replay a QoS scenario in virtual time (nnrt simulate --help)", add_help=False)
     sub.add_parser("bench", help="benchmark a .tflite/.onnx model against its reference runtime (nnrt bench --help)",

@@ -56,6 +56,7 @@ from nnrt.devices._device import (
 )
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
+from nnrt.execution._cost import CostModel
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, allocate_buffer
@@ -399,24 +400,32 @@ class CpuDevice(Device):
         idle-device admission test applies (MISSED_DEADLINE_PERSISTENT if it cannot fit)."""
         if ctx.deadline is not None:
             try:
-                self.refuse_if_late(plan, ctx.deadline)
+                self.refuse_if_late(ctx.cost or plan.cost, ctx.deadline)
             except MissedDeadlineError:
                 gen.close()
                 raise
         results = self._run_to_end(gen)
         self.scheduler.ran_fast(app, priority)
+        # The cost model learns here too (nothing else ran meanwhile: the run is the service time).
+        if ctx.cost is not None:
+            ctx.cost.observe(results[1])
+        elif plan.fast_countdown:
+            plan.fast_countdown -= 1
+        else:
+            plan.observe_fast(results[1])
         return results
 
-    def refuse_if_late(self, plan: Plan, deadline: float) -> None:
-        """The idle-device admission test: MISSED_DEADLINE_PERSISTENT when ``plan``'s admission
-        cost does not fit before ``deadline`` (and the plan's estimate learns of the refusal)."""
-        cost_s = plan.admission_cost_ns / 1e9
+    def refuse_if_late(self, cost: CostModel, deadline: float) -> None:
+        """The idle-device admission test: MISSED_DEADLINE_PERSISTENT when the estimate of
+        ``cost`` (a plan's cost model) does not fit before ``deadline`` (and it learns of the
+        refusal)."""
+        cost_s = cost.estimate_ns / 1e9
         left = deadline - self.clock.now()
         if left <= 0:  # it passed since the call (a fenced execution waiting for its fences)
             raise MissedDeadlineError("the deadline passed before the execution could start",
                                       status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
         if cost_s > left:
-            plan.refused()
+            cost.refused()
             raise MissedDeadlineError(
                 f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
                 status=ErrorStatus.MISSED_DEADLINE_PERSISTENT,
@@ -428,7 +437,8 @@ class CpuDevice(Device):
         sched = self.scheduler
         if self.runs_inline(plan) and sched.idle():
             return self.run_now(gen, ctx, plan, app, priority)
-        cost_s = plan.admission_cost_ns / 1e9
+        cost = ctx.cost or plan.cost
+        cost_s = cost.estimate_ns / 1e9
         # On the loop thread nothing can interrupt it; on a worker it yields between steps.
         step_s = cost_s if self.runs_inline(plan) else cost_s * plan.step_share()
         job = Job(app, priority, cost=cost_s, deadline=ctx.deadline, step=step_s)
@@ -436,7 +446,7 @@ class CpuDevice(Device):
             sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
         except MissedDeadlineError as err:
             if err.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT:  # the estimate alone is too long
-                plan.refused()
+                cost.refused()
             raise
         try:
             granted = await sched.wait_turn(job)
@@ -453,7 +463,7 @@ class CpuDevice(Device):
             raise error_for(status, "the execution completed after its deadline")
         # The cost model learns the service time (holding a unit, hand-offs included), which is
         # what admission must predict; kernel time alone underestimates it.
-        plan.observe(held_ns)
+        cost.observe(held_ns)
         return results, device_ns
 
     async def _run_admitted(

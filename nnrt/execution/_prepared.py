@@ -229,6 +229,8 @@ class PreparedModel:
         that drives it through the device's scheduler."""
         ctx = self._context(deadline, loop_timeout)
         driver, plan = self._driver, self.plan
+        if plan.dynamic:
+            ctx.cost = plan.cost_for(args)
         if now or driver.can_run_now(plan):  # ``_now``, inlined: this is every cheap execution
             results, device_ns = driver.run_now(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
             return self._finish(results, bufs, args, measure, t0, device_ns)
