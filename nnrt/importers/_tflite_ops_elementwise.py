@@ -64,9 +64,15 @@ def _unary(g: Graph, op: TflOp) -> None:
     x = g.input(op.inputs[0])
     _check_float(g, x, kind)
     if kind is Op.CAST:
-        out_t = g.tensor(op.outputs[0])
-        if (out_t.type in (TT.INT8, TT.INT16, TT.UINT8) and not out_t.quantized) or g.tensor(op.inputs[0]).type == TT.INT64:
-            raise Unsupported(f"CAST from {g.tensor(op.inputs[0]).type_name} to {out_t.type_name}")
+        # int64 values nnrt holds as int32 (ARG_MAX results, narrowed constants) cast as int32;
+        # an int64 result is held as int32 too
+        in_t, out_t = g.tensor(op.inputs[0]), g.tensor(op.outputs[0])
+        if (out_t.type in (TT.INT8, TT.INT16, TT.UINT8) and not out_t.quantized) or (
+            in_t.type == TT.INT64 and g.type_of(x) is not T.TENSOR_INT32
+        ):
+            raise Unsupported(f"CAST from {in_t.type_name} to {out_t.type_name}")
+        g.op(kind, [x], [g.out(op.outputs[0], T.TENSOR_INT32 if out_t.type == TT.INT64 else None)])
+        return
     g.op(kind, [x], [g.out(op.outputs[0])])
 
 

@@ -424,3 +424,19 @@ def test_hashtable_lookup(device: nnrt.CpuDevice) -> None:
     g.io([lookups], [out, hits])
     got = compare(device, m.build(), [np.array([3, 5, 1, 7], np.int32)])
     assert got[1].tolist() == [1, 0, 1, 1]
+
+
+def test_int64_arg_max_then_cast(device: nnrt.CpuDevice) -> None:
+    """ARG_MAX to int64 then CAST (to int32, float32 and int64): nnrt holds the int64 values as int32."""
+    m = TflModel()
+    g = m.main
+    x = g.tensor([3, 5], name="x")
+    arg = g.tensor([3], np.int64, name="arg")
+    g.op(BO.ARG_MAX, [x, g.const([1], np.int32)], [arg], OPT.ArgMaxOptions,
+         opts(S.ArgMaxOptionsT, outputType=S.TensorType.INT64))
+    outs = [g.tensor([3], dt, name=f"as_{np.dtype(dt).name}") for dt in (np.int32, np.float32, np.int64)]
+    for y in outs:
+        g.op(BO.CAST, [arg], [y])
+    g.io([x], outs)
+    got = compare(device, m.build(), [_f(3, 5)])
+    assert [a.dtype for a in got] == [np.int32, np.float32, np.int32]
