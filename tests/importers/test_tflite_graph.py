@@ -481,3 +481,20 @@ def test_stablehlo_composite_is_its_decomposition(device: nnrt.CpuDevice) -> Non
         load_bytes(_composite(BO.FLOOR_MOD))
     assert [(r.node, r.op_type) for r in info.value.rejections] == [
         ("subgraph 1 op 1 (b)", "FLOOR_MOD"), ("op 0 (y)", "STABLEHLO_COMPOSITE")]
+
+
+def test_call_maps_its_subgraph_in_place(device: nnrt.CpuDevice) -> None:
+    """CALL (which LiteRT no longer registers, so checked against numpy): RELU of x, then + 1."""
+    m = TflModel()
+    g = m.main
+    x, y = g.tensor([2, 3], name="x"), g.tensor([2, 3], name="y")
+    g.op(BO.CALL, [x, g.const([1.0])], [y], OPT.CallOptions, opts(S.CallOptionsT, subgraph=1))
+    g.io([x], [y])
+    sub = m.subgraph()
+    a, one, r, b = sub.tensor([2, 3], name="a"), sub.tensor([1], name="one"), sub.tensor([2, 3], name="r"), \
+        sub.tensor([2, 3], name="b")
+    sub.op(BO.RELU, [a], [r])
+    sub.op(BO.ADD, [r, one], [b], OPT.AddOptions, opts(S.AddOptionsT))
+    sub.io([a, one], [b])
+    xs = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(run_nnrt(device, load_bytes(m.build()), [xs])[0], np.maximum(xs, 0) + 1)

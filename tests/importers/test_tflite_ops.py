@@ -440,3 +440,14 @@ def test_int64_arg_max_then_cast(device: nnrt.CpuDevice) -> None:
     g.io([x], outs)
     got = compare(device, m.build(), [_f(3, 5)])
     assert [a.dtype for a in got] == [np.int32, np.float32, np.int32]
+
+
+def test_reduce_any_all(device: nnrt.CpuDevice) -> None:
+    for code in (BO.REDUCE_ANY, BO.REDUCE_ALL):
+        m = TflModel()
+        g = m.main
+        x = g.tensor([3, 4], np.bool_, name="x")
+        y = g.tensor([3], np.bool_, name="y")
+        g.op(code, [x, g.const([1], np.int32)], [y], OPT.ReducerOptions, opts(S.ReducerOptionsT, keepDims=False))
+        g.io([x], [y])
+        compare(device, m.build(), [RNG.random((3, 4)) > 0.3])
