@@ -145,13 +145,11 @@ class _Importer:
             raise Unsupported(f"{len(inputs)} inputs for subgraph {index}, which takes {len(sub.inputs)}")
         child = Graph(sub, g.model, self.subgraph_model, g.state, {}, self.inline)
         child.operand.update(zip(sub.inputs, inputs))
+        child.resized = g.resized  # the caller's shapes changed: so did those computed here
         before = len(self.rejections.items)
         self.building.add(index)
         try:
-            live = _live_operators(sub)
-            for op in sub.operators:
-                if op.index in live:
-                    self._map(child, op, index)
+            self._map_all(child, index)
             outputs = [child.input(ti) for ti in sub.outputs]
         finally:
             self.building.discard(index)
@@ -168,10 +166,7 @@ class _Importer:
         self.building.add(index)
         try:
             inputs = [g.out(ti) for ti in sub.inputs]
-            live = _live_operators(sub)
-            for op in sub.operators:
-                if op.index in live:
-                    self._map(g, op, index)
+            self._map_all(g, index)
             outputs = self._outputs(g, state)
             variables = state.finish(g, inputs, outputs) if state is not None else ()
         except Unsupported as err:
@@ -188,6 +183,13 @@ class _Importer:
             raise InvalidArgumentError(f"load: {self.name}: subgraph {index} is not a valid graph: {err}") from None
         record_state(model, variables)
         return model
+
+    def _map_all(self, g: Graph, index: int) -> None:
+        """Map every live operator of ``g``'s subgraph, in order."""
+        live = _live_operators(g.sub)
+        for op in g.sub.operators:
+            if op.index in live:
+                self._map(g, op, index)
 
     def _map(self, g: Graph, op: TflOp, index: int) -> None:
         out_name = g.tensor(op.outputs[0]).name if op.outputs else ""
