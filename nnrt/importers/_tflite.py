@@ -101,6 +101,7 @@ class _Importer:
         self.rejections = Rejections("tflite")
         self.models: dict[int, Model] = {}
         self.building: set[int] = set()
+        self.resized = False
 
     def run(self, input_shapes: dict[str, tuple[int, ...]]) -> Model:
         main = self.file.subgraphs[0]
@@ -162,6 +163,10 @@ class _Importer:
         label = self.name if index == 0 else f"{self.name}#subgraph{index}"
         model = Model(name=label)
         g = Graph(sub, model, self.subgraph_model, state, input_shapes, self.inline)
+        if index == 0:
+            self.resized = g.resized
+        else:
+            g.resized = self.resized  # the main graph's shapes changed: so did those its branches see
         before = len(self.rejections.items)
         self.building.add(index)
         try:

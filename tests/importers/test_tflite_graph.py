@@ -498,3 +498,22 @@ def test_call_maps_its_subgraph_in_place(device: nnrt.CpuDevice) -> None:
     sub.io([a, one], [b])
     xs = RNG.standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_array_equal(run_nnrt(device, load_bytes(m.build()), [xs])[0], np.maximum(xs, 0) + 1)
+
+
+def test_resized_input_reaches_if_branches(device: nnrt.CpuDevice) -> None:
+    """input_shapes changing a fixed dimension also frees the dimensions inside IF branches."""
+    data = _if_model()
+    model = load_bytes(data, input_shapes={"x": [4, 3]})
+    xs = RNG.standard_normal((4, 3)).astype(np.float32)
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=data, num_threads=1)
+    details = it.get_input_details()
+    it.resize_tensor_input(details[1]["index"], [4, 3])
+    it.allocate_tensors()
+    for cond in (True, False):
+        it.set_tensor(details[0]["index"], np.array([cond]))
+        it.set_tensor(details[1]["index"], xs)
+        it.invoke()
+        got = run_nnrt(device, model, [np.array([cond]), xs])[0]
+        np.testing.assert_allclose(got, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-6)
