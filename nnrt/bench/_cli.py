@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-spread", action="store_true",
                    help="also run the reference's plainer path (LiteRT's reference kernels, ONNX Runtime unoptimized): "
                         "how far two correct implementations differ on this model")
+    p.add_argument("--stream", type=int, default=0, metavar="N",
+                   help="for a model with state (a TFLite streaming model): also compare N steps with the reference, "
+                        "state carried from step to step")
     p.add_argument("--profile", action="store_true", help="time per op type and per step")
     p.add_argument("--top", type=int, default=10, help="slowest steps shown by --profile")
     p.add_argument("--loop-timeout", type=float, default=None, metavar="S",
@@ -73,6 +76,8 @@ def main(argv: Sequence[str] | None = None, *, loop: str = "auto") -> int:
     args = parser.parse_args(argv)
     if args.runs <= 0 or args.warmup < 0:
         parser.error("--runs must be positive and --warmup non-negative")
+    if args.stream < 0:
+        parser.error("--stream must be non-negative")
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -88,7 +93,8 @@ def main(argv: Sequence[str] | None = None, *, loop: str = "auto") -> int:
     if args.crash_test:
         return _crash_test(args, shapes, values)
     opts = BenchOptions(runs=args.runs, warmup=args.warmup, seed=args.seed, input_shapes=shapes, input_values=values,
-                        modes=modes, reference=args.reference, reference_spread=args.reference_spread, profile=args.profile,
+                        modes=modes, reference=args.reference, reference_spread=args.reference_spread, stream_steps=args.stream,
+                        profile=args.profile,
                         loop_timeout=args.loop_timeout, progress=TerminalProgress(sys.stdout))
     from nnrt.cli import run_async
 
