@@ -8,7 +8,8 @@ one row per model: source package, nnrt operations, the largest error against th
 (float: atol 1e-4 + rtol 1e-3; quantized: 3 units end to end), the share of that tolerance
 used by the worst element (``used``; <= 1 passes, ``u`` = quantized units) and, as a noise floor,
 the same figure for the reference's own plainer path against its default one (``spread``:
-LiteRT's reference kernels, ONNX Runtime unoptimized), nnrt's and the reference's
+LiteRT's reference kernels, ONNX Runtime unoptimized); streaming models are also compared
+over a stream of 40 steps with their state carried (``nnrt bench --stream``); nnrt's and the reference's
 median ms, their ratio, and the three op types that take the most time (``--profile``).
 Models ``nnrt.load`` rejects are listed with the rejection reasons, grouped by op type.
 
@@ -34,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from nnrt.bench import BenchOptions, BenchReport, run_bench
+from nnrt.bench import BenchOptions, run_bench
 from nnrt.errors import NnrtError
 from nnrt.importers import UnsupportedModelError
 
@@ -45,6 +46,8 @@ FETCHED = Path(os.environ.get("NNRT_MODELS", Path.home() / ".cache" / "nnrt" / "
 SUFFIXES = (".tflite", ".onnx")
 
 ONNX_TARGET, ONNX_MAX, TFLITE_TARGET, STREAM_TARGET = 1.3, 2.0, 2.5, 3.0
+#: Streaming models are also compared over a stream of this many steps, state carried.
+STREAM_STEPS = 40
 
 
 def find_models(dirs: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
@@ -78,14 +81,13 @@ def _worst(accs: list[Any]) -> str:
     return f"{max(a.tolerance_used or 0.0 for a in accs):.2f}"
 
 
-def _max_error(r: BenchReport) -> tuple[str, bool | None]:
-    if not r.accuracy:
-        return "-", None
-    worst = []
-    for a in r.accuracy:
-        worst.append(f"{a.quant_units}u" if a.quant_units is not None else f"{a.max_abs:.2g}")
-    shown = worst[0] if len(set(worst)) == 1 else max(worst, key=lambda s: float(s.rstrip("u")))
-    return shown, all(a.ok for a in r.accuracy)
+def _max_error(accs: list[Any]) -> str:
+    """The largest error of a list of ``Accuracy``: quantized units, else the max absolute error."""
+    if not accs:
+        return "-"
+    if any(a.quant_units is not None for a in accs):
+        return f"{max(a.quant_units or 0 for a in accs)}u"
+    return f"{max(a.max_abs for a in accs):.2g}"
 
 
 async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup: int) -> list[dict[str, Any]]:
@@ -94,6 +96,7 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
         row: dict[str, Any] = {"model": path.name, "package": entry.get("package", "?"), "kind": entry.get("kind", "?"),
                                "format": "tflite" if path.suffix == ".tflite" else "onnx"}
         opts = BenchOptions(runs=runs, warmup=warmup, modes=("execute",), profile=True, reference_spread=True,
+                            stream_steps=STREAM_STEPS if entry.get("kind") == "streaming" else 0,
                             input_shapes=entry.get("input_shapes", {}), input_values=entry.get("input_values", {}))
         sys.stderr.write(f"  {path.name} ...\n")
         try:
@@ -103,9 +106,10 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
         except NnrtError as err:
             row.update(status="failed", reasons=str(err).splitlines()[0][:200])
         else:
-            err_text, ok = _max_error(r)
-            row.update(status="ran", ops=r.operations, load_ms=r.load_ms, prepare_ms=r.prepare_ms, max_error=err_text,
-                       within=ok, tol_used=_worst(r.accuracy), spread=_worst(r.reference_spread), nnrt_ms=r.modes["execute"].p50,
+            checked = r.accuracy + r.stream
+            row.update(status="ran", ops=r.operations, load_ms=r.load_ms, prepare_ms=r.prepare_ms, max_error=_max_error(checked),
+                       within=r.accurate, tol_used=_worst(checked), spread=_worst(r.reference_spread),
+                       nnrt_ms=r.modes["execute"].p50,
                        reference=r.reference, reference_note=r.reference_note,
                        reference_ms=r.reference_latency.p50 if r.reference_latency else None, ratio=r.ratio,
                        top=[(t.op_type, t.share) for t in r.profile.op_types[:3]] if r.profile else [],
