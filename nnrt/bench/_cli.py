@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=10, help="slowest steps shown by --profile")
     p.add_argument("--loop-timeout", type=float, default=None, metavar="S",
                    help="WHILE loop timeout per execution (NNAPI's; default 2 s, at most 15 s)")
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-': to stdout, instead of the text)")
     p.add_argument("--crash-test", nargs="+", metavar="MODEL",
                    help="run each model in a child process with a watchdog: SUCCESS / FAILURE / HANG / CRASH")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
@@ -108,7 +108,8 @@ def main(argv: Sequence[str] | None = None, *, loop: str = "auto") -> int:
         if args.json:
             _dump(args.json, {"model": args.model, "error": {"status": err.status.name, "message": str(err)}})
         return 1
-    _write(format_report(report, top=args.top))
+    if args.json != "-":  # with --json -, stdout carries the JSON alone
+        _write(format_report(report, top=args.top))
     if args.json:
         _dump(args.json, report.as_dict())
     return 0 if report.accurate is not False and not report.disagreeing_modes else 1

@@ -172,8 +172,7 @@ def test_dynamic_dimensions_need_a_shape(saved: dict[str, str], capsys: pytest.C
     assert "input 'a' has dynamic dimensions ([0, 3], 0 = unknown): give them with --input-shape a=D1,D2,..." in err
     assert main(["bench", saved["dynamic"], "--runs", "2", "--input-shape", "a=2,3", "--input-shape", "b=2,3",
                  "--input-value", "b=1.5", "--json", "-"]) == 0
-    out = capsys.readouterr().out
-    doc = json.loads(out[out.index("{"):])
+    doc = json.loads(capsys.readouterr().out)  # --json -: stdout is the JSON alone
     assert [i["shape"] for i in doc["inputs"]] == [[2, 3], [2, 3]] and doc["modes_agree"]
 
 
