@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from nnrt.bench._crash import CrashResult, crash_test
+from nnrt.bench._crash import OUTCOMES, CrashResult, crash_test
 from nnrt.bench._inputs import parse_shape_options, parse_value_options
 from nnrt.bench._report import TerminalProgress, format_report
 from nnrt.bench._run import MODES, BenchOptions, run_bench
@@ -118,16 +118,19 @@ def main(argv: Sequence[str] | None = None, *, loop: str = "auto") -> int:
 def _crash_test(args: argparse.Namespace, shapes: dict[str, list[int]], values: dict[str, float]) -> int:
     options: dict[str, Any] = {"runs": args.runs, "warmup": args.warmup, "seed": args.seed, "input_shapes": shapes,
                                "input_values": values, "loop_timeout": args.loop_timeout}
-    _write(f"nnrt bench --crash-test: {len(args.crash_test)} model(s), each in a child process, "
-           f"watchdog {args.timeout:g} s, {args.runs} executions each")
+    text = args.json != "-"  # with --json -, stdout carries the JSON alone
+    if text:
+        _write(f"nnrt bench --crash-test: {len(args.crash_test)} model(s), each in a child process, "
+               f"watchdog {args.timeout:g} s, {args.runs} executions each")
     width = max(len(m) for m in args.crash_test)
 
     def show(r: CrashResult) -> None:
         _write(f"  {r.model:<{width}}  {r.outcome:<8} {r.seconds:6.1f} s  {r.detail}")
 
-    results = crash_test(args.crash_test, timeout_s=args.timeout, options=options, on_result=show)
-    counts = {o: sum(r.outcome == o for r in results) for o in ("SUCCESS", "FAILURE", "HANG", "CRASH")}
-    _write("summary: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    results = crash_test(args.crash_test, timeout_s=args.timeout, options=options, on_result=show if text else None)
+    counts = {o: sum(r.outcome == o for r in results) for o in OUTCOMES}
+    if text:
+        _write("summary: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if args.json:
         _dump(args.json, {"crash_test": [r.as_dict() for r in results], "summary": counts})
     return 0 if counts["SUCCESS"] == len(results) else 1

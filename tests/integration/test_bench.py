@@ -380,3 +380,6 @@ def test_crash_test_command(saved: dict[str, str], tmp_path: Path, capsys: pytes
     assert "summary: SUCCESS 1, FAILURE 1, HANG 0, CRASH 0" in out
     doc = json.loads(out_json.read_text())
     assert [r["outcome"] for r in doc["crash_test"]] == ["SUCCESS", "FAILURE"]
+    assert main(["bench", "--crash-test", saved["small_cnn"], "--runs", "1", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # --json -: the JSON alone
+    assert doc["summary"] == {"SUCCESS": 1, "FAILURE": 0, "HANG": 0, "CRASH": 0}
