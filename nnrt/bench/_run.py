@@ -218,20 +218,11 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
         baseline = list(first.outputs)
         beside = None
         if ref is not None:
-            feeds = feeds_for(ref, [s.name for s in specs], inputs)
-            ref_out = ref.run(feeds)
-            pairs = pair_outputs(ref, out_names)
-            for ours, theirs in pairs:
-                quantized = model.operands[model.output_indexes[ours]].type.is_quantized
-                report.accuracy.append(compare(out_names[ours], baseline[ours], ref_out[theirs], quantized=quantized))
-            if opts.reference_spread:
-                _spread(report, path, specs, feeds, ref_out, pairs)
-            if opts.stream_steps > 0:
-                report.stream, report.stream_varied = await run_stream(
-                    prepared, path, report.format, specs, inputs, pairs, out_names, steps=opts.stream_steps, seed=opts.seed,
-                    values=dict(opts.input_values), loop_timeout=opts.loop_timeout)
-                report.stream_steps = opts.stream_steps if report.stream else 0
-            beside = lambda: ref.run(feeds)  # noqa: E731
+            try:
+                beside = await _compare(report, ref, prepared, path, specs, inputs, baseline, opts)
+            except ReferenceUnavailable as err:
+                report.reference, report.reference_note = None, str(err)
+                report.accuracy, report.reference_spread, report.stream = [], [], []
         await _run_modes(report, prepared, inputs, baseline, opts, beside)
         if opts.profile:
             tick = opts.progress("profile", opts.warmup + opts.runs)
@@ -240,6 +231,27 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     finally:
         device.close()
     return report
+
+
+async def _compare(report: BenchReport, ref: Reference, prepared: PreparedModel, path: str, specs: Sequence[InputSpec],
+                   inputs: list[Any], baseline: list[Any], opts: BenchOptions) -> Callable[[], Any]:
+    """Compare nnrt's first outputs with the reference's (and, as asked, the spread and a
+    stream); returns the reference run to interleave with nnrt's."""
+    model, out_names = prepared.model, report.output_names
+    feeds = feeds_for(ref, [s.name for s in specs], inputs)
+    ref_out = ref.run(feeds)
+    pairs = pair_outputs(ref, out_names)
+    for ours, theirs in pairs:
+        quantized = model.operands[model.output_indexes[ours]].type.is_quantized
+        report.accuracy.append(compare(out_names[ours], baseline[ours], ref_out[theirs], quantized=quantized))
+    if opts.reference_spread:
+        _spread(report, path, specs, feeds, ref_out, pairs)
+    if opts.stream_steps > 0:
+        report.stream, report.stream_varied = await run_stream(
+            prepared, path, report.format, specs, inputs, pairs, out_names, steps=opts.stream_steps, seed=opts.seed,
+            values=dict(opts.input_values), loop_timeout=opts.loop_timeout)
+        report.stream_steps = opts.stream_steps if report.stream else 0
+    return lambda: ref.run(feeds)
 
 
 def _spread(report: BenchReport, path: str, specs: Sequence[InputSpec], feeds: dict[str, np.ndarray],

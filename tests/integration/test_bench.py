@@ -383,3 +383,22 @@ def test_crash_test_command(saved: dict[str, str], tmp_path: Path, capsys: pytes
     assert main(["bench", "--crash-test", saved["small_cnn"], "--runs", "1", "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)  # --json -: the JSON alone
     assert doc["summary"] == {"SUCCESS": 1, "FAILURE": 0, "HANG": 0, "CRASH": 0}
+
+
+async def test_a_reference_that_fails_to_run_is_reported_and_the_bench_goes_on(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    class Failing:
+        name, input_names, output_names = "Broken Runtime 1.0", ["a", "b"], ["sum"]
+
+        def run(self, feeds: Any) -> list[np.ndarray]:
+            raise ReferenceUnavailable("Broken Runtime failed to run this model: out of luck")
+
+    path = tmp_path / "add.onnx"
+    onnx_add(path)
+    model = dynamic_add()
+    monkeypatch.setattr("nnrt.bench._run.open_model", lambda p, shapes: LoadedModel(model, str(p), "onnx", 1))
+    monkeypatch.setattr("nnrt.bench._run.open_reference", lambda *a, **k: Failing())
+    report = await run_bench(str(path), BenchOptions(runs=2, warmup=0, input_shapes={"a": [2, 3], "b": [2, 3]}))
+    assert report.reference is None and report.accuracy == [] and report.reference_latency is None
+    assert report.reference_note == "Broken Runtime failed to run this model: out of luck"
+    assert set(report.modes) == {"execute", "fenced", "burst"}
