@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5, help="untimed executions before them (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
-                   help="fix an input's dynamic dimensions (repeatable)")
+                   help="fix an input's dynamic dimensions (repeatable; NAME= for a 0-d tensor)")
     p.add_argument("--input-value", action="append", default=[], metavar="NAME=NUMBER",
                    help="fill an input with one value, e.g. a sample rate (repeatable)")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")

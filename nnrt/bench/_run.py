@@ -197,7 +197,7 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     loaded = open_model(path, opts.input_shapes)
     load_ms = (time.perf_counter() - t) * 1e3
     model = loaded.model
-    specs = input_specs(model, opts.input_shapes)
+    specs = input_specs(model, opts.input_shapes, opts.input_values)
     inputs = with_initial_state(model, make_inputs(specs, seed=opts.seed, values=opts.input_values))
     out_names = [model.operands[i].name or f"output{k}" for k, i in enumerate(model.output_indexes)]
     report = BenchReport(loaded.path, loaded.format, loaded.size, len(model.operations), dict(_count_ops(model)),

@@ -421,3 +421,17 @@ async def test_every_phase_reports_its_progress(saved: dict[str, str]) -> None:
     await run_bench(saved["small_cnn"],
                     BenchOptions(runs=3, warmup=2, profile=True, progress=progress))
     assert ticks == {"execute": [5, 5], "fenced": [5, 5], "burst": [5, 5], "profile": [5, 5]}
+
+
+def test_a_value_for_an_input_of_unknown_rank_makes_a_0d_tensor() -> None:
+    from nnrt.bench._inputs import parse_shape_options
+
+    assert parse_shape_options(["sr=", "x=1,3,8,8"]) == {"sr": [], "x": [1, 3, 8, 8]}
+    m = nnrt.Model()
+    sr = m.add_operand(T.TENSOR_INT32, dimensions=[], name="sr")  # ONNX's int64 scalar tensor, rank unknown
+    m.identify_inputs_and_outputs(inputs=[sr], outputs=[])
+    with pytest.raises(nnrt.InvalidArgumentError, match=r"input 'sr' has dynamic dimensions \(unknown rank"):
+        input_specs(m)
+    (spec,) = input_specs(m, values={"sr": 16000})
+    assert spec.shape == () and make_inputs([spec], values={"sr": 16000})[0] == np.array(16000, np.int32)
+    assert input_specs(m, {"sr": []})[0].shape == ()
