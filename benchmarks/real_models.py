@@ -178,10 +178,14 @@ def print_targets(rows: list[dict[str, Any]]) -> None:
     if loaded:
         large = max(loaded, key=lambda r: r["size_mb"])
         sys.stdout.write(f"  load of the largest model, {large['model']} ({large['size_mb']:.1f} MB): {large['load_ms']:.0f} ms, "
-                         f"peak memory {large['load_peak']:.2f}x the file (issue 13: 10 MB in < 500 ms, peak < 2x); "
-                         f"highest peak {max(r['load_peak'] for r in loaded):.2f}x\n")
-        big = max(loaded, key=lambda r: r["load_ms"] + r["prepare_ms"])
-        sys.stdout.write(f"  slowest load + prepare: {big['model']} {big['load_ms'] + big['prepare_ms']:.0f} ms "
+                         f"peak memory {large['load_peak']:.2f}x the file (issue 13: 10 MB in < 500 ms, peak < 2x)\n")
+        big = [r for r in loaded if r["size_mb"] >= 5]  # on small files fixed costs dominate the ratio
+        if big:
+            worst = max(big, key=lambda r: r["load_peak"])
+            sys.stdout.write(f"  models of 5 MB or more: slowest load {max(r['load_ms'] for r in big):.0f} ms, highest peak "
+                             f"{worst['load_peak']:.2f}x ({worst['model']})\n")
+        slow = max(loaded, key=lambda r: r["load_ms"] + r["prepare_ms"])
+        sys.stdout.write(f"  slowest load + prepare: {slow['model']} {slow['load_ms'] + slow['prepare_ms']:.0f} ms "
                          "(issue 14: import plus first preparation of the largest model < 2000 ms)\n")
     accurate = [r for r in rows if r["status"] == "ran" and r["within"] is not None]
     sys.stdout.write(f"  within tolerance of the reference: {sum(r['within'] for r in accurate)} of {len(accurate)} compared; "
