@@ -71,6 +71,7 @@ class BenchReport:
     model: str
     format: str
     size: int
+    #: Operations in the model and in the models its IF/WHILE operations run (``op_types`` by type).
     operations: int
     op_types: dict[str, int]
     load_ms: float
@@ -200,7 +201,8 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     specs = input_specs(model, opts.input_shapes, opts.input_values)
     inputs = with_initial_state(model, make_inputs(specs, seed=opts.seed, values=opts.input_values))
     out_names = [model.operands[i].name or f"output{k}" for k, i in enumerate(model.output_indexes)]
-    report = BenchReport(loaded.path, loaded.format, loaded.size, len(model.operations), dict(_count_ops(model)),
+    op_types = _count_ops(model)
+    report = BenchReport(loaded.path, loaded.format, loaded.size, op_types.total(), dict(op_types),
                          load_ms, 0.0, specs, out_names)
     ref: Reference | None = None
     if not opts.reference:

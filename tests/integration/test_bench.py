@@ -435,3 +435,10 @@ def test_a_value_for_an_input_of_unknown_rank_makes_a_0d_tensor() -> None:
     (spec,) = input_specs(m, values={"sr": 16000})
     assert spec.shape == () and make_inputs([spec], values={"sr": 16000})[0] == np.array(16000, np.int32)
     assert input_specs(m, {"sr": []})[0].shape == ()
+
+
+async def test_operations_are_counted_inside_control_flow(tmp_path: Path) -> None:
+    path = tmp_path / "count.nnrt"
+    endless_loop(limit=5.0).save(path)
+    report = await run_bench(str(path), BenchOptions(runs=1, warmup=0, modes=("execute",)))
+    assert report.operations == 3 and report.op_types == {"WHILE": 1, "LESS": 1, "ADD": 1}
