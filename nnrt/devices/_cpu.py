@@ -37,9 +37,10 @@ import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
-from nnrt.clock import Clock, default_clock, perf_ns
+from nnrt.clock import Clock, check_deadline, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
 from nnrt.devices._device import Device, DeviceType, check_preference_priority, check_preparation_args
+from nnrt.devices._options import check_app, check_cpu_options
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
@@ -106,6 +107,9 @@ class CpuDevice(Device):
         tune_malloc: bool = True,
         low_priority_nice: int | None = None,
     ) -> None:
+        check_cpu_options(name=name, compute_units=compute_units, blas_threads=blas_threads, inline_limit_ns=inline_limit_ns,
+                          fairness=fairness, app_weights=app_weights, aging_s=aging_s, max_queued_per_app=max_queued_per_app,
+                          memory_budget=memory_budget, app_memory_limit=app_memory_limit, switch_interval_s=switch_interval_s)
         self.name = name
         self.type = DeviceType.CPU
         self.version = VERSION
@@ -227,7 +231,7 @@ class CpuDevice(Device):
         cache (``nnrt.cache``): a valid entry is loaded, else the model is prepared in full and
         the entry (re)written."""
         pref, prio = check_preparation_args(model, preference, priority)
-        if deadline is not None and self.clock.now() >= deadline:
+        if deadline is not None and self.clock.now() >= check_deadline(deadline, "prepare_model"):
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
         loop = asyncio.get_running_loop()
         nbytes = self._reserve(model, app)
@@ -248,6 +252,7 @@ class CpuDevice(Device):
         return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
 
     def _reserve(self, model: Model, app: str) -> int:
+        check_app(app, "prepare_model")
         nbytes = model_footprint(model)
         self.memory.reserve(app, nbytes, f"model {model.name or hex(id(model))}")
         return nbytes

@@ -31,6 +31,7 @@ from nnrt.clock import perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError
 from nnrt.execution._interpreter import ExecContext, run_plan
 from nnrt.fences import FenceState, SyncFence, all_of
+from nnrt.fences._fence import as_fences
 from nnrt.fences._state import FenceCore
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, OutputShape, Timing
 
@@ -220,7 +221,7 @@ class FencedExecutionCallback:
             results, device_ns = driver.run_now(run_plan(plan, args, ctx), ctx, plan, prepared.app, prepared.priority)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
-            self._fail(err.status, str(err))
+            self._fail(err.status, err.message)
             return
         if measure:
             self._succeed(device_ns, measure, t_call, t_fenced)
@@ -261,7 +262,7 @@ class FencedExecutionCallback:
                                                               prepared.priority)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
-            self._fail(err.status, str(err))
+            self._fail(err.status, err.message)
         except asyncio.CancelledError:
             self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
             raise
@@ -284,11 +285,9 @@ class _Request(NamedTuple):
 def _check_fences(wait_for: Sequence[SyncFence]) -> tuple[tuple[SyncFence, ...], bool]:
     """The wait-for fences, and whether all have signaled already. INVALID_ARGUMENT for a
     non-fence or a fence already in error."""
-    fences = tuple(wait_for)
+    fences = as_fences(wait_for, "wait_for")
     ready = True
     for k, fence in enumerate(fences):
-        if not isinstance(fence, SyncFence):
-            raise InvalidArgumentError(f"wait_for[{k}]: {type(fence).__name__} is not a SyncFence")
         state = fence._core.state
         if state is not _SIGNALED:
             if state is _ERROR:
@@ -330,6 +329,8 @@ async def execute_fenced(
     if prepared._unsized_outputs:
         _check_sized(prepared, bufs)
     fences: tuple[SyncFence, ...]
+    if type(wait_for) is not tuple and type(wait_for) is not list:
+        wait_for = as_fences(wait_for, "wait_for")
     if not wait_for:
         fences, ready = (), True
     elif len(wait_for) == 1 and type(wait_for[0]) is SyncFence and wait_for[0]._core.state is _SIGNALED:

@@ -144,14 +144,19 @@ class Plan:
     def cost_ns(self) -> float:
         return sum(s.cost_ns for s in self.steps)
 
-    def set_inline_limit(self, limit_ns: float) -> None:
+    def set_inline_limit(self, limit_ns: float, _seen: set[int] | None = None) -> None:
         """Decide, from the step costs, what may run on the event loop thread: each step
-        (``heavy``), and the whole plan (``inline``: cheap and without control flow)."""
+        (``heavy``), and the whole plan (``inline``: cheap and without control flow).
+        Each sub-plan once: IF levels sharing a branch make a DAG with exponentially many paths."""
+        seen = set() if _seen is None else _seen
+        if id(self) in seen:
+            return
+        seen.add(id(self))
         self.inline = not self.has_control_flow and self.cost_ns <= limit_ns
         for step in self.steps:
             step.heavy = step.cost_ns > limit_ns
             for sub in step.branches:
-                sub.set_inline_limit(limit_ns)
+                sub.set_inline_limit(limit_ns, seen)
 
 
 def _estimate_ns(operation_outputs: list[Operand]) -> float:

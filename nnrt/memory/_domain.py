@@ -34,7 +34,7 @@ import numpy as np
 
 from nnrt.errors import GeneralFailureError, InvalidArgumentError
 from nnrt.memory._memory import Memory
-from nnrt.model import Operand
+from nnrt.model import Operand, as_dims
 from nnrt.types import OperandType
 
 __all__ = ["BufferDesc", "BufferRole", "BufferToken", "BufferTracker", "DeviceBuffer", "allocate_buffer", "tracker_for"]
@@ -45,6 +45,9 @@ class BufferDesc:
     """The dimensions requested for a device buffer (0 = unknown; ``()`` = from the roles)."""
 
     dimensions: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dimensions", as_dims(self.dimensions, "BufferDesc: dimensions"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,12 @@ class DeviceBuffer:
             raise GeneralFailureError(f"{where}: device buffer {int(self.token)} is uninitialized")
         return storage.view()
 
+    def stand_in(self) -> np.ndarray:
+        """A read-only array of the buffer's type and shape that allocates nothing: what request
+        validation checks in place of an uninitialized input, so that every INVALID_ARGUMENT of
+        the request is reported before the GENERAL_FAILURE of reading uninitialized data."""
+        return np.broadcast_to(np.zeros((), self.type.dtype), self.dimensions)
+
     def begin_write(self) -> None:
         self._storage = None
 
@@ -252,13 +261,7 @@ def _combine(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _int_dims(dims: Any, where: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{where}: dimensions {dims!r} are not integers") from None
-    if any(d < 0 for d in out):
-        raise InvalidArgumentError(f"{where}: negative dimension in {list(out)}")
-    return out
+    return as_dims(dims, f"{where} dimensions")
 
 
 def _bytes_of(x: Any, type_: OperandType, where: str, *, writable: bool) -> np.ndarray:
