@@ -30,7 +30,7 @@ import numpy as np
 from _common import bench
 
 import nnrt
-from nnrt import BufferDesc, BufferRole, Memory, Model, zoo
+from nnrt import BufferDesc, BufferRole, FuseCode, Memory, Model, PaddingCode, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 
@@ -46,7 +46,7 @@ def conv_stack(layers: int = 5, channels: int = 512, size: int = 16) -> Model:
         m.set_operand_value(w, (rng.standard_normal((channels, 3, 3, channels)) * 0.02).astype(np.float32))
         m.set_operand_value(b, np.zeros(channels, np.float32))
         params = []
-        for v in (1, 1, 1, 1):  # SAME padding, strides 1, RELU
+        for v in (PaddingCode.SAME, 1, 1, FuseCode.RELU):  # padding, stride_w, stride_h, fused activation
             p = m.add_operand(T.INT32)
             m.set_operand_value(p, v)
             params.append(p)

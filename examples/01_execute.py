@@ -1,5 +1,8 @@
 """Build a model with the NNAPI-style API, prepare it on the CPU device, execute it.
 
+(``nnrt.ModelBuilder`` writes the same model with less bookkeeping: see the docs' guide
+"Building a model by hand".)
+
 Run: python examples/01_execute.py
 """
 
@@ -26,8 +29,8 @@ def build_model() -> nnrt.Model:
     y = model.add_operand(T.TENSOR_FLOAT32, dimensions=[2, 4])
     model.set_operand_value(w, np.eye(4, dtype=np.float32) * 2)
     model.set_operand_value(b, np.full(4, -1.0, np.float32))
-    model.set_operand_value(relu, 1)
-    model.set_operand_value(none, 0)
+    model.set_operand_value(relu, nnrt.FuseCode.RELU)  # scalar parameters are operands too
+    model.set_operand_value(none, nnrt.FuseCode.NONE)
     model.add_operation(Op.FULLY_CONNECTED, inputs=[x, w, b, relu], outputs=[h])
     model.add_operation(Op.ADD, inputs=[h, x, none], outputs=[y])
     model.identify_inputs_and_outputs(inputs=[x], outputs=[y])

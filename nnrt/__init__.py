@@ -11,7 +11,16 @@ This module only re-exports; the implementation lives in the subpackages.
 
 from nnrt.burst import Burst
 from nnrt.clock import Clock, MonotonicClock, VirtualClock, deadline_after
-from nnrt.devices import CpuDevice, Device, DeviceType, get_devices
+from nnrt.devices import (
+    CpuDevice,
+    Device,
+    DeviceType,
+    OperationSupport,
+    RestrictedDevice,
+    get_devices,
+    register_device,
+    unregister_device,
+)
 from nnrt.errors import (
     DeadObjectError,
     DeviceUnavailableError,
@@ -25,18 +34,22 @@ from nnrt.errors import (
 )
 from nnrt.execution import ExecutionResult, FencedExecutionCallback, FencedExecutionInfo, PreparedModel
 from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, from_future
+from nnrt.framework import prepare
 from nnrt.importers import UnsupportedModelError, load
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, Memory, MemoryLocation
-from nnrt.model import Model
+from nnrt.model import Model, ModelBuilder, OperandRef
 from nnrt.types import (
     TIMING_UNAVAILABLE,
     Capabilities,
     ErrorStatus,
     ExecutionPreference,
+    FuseCode,
     OperandLifeTime,
     OperandType,
     OperationType,
     OutputShape,
+    PaddingCode,
+    Partition,
     PerformanceInfo,
     Priority,
     Timing,
@@ -64,6 +77,7 @@ __all__ = [
     "FenceState",
     "FencedExecutionCallback",
     "FencedExecutionInfo",
+    "FuseCode",
     "GeneralFailureError",
     "InternalError",
     "InvalidArgumentError",
@@ -71,17 +85,23 @@ __all__ = [
     "MemoryLocation",
     "MissedDeadlineError",
     "Model",
+    "ModelBuilder",
     "MonotonicClock",
     "NnrtError",
     "OperandLifeTime",
+    "OperandRef",
     "OperandType",
     "OperationType",
     "OutputInsufficientSizeError",
+    "OperationSupport",
     "OutputShape",
+    "PaddingCode",
+    "Partition",
     "PerformanceInfo",
     "PreparedModel",
     "Priority",
     "ResourceExhaustedError",
+    "RestrictedDevice",
     "SyncFence",
     "UnsupportedModelError",
     "Timing",
@@ -94,4 +114,7 @@ __all__ = [
     "from_future",
     "get_devices",
     "load",
+    "prepare",
+    "register_device",
+    "unregister_device",
 ]

@@ -1,4 +1,4 @@
-"""The ``nnrt`` command: ``nnrt demo``, ``nnrt devices``, ``nnrt conformance``, ``nnrt simulate``.
+"""The ``nnrt`` command: ``nnrt demo``, ``nnrt devices``, ``nnrt conformance``, ``nnrt simulate``, ``nnrt bench``.
 
 nnrt's own commands run on uvloop where it is installed (``--loop asyncio`` to opt out);
 library users keep whatever event loop they run.
@@ -176,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("devices", help="list devices and their measured capabilities")
     sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
     sub.add_parser("simulate", help="replay a QoS scenario in virtual time (nnrt simulate --help)", add_help=False)
+    sub.add_parser("bench", help="benchmark a .tflite/.onnx model against its reference runtime (nnrt bench --help)",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "conformance":
         return _conformance(rest)
@@ -183,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nnrt.sim._cli import main as simulate_main
 
         return simulate_main(rest)
+    if args.command == "bench":
+        from nnrt.bench import main as bench_main
+
+        return bench_main(rest, loop=args.loop)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "demo":

@@ -7,6 +7,7 @@ behaviour is deterministic and needs no sleeping.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import time
 from collections.abc import Callable
@@ -15,7 +16,15 @@ from typing import Protocol, runtime_checkable
 from nnrt.errors import InvalidArgumentError
 
 __all__ = [
-    "Clock", "MonotonicClock", "TimerHandle", "VirtualClock", "check_deadline", "deadline_after", "default_clock",
+    "Cancellable",
+    "Clock",
+    "MonotonicClock",
+    "TimerHandle",
+    "VirtualClock",
+    "call_at",
+    "check_deadline",
+    "deadline_after",
+    "default_clock",
     "set_default_clock",
 ]
 
@@ -25,6 +34,12 @@ class Clock(Protocol):
     """A source of the current time in seconds (monotonic, arbitrary origin)."""
 
     def now(self) -> float: ...
+
+
+class Cancellable(Protocol):
+    """A timer that can be called off (``TimerHandle``, ``asyncio.TimerHandle``)."""
+
+    def cancel(self) -> None: ...
 
 
 class MonotonicClock:
@@ -115,6 +130,18 @@ def set_default_clock(clock: Clock) -> None:
     """Replace the default clock (for tests and simulations; affects devices created after)."""
     global _default
     _default = clock
+
+
+def call_at(
+    clock: Clock, when: float, callback: Callable[[], object], loop: asyncio.AbstractEventLoop | None = None
+) -> Cancellable:
+    """Run ``callback`` once ``clock`` reads ``when``: a ``VirtualClock``'s own timer, else a
+    timer on ``loop`` (default: the running one), whose wait is in whole milliseconds, so it
+    may fire up to 1 ms late."""
+    if isinstance(clock, VirtualClock):
+        return clock.call_at(when, callback)
+    loop = loop or asyncio.get_running_loop()
+    return loop.call_at(loop.time() + max(0.0, when - clock.now()), callback)
 
 
 def perf_ns() -> int:

@@ -17,10 +17,12 @@ __all__ = [
     "Capabilities",
     "ErrorStatus",
     "ExecutionPreference",
+    "FuseCode",
     "OperandLifeTime",
     "OperandType",
     "OperationType",
     "OutputShape",
+    "PaddingCode",
     "PerformanceInfo",
     "Priority",
     "Timing",
@@ -251,6 +253,29 @@ class OperationType(enum.IntEnum):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+class FuseCode(enum.IntEnum):
+    """NNAPI ``FuseCode``: the activation an operation applies to its result (an INT32 scalar input
+    of ADD, MUL, SUB, DIV, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, the pools, ...)."""
+
+    NONE = 0
+    RELU = 1
+    #: Clamp to [-1, 1].
+    RELU1 = 2
+    #: Clamp to [0, 6].
+    RELU6 = 3
+
+
+class PaddingCode(enum.IntEnum):
+    """NNAPI ``PaddingCode``: the implicit padding scheme of convolutions and pools (an INT32 input).
+
+    SAME pads so that the output has ceil(input / stride) elements along each spatial axis
+    (the extra element, if any, goes at the end); VALID does not pad.
+    """
+
+    SAME = 1
+    VALID = 2
+
+
 class OperandLifeTime(enum.IntEnum):
     """AIDL ``OperandLifeTime``. CONSTANT_POOL is HIDL 1.3's CONSTANT_REFERENCE."""
 
@@ -311,6 +336,17 @@ class OutputShape:
 
     dimensions: tuple[int, ...]
     is_sufficient: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One step of a prepared model: the device running it and the indexes of the model's
+    operations it runs (in run order). ``fallback_from`` names the device that was chosen for
+    the step but failed to prepare it (the step then runs on the CPU)."""
+
+    device: str
+    operations: tuple[int, ...]
+    fallback_from: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -64,8 +64,10 @@ def first_output(device: nnrt.CpuDevice, m: Model, *xs: object) -> np.ndarray:
     return out
 
 
-def rejected(device: nnrt.CpuDevice, m: Model, match: str) -> None:
-    """Preparing ``m`` fails with INVALID_ARGUMENT and a message matching ``match``."""
+def rejected(device: nnrt.CpuDevice, m: Model | Callable[[], Model], match: str) -> None:
+    """Building (when ``m`` is a callable that builds it) or preparing ``m`` fails with
+    INVALID_ARGUMENT and a message matching ``match``: a wrong operand count or type fails at
+    ``add_operation``, everything else at preparation."""
     with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-        device.prepare_model_sync(m)
+        device.prepare_model_sync(m() if callable(m) else m)
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT

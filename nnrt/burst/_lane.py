@@ -144,7 +144,8 @@ class LeanRunner:
         the per-class ``completed`` figure counts requests.
         """
         device, sched, plan = self._device, self._sched, self._plan
-        job = Job(self._app, self._priority, cost=plan.admission_cost_ns / 1e9 * len(batch))
+        each = plan.admission_cost_ns / 1e9
+        job = Job(self._app, self._priority, cost=each * len(batch), step=each)  # a request runs to its end
         flag = RunFlag()
         try:
             sched.admit(job, flag)

@@ -39,7 +39,15 @@ from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, check_deadline, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
-from nnrt.devices._device import Device, DeviceType, check_preference_priority, check_preparation_args
+from nnrt.devices._device import (
+    Device,
+    DeviceType,
+    OperationSupport,
+    Restrictions,
+    check_preference_priority,
+    check_preparation_args,
+    feature_level_reason,
+)
 from nnrt.devices._options import check_app, check_cpu_options
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
@@ -87,6 +95,10 @@ def _resume(gen: _Gen) -> tuple[bool, Any, int]:
 class CpuDevice(Device):
     """The reference CPU device (numpy kernels)."""
 
+    #: What the device accepts, when it stands for a driver with limits (``RestrictedDevice``,
+    #: a simulated device); None: every operation it has a kernel for (the reference device).
+    restrictions: Restrictions | None = None
+
     def __init__(
         self,
         name: str = "nnrt-cpu",
@@ -96,7 +108,7 @@ class CpuDevice(Device):
         blas_threads: int | None = 1,
         inline_limit_ns: float = DEFAULT_INLINE_LIMIT_NS,
         calibrate: bool = True,
-        fairness: Literal["round_robin", "weighted"] = "round_robin",
+        fairness: Literal["round_robin", "weighted"] = "weighted",
         app_weights: Mapping[Hashable, float] | None = None,
         aging: bool = True,
         aging_s: float = 0.25,
@@ -203,17 +215,24 @@ class CpuDevice(Device):
         return self._capabilities
 
     def supported_operations(self, model: Model) -> list[bool]:
+        return [s.supported for s in self.operation_support(model)]
+
+    def operation_support(self, model: Model) -> list[OperationSupport]:
+        """Per operation: its feature level (and its operand types') within the device's, and
+        its kernel accepting its signature (each operation compiled alone)."""
         if not isinstance(model, Model) or not model.finished:
             raise InvalidArgumentError("supported_operations: the model must be a finished Model")
+        if self.restrictions is not None:
+            return self.restrictions.support(model, self.name)
         result = []
         for operation in model.operations:
-            single = model.operation_as_model(operation.index)
-            try:
-                compile_plan(single)
-            except NnrtError:
-                result.append(False)
-            else:
-                result.append(True)
+            reason = feature_level_reason(model, operation, self.feature_level)
+            if not reason:
+                try:
+                    compile_plan(model.operation_as_model(operation.index))
+                except NnrtError as err:
+                    reason = f"its kernel rejects it: {err}"
+            result.append(OperationSupport(operation.index, operation.type, not reason, reason))
         return result
 
     async def prepare_model(
@@ -230,6 +249,7 @@ class CpuDevice(Device):
         """Prepare ``model``; with ``cache_dir`` and a 32-byte ``token``, through the compilation
         cache (``nnrt.cache``): a valid entry is loaded, else the model is prepared in full and
         the entry (re)written."""
+        self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         if deadline is not None and self.clock.now() >= check_deadline(deadline, "prepare_model"):
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
@@ -250,6 +270,11 @@ class CpuDevice(Device):
             _log.debug("driver.prepared", device=self.name, model=model.name, app=app, priority=prio.name,
                        preference=pref.name, bytes=nbytes, inline=plan.inline, cached=cache_dir is not None)
         return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
+
+    def _check_model(self, model: object) -> None:
+        """INVALID_ARGUMENT for a model holding an operation the device's restrictions exclude."""
+        if self.restrictions is not None:
+            self.restrictions.check(model, self.name)
 
     def _reserve(self, model: Model, app: str) -> int:
         check_app(app, "prepare_model")
@@ -296,6 +321,7 @@ class CpuDevice(Device):
         app: str = "default",
     ) -> PreparedModel:
         """``prepare_model`` for code without an event loop."""
+        self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         nbytes = self._reserve(model, app)
         try:
@@ -347,7 +373,7 @@ class CpuDevice(Device):
             except MissedDeadlineError:
                 gen.close()
                 raise
-        results = self.drive_sync(gen, ctx)
+        results = self._run_to_end(gen)
         self.scheduler.ran_fast(app, priority)
         return results
 
@@ -355,7 +381,11 @@ class CpuDevice(Device):
         """The idle-device admission test: MISSED_DEADLINE_PERSISTENT when ``plan``'s admission
         cost does not fit before ``deadline`` (and the plan's estimate learns of the refusal)."""
         cost_s = plan.admission_cost_ns / 1e9
-        if cost_s > deadline - self.clock.now():
+        left = deadline - self.clock.now()
+        if left <= 0:  # it passed since the call (a fenced execution waiting for its fences)
+            raise MissedDeadlineError("the deadline passed before the execution could start",
+                                      status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        if cost_s > left:
             plan.refused()
             raise MissedDeadlineError(
                 f"the execution needs about {cost_s * 1e3:.3f} ms, more than is left before its deadline",
@@ -369,7 +399,9 @@ class CpuDevice(Device):
         if self.runs_inline(plan) and sched.idle():
             return self.run_now(gen, ctx, plan, app, priority)
         cost_s = plan.admission_cost_ns / 1e9
-        job = Job(app, priority, cost=cost_s, deadline=ctx.deadline)
+        # On the loop thread nothing can interrupt it; on a worker it yields between steps.
+        step_s = cost_s if self.runs_inline(plan) else cost_s * plan.step_share()
+        job = Job(app, priority, cost=cost_s, deadline=ctx.deadline, step=step_s)
         try:
             sched.admit(job, ctx)  # raises the refusal (MISSED_DEADLINE_*, RESOURCE_EXHAUSTED_*)
         except MissedDeadlineError as err:
@@ -447,7 +479,8 @@ class CpuDevice(Device):
                 held_ns += perf_ns() - granted
                 granted = await sched.wait_turn(job)
 
-    def drive_sync(self, gen: _Gen, ctx: ExecContext) -> tuple[list[Any], int]:
+    def _run_to_end(self, gen: _Gen) -> tuple[list[Any], int]:
+        """Resume the interpreter on the calling thread until it returns (its yields ignored)."""
         t = perf_ns()
         token = fp_errors_ignored()
         try:

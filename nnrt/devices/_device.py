@@ -5,7 +5,12 @@ Contract, following NNAPI's ``IDevice``:
 
 * ``supported_operations(model)`` returns one bool per operation of the main model, True
   exactly for operations the device runs correctly. A model that is not finished is
-  INVALID_ARGUMENT.
+  INVALID_ARGUMENT. ``operation_support(model)`` is the richer answer: per operation, whether
+  it is supported and, when not, why (an operation or operand type newer than the device's
+  feature level, a type of operation or operand the device does not take, a kernel that
+  rejects its signature). The default derives it from ``supported_operations``.
+* ``feature_level`` is NNAPI's (1-8): an operation or operand type introduced after it is
+  unsupported on the device (``feature_level_reason``).
 * ``prepare_model(model, preference=, priority=, deadline=)`` validates the model (every
   operation's signature; a bad model, preference or priority is INVALID_ARGUMENT), refuses a
   deadline already passed (MISSED_DEADLINE_PERSISTENT), and returns a ``PreparedModel``.
@@ -28,15 +33,28 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from nnrt.errors import GeneralFailureError, InvalidArgumentError
 from nnrt.execution import PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer
-from nnrt.model import Model
-from nnrt.types import Capabilities, ExecutionPreference, Priority
+from nnrt.model import Model, Operation
+from nnrt.types import EXPERIMENTAL_FEATURE_LEVEL, Capabilities, ExecutionPreference, OperandType, OperationType, Priority
 
-__all__ = ["Device", "DeviceType", "check_preference_priority", "check_preparation_args"]
+__all__ = [
+    "Device",
+    "DeviceType",
+    "OperationSupport",
+    "Restrictions",
+    "check_preference_priority",
+    "check_preparation_args",
+    "feature_level_reason",
+]
+
+#: NNAPI's feature levels (FL1, Android 8.1, to FL8, Android 14).
+MIN_FEATURE_LEVEL, MAX_FEATURE_LEVEL = 1, 8
 
 
 class DeviceType(enum.IntEnum):
@@ -47,6 +65,85 @@ class DeviceType(enum.IntEnum):
     CPU = 2
     GPU = 3
     ACCELERATOR = 4
+
+
+@dataclass(frozen=True, slots=True)
+class OperationSupport:
+    """One operation of a model as a device sees it: supported, or why not (``reason``)."""
+
+    operation: int
+    type: OperationType
+    supported: bool
+    reason: str = ""
+
+
+def _enum_set(values: Iterable[Any] | None, cls: type[OperationType] | type[OperandType], what: str) -> frozenset[Any] | None:
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)):
+        raise InvalidArgumentError(f"{what}: expected a collection of {cls.__name__}, got {values!r}")
+    out = set()
+    for v in values:
+        try:
+            out.add(cls[v] if isinstance(v, str) else cls(v))
+        except (KeyError, ValueError):
+            raise InvalidArgumentError(f"{what}: {v!r} is not an {cls.__name__}") from None
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Restrictions:
+    """What a driver accepts: operations and operand types (None: all) up to a feature level.
+    Its answers come from this configuration alone (see the module docstring)."""
+
+    feature_level: int = 7
+    operations: frozenset[OperationType] | None = None
+    operand_types: frozenset[OperandType] | None = None
+
+    @classmethod
+    def of(cls, feature_level: int = 7, operations: Iterable[OperationType | int | str] | None = None,
+           operand_types: Iterable[OperandType | int | str] | None = None) -> Restrictions:
+        """Checked restrictions (INVALID_ARGUMENT naming the argument)."""
+        if isinstance(feature_level, bool) or not isinstance(feature_level, int) or not (
+            MIN_FEATURE_LEVEL <= feature_level <= MAX_FEATURE_LEVEL
+        ):
+            raise InvalidArgumentError(f"feature_level: must be an int from 1 to 8, got {feature_level!r}")
+        return cls(feature_level, _enum_set(operations, OperationType, "operations"),
+                   _enum_set(operand_types, OperandType, "operand_types"))
+
+    def support(self, model: Model, device: str) -> list[OperationSupport]:
+        out = []
+        for operation in model.operations:
+            reason = self.reason(model, operation, device)
+            out.append(OperationSupport(operation.index, operation.type, not reason, reason))
+        return out
+
+    def reason(self, model: Model, operation: Operation, device: str) -> str:
+        """Why ``device`` does not take ``operation`` ("" if it does)."""
+        reason = feature_level_reason(model, operation, self.feature_level)
+        if reason:
+            return reason
+        if self.operations is not None and operation.type not in self.operations:
+            return f"{device} does not support {operation.type.name}"
+        ops = model.operands
+        for i in (*operation.inputs, *operation.outputs):
+            sub = ops[i].subgraph
+            if sub is not None:
+                for inner in sub.operations:
+                    why = self.reason(sub, inner, device)
+                    if why:
+                        return f"its subgraph's {inner.label}: {why}"
+            elif self.operand_types is not None and ops[i].type not in self.operand_types:
+                return f"{device} does not support {ops[i].type.name} ({ops[i].label})"
+        return ""
+
+    def check(self, model: object, device: str) -> None:
+        """INVALID_ARGUMENT naming the first operation of ``model`` that ``device`` does not take."""
+        if isinstance(model, Model) and model.finished:
+            for op in model.operations:
+                reason = self.reason(model, op, device)
+                if reason:
+                    raise InvalidArgumentError(f"{device} cannot prepare the model: {op.label}: {reason}")
 
 
 class Device(ABC):
@@ -65,6 +162,14 @@ class Device(ABC):
     @abstractmethod
     def supported_operations(self, model: Model) -> list[bool]:
         """One bool per operation of ``model`` (which must be finished)."""
+
+    def operation_support(self, model: Model) -> list[OperationSupport]:
+        """Per operation of ``model`` (finished): supported, or the reason it is not."""
+        flags = self.supported_operations(model)
+        return [
+            OperationSupport(op.index, op.type, ok, "" if ok else f"{self.name} does not support it")
+            for op, ok in zip(model.operations, flags)
+        ]
 
     @abstractmethod
     async def prepare_model(
@@ -112,3 +217,30 @@ def check_preference_priority(preference: object, priority: object) -> tuple[Exe
     except ValueError:
         raise InvalidArgumentError(f"prepare_model: priority {priority!r} is not a Priority") from None
     return pref, prio
+
+
+def feature_level_reason(model: Model, operation: Operation, level: int) -> str:
+    """Why ``operation`` of ``model`` cannot run on a device of feature ``level`` ("" if it can):
+    the operation, or one of its operand types, appeared in a later feature level; before FL3
+    (dynamic output shapes) its outputs must be fully specified. IF and WHILE are checked
+    through the operations of the models they reference."""
+    needed = operation.type.feature_level
+    if needed != EXPERIMENTAL_FEATURE_LEVEL and needed > level:
+        return f"{operation.type.name} needs feature level {needed}, the device has {level}"
+    ops = model.operands
+    for i in (*operation.inputs, *operation.outputs):
+        t = ops[i].type
+        if t.feature_level > level:
+            return f"{ops[i].label} is {t.name}, which needs feature level {t.feature_level}; the device has {level}"
+    if level < 3:
+        for i in operation.outputs:
+            if not ops[i].fully_specified:
+                return f"output {ops[i].label} has unknown dimensions, which need feature level 3; the device has {level}"
+    for i in operation.inputs:
+        sub = ops[i].subgraph
+        if sub is not None:
+            for inner in sub.operations:
+                why = feature_level_reason(sub, inner, level)
+                if why:
+                    return f"its subgraph's {inner.label}: {why}"
+    return ""

@@ -6,11 +6,13 @@ drives the interpreter (inline, on a worker thread, under a scheduler) through t
 """
 
 from nnrt.execution._fenced import FencedExecutionCallback, FencedExecutionInfo
-from nnrt.execution._interpreter import INTERRUPTED, OFFLOAD, ExecContext, run_plan
-from nnrt.execution._plan import Plan, Step, compile_plan
+from nnrt.execution._interpreter import DELEGATE, INTERRUPTED, OFFLOAD, ExecContext, run_plan
+from nnrt.execution._plan import DELEGATED, Plan, Step, compile_plan
 from nnrt.execution._prepared import Driver, ExecutionResult, PreparedModel, resolve_loop_timeout
 
 __all__ = [
+    "DELEGATE",
+    "DELEGATED",
     "INTERRUPTED",
     "OFFLOAD",
     "Driver",

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from nnrt.clock import perf_ns
-from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError
-from nnrt.execution._interpreter import ExecContext, run_plan
+from nnrt.clock import Cancellable, call_at, perf_ns
+from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError
+from nnrt.execution._interpreter import ExecContext
 from nnrt.fences import FenceState, SyncFence, all_of
 from nnrt.fences._fence import as_fences
 from nnrt.fences._state import FenceCore
@@ -65,6 +65,8 @@ class FencedExecutionInfo:
 #: shared, already-signaled fence (NNAPI returns no sync fence, -1, in that case). A resolved
 #: fence never changes and an nnrt fence cannot be signaled by the app, so sharing it is safe.
 _COMPLETED = SyncFence.signaled()
+#: Why an execution whose deadline came while it waited for its fences failed.
+_WAITED_PAST = "the deadline passed while the execution waited for its fences"
 #: The execution info of every successful execution that did not measure timing (immutable).
 _INFO_NONE = FencedExecutionInfo(ErrorStatus.NONE)
 
@@ -85,7 +87,7 @@ class FencedExecutionCallback:
     as a task that awaits the fences and then the device.
     """
 
-    __slots__ = ("_fence", "_info", "_req", "_result", "_task", "_wait")
+    __slots__ = ("_expired", "_fence", "_info", "_req", "_result", "_task", "_timer", "_wait")
 
     def __init__(self) -> None:
         #: The execution's fence; ``_COMPLETED`` when it completed before the call returned.
@@ -100,6 +102,9 @@ class FencedExecutionCallback:
         self._req: _Request | None = None
         #: (gate fence, listener handle, loop, loop thread) while an eager execution waits.
         self._wait: tuple[SyncFence, int | None, asyncio.AbstractEventLoop, int] | None = None
+        #: Armed at the deadline while the execution waits for its fences (see ``_arm``).
+        self._timer: Cancellable | None = None
+        self._expired = False
 
     @property
     def fence(self) -> SyncFence:
@@ -133,8 +138,33 @@ class FencedExecutionCallback:
             return False
         if self._wait is not None:
             self._wait[0]._core.remove_listener(self._wait[1])
+        self._disarm()
         self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
         return True
+
+    # -- a deadline while waiting for the fences --------------------------------------------------
+
+    def _arm(self, prepared: PreparedModel, ctx: ExecContext) -> None:
+        """Fail the execution at its deadline if its fences have not signaled by then (a fence
+        that never signals must not keep it, or its own fence, waiting forever)."""
+        if ctx.deadline is not None:
+            self._timer = call_at(prepared._driver.clock, ctx.deadline, self._on_deadline)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        self._expired = True
+        if self._task is not None:
+            self._task.cancel()  # ``_run_task`` fails the fence with the deadline's status
+            return
+        wait = self._wait
+        if wait is not None:
+            wait[0]._core.remove_listener(wait[1])
+            self._fail(ErrorStatus.MISSED_DEADLINE_TRANSIENT, _WAITED_PAST)
 
     # -- outcome --------------------------------------------------------------------------------
 
@@ -188,11 +218,14 @@ class FencedExecutionCallback:
         handle = gate._core.add_listener(self._on_gate)
         if self._wait is not None:  # still waiting (else the listener has run already)
             self._wait = (gate, handle, self._wait[2], self._wait[3])
+            self._arm(req.prepared, req.ctx)
 
     def _on_gate(self, core: FenceCore) -> None:
         wait = self._wait
         if wait is None:
             return
+        if self._timer is not None and threading.get_ident() == wait[3]:
+            self._disarm()  # (from another thread, ``_resume`` disarms it on the loop)
         if core.state is _ERROR:
             self._fail(ErrorStatus.GENERAL_FAILURE, f"a wait-for fence failed: {core.status.name if core.status else '?'}"
                        f" {core.message}".rstrip())
@@ -203,8 +236,9 @@ class FencedExecutionCallback:
 
     def _resume(self) -> None:
         req = self._req
-        if req is None:  # cancelled meanwhile
+        if req is None:  # cancelled or expired meanwhile
             return
+        self._disarm()
         self._req = self._wait = None
         self._run_inline(*req)
 
@@ -218,7 +252,7 @@ class FencedExecutionCallback:
             return
         t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure) if after_fence is not None or measure else 0
         try:
-            results, device_ns = driver.run_now(run_plan(plan, args, ctx), ctx, plan, prepared.app, prepared.priority)
+            results, device_ns = prepared._now(args, ctx)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
             self._fail(err.status, err.message)
@@ -252,18 +286,24 @@ class FencedExecutionCallback:
         prepared, args, bufs, ctx, measure, after_fence, t_call = req
         try:
             if fences:
+                self._arm(prepared, ctx)
                 try:
                     await (fences[0] if len(fences) == 1 else all_of(fences))
                 except NnrtError as err:
                     raise GeneralFailureError(f"a wait-for fence failed: {err}") from err
+                finally:
+                    self._disarm()
+                if ctx.deadline is not None and prepared._driver.clock.now() >= ctx.deadline:
+                    raise MissedDeadlineError(_WAITED_PAST, status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
             t_fenced = self._fences_signaled(prepared, ctx, after_fence, measure)
-            plan = prepared.plan
-            results, device_ns = await prepared._driver.drive(run_plan(plan, args, ctx), ctx, plan, prepared.app,
-                                                              prepared.priority)
+            results, device_ns = await prepared._drive(args, ctx)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
             self._fail(err.status, err.message)
         except asyncio.CancelledError:
+            if self._expired:  # our own deadline timer: a failure, not a cancellation
+                self._fail(ErrorStatus.MISSED_DEADLINE_TRANSIENT, _WAITED_PAST)
+                return
             self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
             raise
         else:

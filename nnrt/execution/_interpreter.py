@@ -9,10 +9,16 @@ tensors, loop variables) lives in the generator frames, resuming recomputes noth
 heavy step it yields ``OFFLOAD`` when it is running on the event loop thread, so the driver
 can continue it on the device's worker thread.
 
-Deadlines are checked at every checkpoint against ``ctx.clock``: a passed deadline raises
+Deadlines are checked at every checkpoint against ``ctx.clock``, and once more after the last
+step (outputs computed after the deadline are no success, on any path): a passed deadline raises
 MISSED_DEADLINE_TRANSIENT; a WHILE loop whose elapsed time exceeds ``ctx.loop_timeout`` after a
 true condition does the same. Exceptions that escape a kernel other than ``NnrtError`` become
 GENERAL_FAILURE naming the operation.
+
+A DELEGATED step (a partitioned model's step, run on another device) is handed to the driver:
+the interpreter puts ``(step, its input values)`` in ``ctx.handoff`` and yields ``DELEGATE``;
+the driver runs it and puts the step's outputs (a list) back in ``ctx.handoff`` before
+resuming. The interpreter stores them and frees temporaries as for any step.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ import numpy as np
 from nnrt.clock import Clock, MonotonicClock, perf_ns
 from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError, ResourceExhaustedError
 from nnrt.execution._control import while_counts
-from nnrt.execution._plan import IF, KERNEL, Plan, Step
+from nnrt.execution._plan import IF, KERNEL, WHILE, Plan, Step
 from nnrt.types import ErrorStatus
 
-__all__ = ["INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_kernels", "run_plan"]
+__all__ = [
+    "DELEGATE", "INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_kernels", "run_plan",
+]
 
-INTERRUPTED, OFFLOAD = 1, 2
+INTERRUPTED, OFFLOAD, DELEGATE = 1, 2, 3
 
 DEFAULT_LOOP_TIMEOUT_S = 2.0
 MAX_LOOP_TIMEOUT_S = 15.0
@@ -66,7 +74,7 @@ except ImportError:  # pragma: no cover - other numpy layouts
 class ExecContext:
     """Per-execution state shared by the interpreter and its driver."""
 
-    __slots__ = ("clock", "deadline", "interrupt", "loop_timeout", "on_loop", "profile")
+    __slots__ = ("clock", "deadline", "handoff", "interrupt", "loop_timeout", "on_loop", "profile")
 
     def __init__(
         self,
@@ -86,6 +94,8 @@ class ExecContext:
         self.on_loop = on_loop
         #: When a dict, step id -> nanoseconds spent in it (calibration).
         self.profile = profile
+        #: A DELEGATED step and its inputs on the way to the driver, its outputs on the way back.
+        self.handoff: Any = None
 
 
 def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
@@ -117,8 +127,14 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
                 profile[id(step)] = profile.get(id(step), 0) + perf_ns() - t0
         elif step.kind == IF:
             result = yield from _run_if(step, slots, ctx)
-        else:
+        elif step.kind == WHILE:
             result = yield from _run_while(step, slots, ctx)
+        else:
+            ctx.handoff = (step, step.fetch(slots))
+            yield DELEGATE
+            result, ctx.handoff = ctx.handoff, None
+            if step.out >= 0:
+                result = result[0]
         if step.out >= 0:
             slots[step.out] = result
         else:
@@ -126,7 +142,16 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
                 slots[slot] = value
         for slot in step.free:
             slots[slot] = None
+    if deadline is not None and now() > deadline:
+        raise _finished_late(plan)
     return [slots[i] for i in plan.outputs]
+
+
+def _finished_late(plan: Plan) -> MissedDeadlineError:
+    """The end-of-run check every path passes through: outputs computed after the deadline are
+    not a success (the last step may have run across it)."""
+    last = plan.steps[-1].label if plan.steps else "the plan"
+    return MissedDeadlineError(f"deadline passed during {last}, the last step", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
 
 
 def run_kernels(plan: Plan, args: list[Any], clock: Clock, deadline: float | None) -> list[Any]:
@@ -140,6 +165,8 @@ def run_kernels(plan: Plan, args: list[Any], clock: Clock, deadline: float | Non
         if deadline is not None and clock.now() >= deadline:
             raise MissedDeadlineError(f"deadline passed before {step.label}", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
         _store(step, slots, _kernel(step, slots))
+    if deadline is not None and clock.now() > deadline:
+        raise _finished_late(plan)
     return [slots[i] for i in plan.outputs]
 
 

@@ -22,9 +22,12 @@ from nnrt.ops import OpCall, prepare_function
 from nnrt.ops._registry import Kernel
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
-__all__ = ["KERNEL", "IF", "WHILE", "Plan", "Step", "compile_plan"]
+__all__ = ["DELEGATED", "IF", "KERNEL", "WHILE", "Plan", "Step", "compile_plan"]
 
-KERNEL, IF, WHILE = 0, 1, 2
+#: Step kinds. A DELEGATED step is run by the plan's driver, not by a kernel: the interpreter
+#: hands it over at a checkpoint (``nnrt.execution._interpreter``); a partitioned model's plan
+#: is made of them, one per device step (``nnrt.framework``).
+KERNEL, IF, WHILE, DELEGATED = 0, 1, 2, 3
 
 #: A step whose estimated cost exceeds this runs on the device's worker thread.
 DEFAULT_INLINE_LIMIT_NS = 100_000
@@ -61,6 +64,8 @@ class Step:
     heavy: bool = False
     #: IF: (then, else); WHILE: (condition, body).
     branches: tuple[Plan, ...] = ()
+    #: DELEGATED: what the driver runs for the step (opaque to the interpreter).
+    target: Any = None
 
 
 @dataclass(slots=True, eq=False)
@@ -143,6 +148,13 @@ class Plan:
     @property
     def cost_ns(self) -> float:
         return sum(s.cost_ns for s in self.steps)
+
+    def step_share(self) -> float:
+        """The longest kernel step's share of the plan's cost (0..1): the part of an execution
+        that runs without a checkpoint (control-flow steps have checkpoints inside)."""
+        total = self.cost_ns
+        longest = max((s.cost_ns for s in self.steps if s.kind == KERNEL), default=0.0)
+        return 1.0 if total <= 0 else min(1.0, longest / total)
 
     def set_inline_limit(self, limit_ns: float, _seen: set[int] | None = None) -> None:
         """Decide, from the step costs, what may run on the event loop thread: each step

@@ -7,12 +7,19 @@ plan through its device's ``Driver`` and turns the plan's outputs into an
 ``ExecutionResult``: outputs written into caller arrays when given, actual output shapes,
 and timing when asked for. Many executions of one prepared model may run concurrently: each
 has its own slots; constants are shared and never written.
+
+There is one execution path (``_start``): every entry point validates (or reuses a validated
+request), makes the execution context, then either runs the plan at once through the driver's
+``run_now`` (a cheap plan on an idle device, or ``execute_sync`` outside the scheduler) or
+drives it through the device's scheduler (``drive``), and finishes in ``_finish``. The entry
+points differ only in parameters; the device's part is the four ``Driver`` hooks.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Hashable, Sequence
+import concurrent.futures
+from collections.abc import Coroutine, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,7 +33,7 @@ from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT
 from nnrt.execution._plan import Plan
 from nnrt.execution._request import ResolvedOutputs, check_omitted, is_pool_arg, request_args, resolve_request
 from nnrt.model import Model, Operand
-from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Priority, Timing
+from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Partition, Priority, Timing
 
 if TYPE_CHECKING:
     from nnrt.burst import Burst
@@ -46,33 +53,42 @@ class ExecutionResult:
 
 
 class Driver(Protocol):
-    """What a prepared model needs from its device to run a plan."""
+    """What a prepared model needs from its device to run a plan: four hooks behind the one
+    execution path (``PreparedModel._start``).
+
+    ``gen`` is the interpreter (``run_plan``) over the request; a driver resumes it until it
+    returns the outputs, reacting to what it yields (``OFFLOAD``: continue off the event loop
+    thread; ``INTERRUPTED``: ask the scheduler). Both runs return ``(outputs, ns spent
+    computing)`` and raise the execution's ``NnrtError``. The interpreter checks the deadline
+    before every step and once more after the last one, so no driver returns success after it.
+    A partitioned model, or a device in another process, is one more implementation.
+    """
 
     clock: Clock
 
-    async def drive(
-        self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority
-    ) -> tuple[list[Any], int]:
-        """Run the interpreter generator to completion under the device's scheduler; return
-        (outputs, ns spent computing)."""
+    def runs_inline(self, plan: Plan) -> bool:
+        """True when ``plan`` is cheap enough to run on the event loop thread (fenced
+        executions of such plans run eagerly, without a task)."""
         ...
 
     def can_run_now(self, plan: Plan) -> bool:
-        """True when ``plan`` may run inline at once (cheap, and the device is idle)."""
+        """True when ``plan`` may run at once, synchronously, on the calling thread (cheap,
+        and nothing admitted could want its compute unit)."""
         ...
 
     def run_now(
         self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority
     ) -> tuple[list[Any], int]:
-        """Run a plan for which ``can_run_now`` holds, synchronously, on the loop thread."""
+        """Run the plan to its end on the calling thread: the fast path (after ``can_run_now``)
+        and ``execute_sync`` outside the scheduler. Applies the idle-device admission test
+        (MISSED_DEADLINE_PERSISTENT when the estimate cannot fit)."""
         ...
 
-    def drive_sync(self, gen: Generator[int, None, list[Any]], ctx: ExecContext) -> tuple[list[Any], int]:
-        """Run the interpreter on the calling thread."""
-        ...
-
-    def runs_inline(self, plan: Plan) -> bool:
-        """True when ``plan`` is cheap enough to run on the event loop thread."""
+    async def drive(
+        self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority
+    ) -> tuple[list[Any], int]:
+        """Run the plan under the device's scheduler: admission, waiting for a unit,
+        preemption at checkpoints, late success reported as MISSED_DEADLINE_TRANSIENT."""
         ...
 
 
@@ -129,12 +145,26 @@ class PreparedModel:
         #: Outputs whose size only the run tells (fenced executions need a buffer for them).
         self._unsized_outputs = [j for j, op in enumerate(self._outputs) if not op.fully_specified]
         self._n_executions = 0
+        #: The event loop its async executions run on (``execute_sync`` from another thread
+        #: goes through the scheduler there).
+        self._loop: asyncio.AbstractEventLoop | None = asyncio._get_running_loop()
+        #: Set by the framework (``nnrt.prepare``) for a model partitioned across devices.
+        self._partitions: tuple[Partition, ...] | None = None
         # Fenced executions run as tasks owned by the prepared model (kept here so they are
         # neither garbage-collected nor lost while running).
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<PreparedModel {self.model.name or hex(id(self.model))} priority={self.priority.name} app={self.app!r}>"
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        """The steps this model runs as: each step's device and the model's operations in it
+        (one step, the whole model, unless ``nnrt.prepare`` partitioned it)."""
+        if self._partitions is None:
+            name = str(getattr(self._driver, "name", type(self._driver).__name__))
+            self._partitions = (Partition(name, tuple(range(len(self.model.operations)))),)
+        return self._partitions
 
     # -- public execution API ------------------------------------------------------------------
 
@@ -155,34 +185,62 @@ class PreparedModel:
         t0 = perf_ns() if measure_timing else 0
         try:
             args, bufs = self._validate_request(inputs, outputs)
-            ctx = self._context(deadline, loop_timeout)
-            gen = run_plan(self.plan, args, ctx)
-            driver, plan = self._driver, self.plan
-            if driver.can_run_now(plan):  # cheap plan, idle device: no coroutine layer to await
-                results, device_ns = driver.run_now(gen, ctx, plan, self.app, self.priority)
-            else:
-                results, device_ns = await driver.drive(gen, ctx, plan, self.app, self.priority)
-            return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+            run = self._start(args, bufs, measure_timing, t0, deadline, loop_timeout)
+            # A cheap plan on an idle device has finished already: no coroutine to await.
+            return run if type(run) is ExecutionResult else await run  # type: ignore[misc]
         except NnrtError as err:
             self._log_failure(err)
             raise
+
+    # -- the one execution path ------------------------------------------------------------------
+    #
+    # Every entry point (``execute``, ``execute_sync``, a burst's requests, fenced executions)
+    # goes through ``_start``, or through its two halves ``_now`` and ``_driven`` when it must
+    # choose itself (a fenced stage), and ends in ``_finish``. What differs between them is a
+    # parameter (arguments validated already, where to run) or a driver hook; the deadline is
+    # checked by the interpreter before each step and after the last one, and again by the
+    # scheduler when a driven job completes.
+
+    def _start(
+        self, args: list[Any], bufs: Any, measure: bool, t0: int, deadline: float | None, loop_timeout: float | None,
+        *, now: bool = False,
+    ) -> ExecutionResult | Coroutine[Any, Any, ExecutionResult]:
+        """Run a validated request: at once when the driver may (or ``now``: run it here,
+        whatever the device is doing), returning the result; otherwise return the coroutine
+        that drives it through the device's scheduler."""
+        ctx = self._context(deadline, loop_timeout)
+        driver, plan = self._driver, self.plan
+        if now or driver.can_run_now(plan):  # ``_now``, inlined: this is every cheap execution
+            results, device_ns = driver.run_now(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
+            return self._finish(results, bufs, args, measure, t0, device_ns)
+        return self._driven(args, bufs, ctx, measure, t0)
+
+    def _now(self, args: list[Any], ctx: ExecContext) -> tuple[list[Any], int]:
+        """Run the plan to its end on the calling thread (``Driver.run_now``)."""
+        plan = self.plan
+        return self._driver.run_now(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
+
+    async def _drive(self, args: list[Any], ctx: ExecContext) -> tuple[list[Any], int]:
+        """Run the plan under the device's scheduler (``Driver.drive``)."""
+        self._loop = asyncio.get_running_loop()
+        plan = self.plan
+        return await self._driver.drive(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
+
+    async def _driven(self, args: list[Any], bufs: Any, ctx: ExecContext, measure: bool, t0: int) -> ExecutionResult:
+        """``_drive``, then finish the request."""
+        results, device_ns = await self._drive(args, ctx)
+        return self._finish(results, bufs, args, measure, t0, device_ns)
 
     def _execute_now(
         self, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None, measure_timing: bool,
         deadline: float | None, loop_timeout: float | None,
     ) -> ExecutionResult:
-        """``execute`` on its fast path, synchronously, for a caller that checked
-        ``can_run_now`` (a burst's request of plain arrays run at once): same checks, same
-        run, same result and failures.
-
-        Keep in step with ``execute`` (which does not call it, so that its own fast path stays one
-        call shallower)."""
+        """``execute`` for a caller that checked ``can_run_now`` (a burst's request of plain
+        arrays run at once): the same path, synchronously."""
         t0 = perf_ns() if measure_timing else 0
         try:
             args, bufs = self._validate_request(inputs, outputs)
-            ctx = self._context(deadline, loop_timeout)
-            results, device_ns = self._driver.run_now(run_plan(self.plan, args, ctx), ctx, self.plan, self.app, self.priority)
-            return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+            return self._start(args, bufs, measure_timing, t0, deadline, loop_timeout, now=True)  # type: ignore[return-value]
         except NnrtError as err:
             self._log_failure(err)
             raise
@@ -190,14 +248,13 @@ class PreparedModel:
     async def _execute_validated(
         self, args: list[Any], bufs: Any, measure_timing: bool, deadline: float | None, loop_timeout: float | None
     ) -> ExecutionResult:
-        """``execute`` on what ``_validate_request`` returned (bursts cache it per location set).
-
-        Keep in step with ``execute``: same context, same driver call, same ``_finish``.
-        """
-        t0 = perf_ns()
-        ctx = self._context(deadline, loop_timeout)
-        results, device_ns = await self._driver.drive(run_plan(self.plan, args, ctx), ctx, self.plan, self.app, self.priority)
-        return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+        """``execute`` on what ``_validate_request`` returned (bursts cache it per location set)."""
+        try:
+            run = self._start(args, bufs, measure_timing, perf_ns(), deadline, loop_timeout)
+            return run if type(run) is ExecutionResult else await run  # type: ignore[misc]
+        except NnrtError as err:
+            self._log_failure(err)
+            raise
 
     # ``execute_fenced`` is defined with the rest of fenced execution; bound here as a method
     # directly (no wrapper coroutine: a pipeline calls it once per stage).
@@ -226,16 +283,48 @@ class PreparedModel:
         deadline: float | None = None,
         loop_timeout: float | None = None,
     ) -> ExecutionResult:
-        """``execute`` for code without an event loop: runs on the calling thread."""
+        """``execute`` for code without an event loop, blocking the calling thread.
+
+        When the prepared model's event loop (the one it was prepared on, or its last driven
+        execution ran on) is running in another thread, the execution goes through the
+        device's scheduler there (admission, priorities, compute units, preemption) while this
+        thread waits. Otherwise (no loop running, or called on a loop's own thread, where
+        waiting would deadlock) it runs here, outside the scheduler: only the idle-device
+        admission test applies, and it neither waits for nor holds a compute unit. Either way
+        the deadline is checked before each operation and after the last one, so it never
+        succeeds after its deadline.
+        """
+        loop = self._loop
+        if loop is not None and loop.is_running() and asyncio._get_running_loop() is None:
+            return self._execute_on(loop, inputs, outputs, measure_timing, deadline, loop_timeout)
         t0 = perf_ns() if measure_timing else 0
         try:
             args, bufs = self._validate_request(inputs, outputs)
-            ctx = self._context(deadline, loop_timeout)
-            results, device_ns = self._driver.drive_sync(run_plan(self.plan, args, ctx), ctx)
-            return self._finish(results, bufs, args, measure_timing, t0, device_ns)
+            return self._start(args, bufs, measure_timing, t0, deadline, loop_timeout, now=True)  # type: ignore[return-value]
         except NnrtError as err:
             self._log_failure(err)
             raise
+
+    def _execute_on(
+        self, loop: asyncio.AbstractEventLoop, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None,
+        measure_timing: bool, deadline: float | None, loop_timeout: float | None,
+    ) -> ExecutionResult:
+        """``execute`` on ``loop`` (running in another thread), waited for from this one."""
+        coro = self.execute(inputs, outputs, measure_timing=measure_timing, deadline=deadline, loop_timeout=loop_timeout)
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop closed meanwhile: run here, outside the scheduler
+            coro.close()
+            self._loop = None
+            return self.execute_sync(inputs, outputs, measure_timing=measure_timing, deadline=deadline,
+                                     loop_timeout=loop_timeout)
+        while True:
+            try:
+                return fut.result(timeout=0.05)
+            except concurrent.futures.TimeoutError:
+                if not loop.is_running():  # the loop stopped under us: nobody will run it
+                    fut.cancel()
+                    raise GeneralFailureError("execute_sync: the device's event loop stopped before the execution ran") from None
 
     def _log_failure(self, err: NnrtError) -> None:
         """The summary event of a failed execution (successes log theirs in ``_finish``)."""

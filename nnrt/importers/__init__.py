@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 
 from nnrt.errors import InvalidArgumentError
 from nnrt.importers._common import Rejection, Rejections, UnsupportedModelError
+from nnrt.importers._tflite_control import StateVariable, state_variables
 from nnrt.model import Model
 
-__all__ = ["Rejection", "Rejections", "UnsupportedModelError", "load", "sniff_format"]
+__all__ = ["Rejection", "Rejections", "StateVariable", "UnsupportedModelError", "load", "sniff_format",
+           "state_variables"]
 
 InputShapes = Mapping[str, Sequence[int]]
 

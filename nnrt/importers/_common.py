@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 from nnrt.errors import InvalidArgumentError
+from nnrt.model import Model
 
-__all__ = ["Rejection", "Rejections", "UnsupportedModelError"]
+__all__ = ["Rejection", "Rejections", "UnsupportedModelError", "check_operations"]
 
 
 class UnsupportedModelError(InvalidArgumentError):
@@ -60,3 +61,22 @@ class Rejections:
             f"load: {model_name}: {len(self.items)} {self.fmt} node(s) cannot be expressed in nnrt:\n{shown}{more}",
             tuple(self.items),
         )
+
+
+def check_operations(model: Model, start: int = 0) -> None:
+    """Run each kernel's preparation-time signature checks on ``model.operations[start:]``.
+
+    An importer calls this right after mapping one node, so an operation NNAPI cannot run
+    (say, a RESHAPE of booleans) is rejected at load and named after the file's node, not
+    found later by ``prepare_model``. IF and WHILE are checked when their subgraphs are built.
+    Raises the kernel's ``InvalidArgumentError``.
+    """
+    from nnrt.ops._registry import OpCall, prepare_function
+
+    for operation in model.operations[start:]:
+        prepare = prepare_function(operation.type)
+        if prepare is None:
+            continue
+        ins = tuple(model.operands[i] for i in operation.inputs)
+        outs = tuple(model.operands[i] for i in operation.outputs)
+        prepare(OpCall(operation.type, operation.index, ins, outs, model.relaxed))

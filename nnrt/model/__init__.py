@@ -1,5 +1,6 @@
 """The model layer: operands, operations, subgraphs, graph validation and rendering."""
 
+from nnrt.model._builder import ModelBuilder, OperandRef, OutputSpec
 from nnrt.model._model import Model
 from nnrt.model._operand import (
     ChannelQuant,
@@ -14,6 +15,17 @@ from nnrt.model._operand import (
 )
 
 __all__ = [
-    "ChannelQuant", "Model", "Operand", "Operation", "SupportsBuffer", "as_dims", "as_float", "as_int", "as_int_list",
+    "ChannelQuant",
+    "Model",
+    "ModelBuilder",
+    "Operand",
+    "OperandRef",
+    "Operation",
+    "OutputSpec",
+    "SupportsBuffer",
+    "as_dims",
+    "as_float",
+    "as_int",
+    "as_int_list",
     "dims_product",
 ]

@@ -4,8 +4,9 @@ Per-call checks run at the call (an operand index out of range, a value of the w
 graph checks run at ``finish()``: execution order (every operand read by an operation is
 written before it, which also rules out cycles), exactly one writer for every temporary and
 output, inputs and constants never written, no duplicate inputs or outputs, and no cycle
-among referenced subgraphs. Operation signatures (argument counts and types) are the
-kernels' business and are checked at preparation, as NNAPI drivers do.
+among referenced subgraphs. ``add_operation`` checks the operation's signature (the number
+of inputs and outputs, each operand's type) against ``_signatures.py``, as NNAPI's runtime
+does; ranks, shapes and constant parameters are the kernels' checks, at preparation.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from nnrt.model._operand import (
     check_quant_params,
     dims_product,
 )
+from nnrt.model._signatures import check_operation
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 __all__ = ["Model"]
@@ -177,7 +179,14 @@ class Model:
         op.subgraph, op.lifetime = model, _L.SUBGRAPH
 
     def add_operation(self, type: OperationType | int, inputs: Sequence[int], outputs: Sequence[int]) -> int:  # noqa: A002
-        """Append an operation; operations must be added in execution order."""
+        """Append an operation; operations must be added in execution order.
+
+        Raises ``InvalidArgumentError`` (INVALID_ARGUMENT) at once when an operand index is
+        out of range, or when the operation takes another number of inputs or outputs or an
+        operand has a type no form of the operation allows; the message lists the inputs
+        expected (see the operation reference). Shapes and parameter values are checked when
+        the model is prepared.
+        """
         self._check_mutable("add_operation")
         index = len(self.operations)
         t = _enum_value(OperationType, type, f"add_operation (operation {index})")
@@ -189,6 +198,7 @@ class Model:
         )
         if not outs and t is not OperationType.IF:
             raise InvalidArgumentError(f"{label}: an operation needs at least one output")
+        check_operation(label, t, [self.operands[i] for i in ins], [self.operands[i] for i in outs])
         self.operations.append(Operation(t, ins, outs, index))
         return index
 
@@ -266,26 +276,49 @@ class Model:
         """A finished model holding only operation ``index``: its constant and subgraph operands
         kept, its other inputs as model inputs, its outputs as model outputs (for per-operation
         support queries)."""
-        operation = self.operations[index]
-        single = Model(name=f"{self.name}#op{index}")
-        single.relaxed = self.relaxed
+        return self.operations_as_model((index,), self.operations[index].outputs, name=f"{self.name}#op{index}")
+
+    def operations_as_model(
+        self, indexes: Sequence[int], outputs: Sequence[int], *, inputs: Sequence[int] | None = None, name: str = ""
+    ) -> Model:
+        """A finished model of operations ``indexes`` (in that order, which must respect the
+        graph's): constant, omitted and subgraph operands kept (constant values shared, not
+        copied), every other operand they read and none of them writes as a model input, in
+        order of first use, and ``outputs`` (operand indexes they write) as its outputs. Used
+        for support queries and for the steps of a partitioned model (``nnrt.framework``)."""
+        sub = Model(name=name)
+        sub.relaxed = self.relaxed
         remap: dict[int, int] = {}
-        for i in (*operation.inputs, *operation.outputs):
-            if i not in remap:
-                src = self.operands[i]
-                remap[i] = len(single.operands)
-                single.operands.append(dataclasses.replace(src, index=remap[i]))
-        single.operations.append(Operation(operation.type, tuple(remap[i] for i in operation.inputs),
-                                           tuple(remap[i] for i in operation.outputs), 0))
+        written: set[int] = set()
+        found: list[int] = []
         fixed = (_L.CONSTANT_COPY, _L.CONSTANT_POOL, _L.NO_VALUE, _L.SUBGRAPH)
-        single.input_indexes = tuple(dict.fromkeys(remap[i] for i in operation.inputs if self.operands[i].lifetime not in fixed))
-        single.output_indexes = tuple(remap[i] for i in operation.outputs)
-        for i in single.input_indexes:
-            single.operands[i].lifetime = _L.SUBGRAPH_INPUT
-        for i in single.output_indexes:
-            single.operands[i].lifetime = _L.SUBGRAPH_OUTPUT
-        single._io_identified = single._finished = True
-        return single
+        operands = self.operands
+        for k in indexes:
+            operation = self.operations[k]
+            for i in operation.inputs:
+                if i not in remap:
+                    remap[i] = len(sub.operands)
+                    sub.operands.append(dataclasses.replace(operands[i], index=remap[i]))
+                    if i not in written and operands[i].lifetime not in fixed:
+                        found.append(i)
+            for i in operation.outputs:
+                if i not in remap:
+                    remap[i] = len(sub.operands)
+                    sub.operands.append(dataclasses.replace(operands[i], index=remap[i]))
+                written.add(i)
+            sub.operations.append(Operation(operation.type, tuple(remap[i] for i in operation.inputs),
+                                            tuple(remap[i] for i in operation.outputs), len(sub.operations)))
+        sub.input_indexes = tuple(remap[i] for i in (found if inputs is None else inputs))
+        sub.output_indexes = tuple(remap[i] for i in outputs)
+        for operand in sub.operands:
+            if operand.lifetime not in fixed:
+                operand.lifetime = _L.TEMPORARY_VARIABLE
+        for i in sub.input_indexes:
+            sub.operands[i].lifetime = _L.SUBGRAPH_INPUT
+        for i in sub.output_indexes:
+            sub.operands[i].lifetime = _L.SUBGRAPH_OUTPUT
+        sub._io_identified = sub._finished = True
+        return sub
 
     def to_dot(self) -> str:
         """A Graphviz description of the graph (operands as ellipses, operations as boxes)."""

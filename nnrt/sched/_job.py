@@ -92,7 +92,8 @@ class Job:
 
     Construct it with what the caller knows: the ``app`` it belongs to (any hashable identity),
     its ``priority`` (relative within that app, as in NNAPI), its estimated ``cost`` in seconds
-    of device time, and an absolute ``deadline`` on the runtime's clock (``None``: none).
+    of device time, and an absolute ``deadline`` on the runtime's clock (``None``: none);
+    ``step``, its longest stretch between two checkpoints (0: it can yield at any moment).
     ``owner`` is free for the async layer (say, the execution's future); the policy never
     looks at it. ``id`` defaults to a process-wide counter.
 
@@ -118,6 +119,7 @@ class Job:
         "started",
         "state",
         "status",
+        "step",
         "unit",
     )
 
@@ -130,15 +132,21 @@ class Job:
         *,
         id: int | None = None,  # noqa: A002 - the natural name, as in NNAPI's execution ids
         owner: object = None,
+        step: float = 0.0,
     ) -> None:
         if not cost >= 0.0 or math.isinf(cost):
             raise ValueError(f"a job's cost must be a finite number of seconds >= 0, not {cost!r}")
+        if not step >= 0.0 or math.isinf(step):
+            raise ValueError(f"a job's step must be a finite number of seconds >= 0, not {step!r}")
         if deadline is not None and math.isnan(deadline):
             raise ValueError("a deadline cannot be NaN")
         self.id: int = next(_ids) if id is None else id
         self.app: Hashable = app
         self.priority = Priority(priority)
         self.cost = float(cost)
+        #: The longest stretch it runs without a checkpoint (its longest operation, seconds): a
+        #: job it should yield to may wait that long for the unit (admission counts it).
+        self.step = float(step)
         self.deadline = deadline
         self.owner = owner
         self.state = JobState.NEW

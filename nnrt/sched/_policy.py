@@ -11,9 +11,10 @@ The rules, and why:
 
 * **Apps are isolated.** NNAPI priorities are relative within one app, so priority and
   deadline preemption only happen between jobs of the same app. Across apps a free unit goes
-  to the least recently served app with waiting work (``round_robin``) or to the one with the
-  least device time per unit of weight (``weighted``, a virtual-time fair queue). A running job
-  is never stopped for another app's sake.
+  to the app with the least device time per unit of weight (``weighted``, a virtual-time fair
+  queue; the default, so an app of short requests beside one of long executions gets its
+  share of the *time*, not one turn per long execution), or to the least recently served app
+  with waiting work (``round_robin``). A running job is never stopped for another app's sake.
 * **Within an app** a class is one priority. Higher (effective) priority first; within a class,
   earliest deadline first, then first come first served. Jobs without a deadline come last.
 * **Aging bounds starvation.** A class whose jobs wait without any of them running rises one
@@ -27,11 +28,15 @@ The rules, and why:
   miss, or would make an admitted job miss that would otherwise make it. For one app, one
   priority and one unit this is exact: it never refuses a feasible set and never admits a job
   that makes another miss. With several units or apps it is an estimate (work divides over the
-  units; another app takes at most its fair share of the time, and at most the work it has).
+  units; another app takes at most its fair share of the time, and at most the work it has, but
+  at least the rest of its running executions, which are never stopped for another app). Work
+  that cannot be preempted counts too: a job of the app that the new one would preempt holds
+  its unit until its next checkpoint, up to its longest step (``Job.step``).
 * **Nothing succeeds late.** A running job whose deadline has passed, or (``abort_predicted``)
   that cannot finish its remaining estimate in time, is aborted at its next checkpoint; a
   waiting one fails as soon as ``expire`` sees it; ``complete`` after the deadline reports
-  MISSED_DEADLINE_TRANSIENT, not success; a job that cannot make it is never dispatched.
+  MISSED_DEADLINE_TRANSIENT, not success; a job that cannot make it is never dispatched: one
+  dispatch test (``_startable``) decides for a free unit and a unit handed over at a checkpoint.
 
 The async layer's loop: after every event (submit, checkpoint YIELD/ABORT, complete, cancel,
 timer) call ``poll(now)`` (or its parts: ``expire``, ``next_to_run`` until ``None``, ``expire``
@@ -166,9 +171,9 @@ def _seq(job: Job | None) -> int:
 class Policy:
     """The scheduling policy of one device with ``units`` compute units.
 
-    ``fairness`` shares units across apps: ``"round_robin"`` (least recently served app
-    first) or ``"weighted"`` (device time in proportion to ``app_weights``, default weight
-    ``default_weight``). ``aging`` (default on) raises a starving class one level per
+    ``fairness`` shares units across apps: ``"weighted"`` (the default: device time in
+    proportion to ``app_weights``, default weight ``default_weight``) or ``"round_robin"``
+    (least recently served app first). ``aging`` (default on) raises a starving class one level per
     ``aging_s`` seconds. ``max_queued_per_app`` bounds an app's waiting jobs (None: no bound).
     ``abort_predicted`` fails jobs whose remaining estimate cannot fit before their deadline,
     not only those whose deadline has passed.
@@ -180,7 +185,7 @@ class Policy:
         *,
         app_weights: Mapping[Hashable, float] | None = None,
         default_weight: float = 1.0,
-        fairness: Literal["round_robin", "weighted"] = "round_robin",
+        fairness: Literal["round_robin", "weighted"] = "weighted",
         aging: bool = True,
         aging_s: float = 0.25,
         max_queued_per_app: int | None = 256,
@@ -259,7 +264,7 @@ class Policy:
                 return None
             job = self._best_waiting(app, now)
             cls = app.classes[job.priority]
-            if self._hopeless(job, now, job.remaining):
+            if not self._startable(job, now):
                 self._fail_waiting(app, cls, job, now)
                 self._reaped.append(job)
                 continue
@@ -282,6 +287,8 @@ class Policy:
         if self._hopeless(job, now, job.remaining):
             self._end_running(app, job, now, ErrorStatus.MISSED_DEADLINE_TRANSIENT, aborted=True)
             return Decision(Action.ABORT, ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        if app.n_waiting:
+            self._reap(app, now)  # the dispatch test of ``next_to_run``: never yield to a doomed job
         if not app.n_waiting or self._key(self._best_waiting(app, now), now) >= self._key(job, now):
             return CONTINUE  # the fast path: nobody waiting in this app beats this job
         for loser, winner in self._pairs(app, now):
@@ -450,8 +457,9 @@ class Policy:
         # The new job goes after every job with an earlier (or equal: FIFO) deadline.
         pos = bisect_right([t[0] for t in merged], new_d)
         merged.insert(pos, (new_d, new.cost, None))
-        others = [(self._work(a, now), a.weight) for a in self._apps.values() if a is not app and a.active]
+        others = [(*self._work(a, now), a.weight) for a in self._apps.values() if a is not app and a.active]
         units = self.units
+        blocked = self._blocking(app, new, now)
         work, passed_new = ahead, False
         for d, rem, other in merged:
             work += rem
@@ -461,7 +469,7 @@ class Policy:
                 passed_new = True
             elif not passed_new:
                 continue  # ahead of the new job in EDF order: its finish time does not change
-            span = max(rem, work / units) if not others else self._span(work, rem, others, app.weight)
+            span = blocked + (max(rem, work / units) if not others else self._span(work, rem, others, app.weight))
             if now + span <= d:
                 continue
             if other is None:
@@ -471,15 +479,36 @@ class Policy:
                 return f"would make job {other.id} miss its deadline {d:g}"
         return ""
 
-    def _span(self, work: float, own: float, others: list[tuple[float, float]], weight: float) -> float:
+    def _span(self, work: float, own: float, others: list[tuple[float, float, float]], weight: float) -> float:
         """Time to get ``work`` of one app done: other apps take at most their fair share, and
-        at most what they have; the total spreads over the units; a job never goes faster alone."""
-        interference = sum(min(w_b, work * weight_b / weight) for w_b, weight_b in others)
+        at most what they have, but at least the rest of their running executions (never
+        stopped for another app's sake); the total spreads over the units; a job never goes
+        faster alone."""
+        interference = sum(max(run_b, min(w_b, work * weight_b / weight)) for w_b, run_b, weight_b in others)
         return max(own, (work + interference) / self.units)
 
     @staticmethod
-    def _work(app: _App, now: float) -> float:
-        return sum(j.remaining_at(now) for j in itertools.chain(app.running, *(c.waiting for c in app.classes.values())))
+    def _work(app: _App, now: float) -> tuple[float, float]:
+        """(all the app's remaining work, the part of it its running jobs hold)."""
+        running = sum(j.remaining_at(now) for j in app.running)
+        return running + sum(j.remaining for c in app.classes.values() for j in c.waiting), running
+
+    def _blocking(self, app: _App, new: Job, now: float) -> float:
+        """How long ``new`` waits for a unit beyond the work counted ahead of it: with every unit
+        busy and one held by a job of the app that ``new`` would preempt, until that job reaches
+        its next checkpoint (at most its ``step`` away), or until any running job ends."""
+        if len(self._running) < self.units:
+            return 0.0
+        level = new.priority + self._boost(app.classes[new.priority], now)
+        mine = (-level, int(new.priority), _INF if new.deadline is None else new.deadline)
+        block, soonest = _INF, _INF
+        for job in self._running.values():
+            rem = job.remaining_at(now)
+            soonest = min(soonest, rem)
+            if job.app == new.app and self._key(job, now)[:3] > mine:
+                block = min(block, rem, job.step)
+        # Work ahead (the app's own) and other apps' running jobs are counted already.
+        return 0.0 if block == _INF else min(block, soonest)
 
     # ------------------------------------------------------------ ordering
 
@@ -519,6 +548,18 @@ class Policy:
         if self.fairness == "weighted":
             return min(ready, key=lambda a: (a.vtime, a.served))
         return min(ready, key=lambda a: a.served)
+
+    def _startable(self, job: Job, now: float) -> bool:
+        """The dispatch test, for a free unit (``next_to_run``) and a unit handed over at a
+        checkpoint alike: a waiting job starts only if it can still make its deadline."""
+        return not self._hopeless(job, now, job.remaining)
+
+    def _reap(self, app: _App, now: float) -> None:
+        """Fail the waiting jobs of ``app`` that may not start (reported by the next ``expire``)."""
+        for cls in app.classes.values():
+            for job in [j for j in cls.waiting if not self._startable(j, now)]:
+                self._fail_waiting(app, cls, job, now)
+                self._reaped.append(job)
 
     def _hopeless(self, job: Job, now: float, remaining: float) -> bool:
         d = job.deadline

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections import Counter
-from collections.abc import Callable, Hashable
+from collections import defaultdict
+from collections.abc import Hashable
 from typing import Any, Protocol
 
 from nnrt._log import get_logger, vlog_enabled
-from nnrt.clock import Clock, TimerHandle, VirtualClock, perf_ns
+from nnrt.clock import Cancellable, Clock, VirtualClock, call_at, perf_ns
 from nnrt.errors import error_for
 from nnrt.sched._job import Job
 from nnrt.sched._policy import Action, Decision, Policy
@@ -67,11 +67,11 @@ class Scheduler:
     def __init__(self, clock: Clock, units: int = 1, **policy_options: Any) -> None:
         self.clock = clock
         self.policy = Policy(units, **policy_options)
-        self._timer: TimerHandle | asyncio.Handle | None = None
+        self._timer: Cancellable | None = None
         self._timer_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Executions that ran on the idle fast path (never queued): counted for statistics.
-        self._fast: Counter[tuple[Hashable, Priority]] = Counter()
+        self._fast: defaultdict[tuple[Hashable, Priority], int] = defaultdict(int)
         self._active = 0
         # Real event loops wait in whole milliseconds; clocks whose timers land exactly (virtual
         # time) need no early wake-up, and must not get one: a virtual loop that always has a
@@ -87,9 +87,7 @@ class Scheduler:
 
     def ran_fast(self, app: Hashable, priority: Priority) -> None:
         """Count an execution that ran on the idle fast path (it never needed the policy)."""
-        fast = self._fast
-        key = (app, priority)
-        fast[key] = fast.get(key, 0) + 1
+        self._fast[app, priority] += 1
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -219,14 +217,10 @@ class Scheduler:
         self._timer, self._timer_at = None, when
         if when is None:
             return
-        callback: Callable[[], None] = self._on_timer
-        if isinstance(self.clock, VirtualClock):
-            self._timer = self.clock.call_at(when, callback)
-        else:
-            # Event loops wait in whole milliseconds (epoll), so a timer can fire up to 1 ms
-            # late. Wake up _SPIN_S early and re-check each loop iteration until it is due.
-            loop = self._get_loop()
-            self._timer = loop.call_at(loop.time() + max(0.0, when - self.clock.now() - self._spin_s), callback)
+        # Event loops wait in whole milliseconds (epoll), so a timer can fire up to 1 ms late:
+        # on a real clock wake up _SPIN_S early and re-check each loop iteration until it is due.
+        loop = None if isinstance(self.clock, VirtualClock) else self._get_loop()
+        self._timer = call_at(self.clock, when - self._spin_s, self._on_timer, loop)
 
     def _on_timer(self) -> None:
         when = self._timer_at

@@ -104,7 +104,7 @@ def make_policy(name: str, units: int, *, app_weights: Mapping[Hashable, float] 
     """The policy called ``name`` (one of ``POLICIES``) for a device with ``units`` units."""
     if name == "nnrt":
         weights = dict(app_weights or {})
-        fair = fairness or ("weighted" if any(w != 1.0 for w in weights.values()) else "round_robin")
+        fair = fairness or "weighted"
         return Policy(units, app_weights=weights, fairness=fair, aging_s=aging_s,  # type: ignore[arg-type]
                       max_queued_per_app=max_queued_per_app)
     classes: dict[str, type[_Shared]] = {"fifo": FifoPolicy, "priority": PriorityPolicy, "edf": EdfPolicy}

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.clock import Clock
-from nnrt.devices import CpuDevice
+from nnrt.devices import CpuDevice, Restrictions, capabilities_from
 from nnrt.errors import InternalError, MissedDeadlineError, NnrtError
 from nnrt.execution import INTERRUPTED, ExecContext, Plan, PreparedModel
 from nnrt.sched import Action, Job, Policy, Scheduler
@@ -161,6 +161,12 @@ class SimDevice(AccountingDevice):
         self.scheduler.policy = policy
         self.spec = spec
         self.speed = spec.speed
+        # What the framework partitions by: the limits the scenario declares, and a performance
+        # figure relative to the CPU of 1 / speed (``nnrt.sim._partitioned``).
+        if spec.restricted:
+            self.restrictions = Restrictions.of(spec.feature_level or 7, spec.operations, spec.operand_types)
+            self.feature_level = self.restrictions.feature_level
+        self._capabilities = capabilities_from(1.0 / spec.speed)
         self.compute = compute
         self.rng = np.random.default_rng(seed)
         self._init_accounting(spec.compute_units, timeline)

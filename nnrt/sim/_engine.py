@@ -290,7 +290,14 @@ class _Run:
         try:
             for m in w.models:
                 sim = self.models[m]
-                if isinstance(device, SimDevice):
+                if w.devices and self.real:
+                    raise ScenarioError(f"workloads[{w.index}].devices: a partitioned workload runs in virtual time only")
+                if w.devices:  # partitioned across simulated devices
+                    from nnrt.sim._partitioned import prepare_partitioned
+
+                    across = [self.devices[n] for n in w.devices]
+                    stages.append(prepare_partitioned(sim, across, w.app, w.priority))  # type: ignore[arg-type]
+                elif isinstance(device, SimDevice):
                     stages.append(device.prepare(sim, w.app, w.priority))
                 else:
                     from nnrt.sim._real import RealDevice
@@ -299,6 +306,8 @@ class _Run:
                     stage = await device.prepare(sim, w.app, w.priority)
                     self.model_costs.setdefault(m, (stage.plan.cost_ns, "calibrated in this run"))
                     stages.append(stage)
+        except ScenarioError:
+            raise
         except NnrtError as err:  # e.g. over the memory budget: every request fails the same way
             return err
         return stages

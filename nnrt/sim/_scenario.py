@@ -17,9 +17,12 @@ process, relative deadline, count or duration). Every mistake raises ``ScenarioE
     speed = 1.0                      # step costs are divided by it
     memory_mb = 64                   # the device's memory budget, charged at preparation (default: none)
     app_memory_mb = 16               # and each app's limit on it (default: none)
-    fairness = "weighted"            # or "round_robin" (default: weighted if an app has weight != 1)
+    fairness = "weighted"            # or "round_robin" (default: weighted, by device time)
     aging_s = 0.25
     max_queued_per_app = 256
+    feature_level = 4                # a driver with limits (1-8; default: the reference CPU, all)
+    operations = ["CONV_2D", "ADD"]  # what it accepts (default: everything at its feature level)
+    operand_types = ["TENSOR_FLOAT32", "INT32"]   # (default: every type at its feature level)
 
     [apps.camera]
     weight = 1.0
@@ -34,6 +37,8 @@ process, relative deadline, count or duration). Every mistake raises ``ScenarioE
     app = "camera"
     model = "detector"               # mode = "fenced": models = ["a", "b"], a chain
     device = "npu"                   # default: the first device
+    devices = ["npu", "cpu"]         # or: partition each model across these (nnrt.prepare's
+                                     # rules; a device's performance figure is 1 / speed)
     priority = "high"                # low, medium, high
     mode = "execute"                 # execute, fenced, burst
     deadline_ms = 33.0               # relative to the intended arrival (default: none)
@@ -51,14 +56,14 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nnrt import zoo
 from nnrt.errors import InvalidArgumentError
-from nnrt.types import Priority
+from nnrt.types import OperandType, OperationType, Priority
 
 __all__ = [
     "ARRIVALS",
@@ -91,6 +96,14 @@ class DeviceSpec:
     fairness: str | None = None
     aging_s: float = 0.25
     max_queued_per_app: int | None = 256
+    #: A device with limits (``nnrt.devices.Restrictions``) when any of these is given.
+    feature_level: int | None = None
+    operations: tuple[str, ...] | None = None
+    operand_types: tuple[str, ...] | None = None
+
+    @property
+    def restricted(self) -> bool:
+        return self.feature_level is not None or self.operations is not None or self.operand_types is not None
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,8 @@ class WorkloadSpec:
     think_s: float = 0.0
     clients: int = 1
     trace: tuple[float, ...] = ()
+    #: The devices each model is partitioned across (empty: all of it on ``device``).
+    devices: tuple[str, ...] = ()
 
     @property
     def model(self) -> str:
@@ -220,6 +235,20 @@ class _Table:
             raise ScenarioError(f"{self.path(key)}: {v!r} is not one of {', '.join(choices)}")
         return v.lower() if choices else v
 
+    def names(self, key: str, known: Collection[str], what: str) -> tuple[str, ...] | None:
+        """A non-empty list of distinct names from ``known`` (None when absent)."""
+        v = self.raw(key)
+        if v is None:
+            return None
+        if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+            raise ScenarioError(f"{self.path(key)}: must be a non-empty list of {what} names, not {v!r}")
+        for j, x in enumerate(v):
+            if x not in known:
+                raise ScenarioError(f"{self.path(key)}[{j}]: {x!r} is not a known {what}")
+            if x in v[:j]:
+                raise ScenarioError(f"{self.path(key)}[{j}]: {x!r} is listed twice")
+        return tuple(v)
+
     def done(self) -> None:
         extra = sorted(set(self.data) - self.used)
         if extra:
@@ -303,7 +332,12 @@ def _device(name: str, t: _Table) -> DeviceSpec:
         fairness=t.string("fairness", None, ("round_robin", "weighted")),
         aging_s=t.number("aging_s", 0.25, positive=True) or 0.25,
         max_queued_per_app=t.integer("max_queued_per_app", 256),
+        feature_level=t.integer("feature_level", None),
+        operations=t.names("operations", OperationType.__members__, "operation"),
+        operand_types=t.names("operand_types", OperandType.__members__, "operand type"),
     )
+    if spec.feature_level is not None and spec.feature_level > 8:
+        raise ScenarioError(f"{t.path('feature_level')}: must be an integer from 1 to 8, not {spec.feature_level}")
     t.done()
     return spec
 
@@ -359,7 +393,10 @@ def _workload(k: int, t: _Table, devices: tuple[DeviceSpec, ...], models: tuple[
     mode = t.string("mode", "execute", MODES)
     assert mode is not None
     names = _model_names(t, mode, {m.name for m in models})
-    device = t.string("device", devices[0].name)
+    across = t.names("devices", [d.name for d in devices], "device")
+    if across is not None and t.has("device"):
+        raise ScenarioError(f"{t.path('devices')}: give device = NAME or devices = [...], not both")
+    device = t.string("device", devices[0].name) if across is None else across[0]
     if device not in {d.name for d in devices}:
         raise ScenarioError(f"{t.path('device')}: no device named {device!r} (devices: {', '.join(d.name for d in devices)})")
     prio = t.string("priority", "medium", ("low", "medium", "high"))
@@ -392,6 +429,7 @@ def _workload(k: int, t: _Table, devices: tuple[DeviceSpec, ...], models: tuple[
         think_s=(t.number("think_ms", 0.0) or 0.0) / 1e3 if arrival == "closed" else 0.0,
         clients=(t.integer("clients", 1) or 1) if arrival == "closed" else 1,
         trace=_trace(t, base_dir) if arrival == "trace" else (),
+        devices=across or (),
     )
     if spec.count is None and spec.duration_s is None and arrival != "trace":
         spec = _with_duration(spec, duration)

@@ -38,3 +38,14 @@ def test_priorities_deadlines_example() -> None:
         row = next(line for line in out.splitlines() if line.startswith(label))
         assert sum(int(c) for c in re.findall(r"[A-Z_]+ (\d+)", row)) == n, row
     assert re.search(r"camera\s+LOW\s+completed\s+6\s+preemptions\s+\d+", out)
+
+
+def test_partitioning_example() -> None:
+    out = run("05_partitioning.py")
+    assert "operation 3 AVERAGE_POOL_2D    no: npu does not support AVERAGE_POOL_2D" in out
+    assert re.search(r"step 0 on npu\s+operations 0:CONV_2D, 1:DEPTHWISE_CONV_2D, 2:CONV_2D\n", out)
+    assert re.search(r"step 1 on nnrt-cpu operations 3:AVERAGE_POOL_2D, 4:RESHAPE\n", out)
+    assert "output (1, 1000), identical to the CPU alone: True" in out
+    assert re.search(r"step 0 on nnrt-cpu operations .*\(fallback: npu failed to prepare it\)", out)
+    assert "output identical to the CPU alone: True" in out
+    assert "without the CPU -> INVALID_ARGUMENT: npu cannot prepare the model: operation 3 (AVERAGE_POOL_2D)" in out

@@ -237,3 +237,53 @@ async def test_a_resolved_execution_keeps_no_request_alive(device: nnrt.CpuDevic
         assert callback.result.outputs[0].tolist() == [[2, 2, 2, 2]]
     finally:
         gc.enable()
+
+
+async def test_a_wait_for_fence_that_never_signals_fails_at_the_deadline(device: nnrt.CpuDevice) -> None:
+    """Issue 15, item 1: the execution (and its fence) fails at its deadline, MISSED_DEADLINE_
+    TRANSIENT with one status prefix and the right reason, without running; it used to wait
+    forever, its fence ACTIVE."""
+    clock = nnrt.VirtualClock(100.0)
+    dev = nnrt.CpuDevice(clock=clock, inline_limit_ns=device.inline_limit_ns)
+    prepared = await dev.prepare_model(zoo.one_add())
+    calls = spy_on_first_step(prepared)
+    fence, callback = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[SyncFence()],
+                                                    deadline=clock.now() + 0.05)
+    await spin()
+    clock.advance(0.049)
+    await spin()
+    assert fence.state is nnrt.FenceState.ACTIVE
+    clock.advance(0.001)
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await fence.wait(10.0)  # bounded: a fence left ACTIVE fails the test instead of hanging it
+    assert str(info.value) == "MISSED_DEADLINE_TRANSIENT: the deadline passed while the execution waited for its fences"
+    assert callback.get_execution_info().status is ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    await spin()
+    assert not prepared._tasks and not calls
+    dev.close()
+
+
+async def test_fences_signaled_after_the_deadline_give_the_right_reason(device: nnrt.CpuDevice) -> None:
+    """Item 1's second half: the fences signal after the deadline (the clock jumped past it
+    without firing timers): the reason names the deadline, once, not an estimate."""
+
+    class Jump:
+        def __init__(self) -> None:
+            self.t = 100.0
+
+        def now(self) -> float:
+            return self.t
+
+    clock = Jump()
+    dev = nnrt.CpuDevice(clock=clock, inline_limit_ns=device.inline_limit_ns)
+    prepared = await dev.prepare_model(zoo.one_add())
+    gate = SyncFence()
+    fence, _ = await prepared.execute_fenced([ones(1, 4), ones(1, 4)], wait_for=[gate], deadline=100.5)
+    await spin()
+    clock.t = 101.0
+    gate.signal()
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await fence.wait(10.0)
+    message = str(info.value)
+    assert message.count("MISSED_DEADLINE") == 1 and "deadline passed" in message and "needs about" not in message
+    dev.close()

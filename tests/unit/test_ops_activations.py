@@ -55,7 +55,7 @@ def test_logistic_quant8_signed_output(device: nnrt.CpuDevice) -> None:
     ],
 )
 def test_fixed_output_quantization_is_enforced(device: nnrt.CpuDevice, op: Op, t: T, out_q: tuple[float, int]) -> None:
-    rejected(device, single_op_model(op, t, [4], in_q=(0.1, 0), out_q=out_q), "must have scale")
+    rejected(device, lambda: single_op_model(op, t, [4], in_q=(0.1, 0), out_q=out_q), "must have scale")
 
 
 def test_softmax_quant8_output_rule(device: nnrt.CpuDevice) -> None:
@@ -101,10 +101,10 @@ def test_log_softmax_elu_prelu(device: nnrt.CpuDevice) -> None:
 
 
 def test_bad_signatures(device: nnrt.CpuDevice) -> None:
-    rejected(device, single_op_model(Op.RELU, T.TENSOR_INT32, [4]), "type")
-    rejected(device, single_op_model(Op.RELU, T.TENSOR_FLOAT32, [1, 1, 1, 1, 4]), "rank")
-    rejected(device, single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 0.0)]), "beta")
-    rejected(device, single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 1.0), (T.INT32, 2)]), "axis")
-    rejected(device, single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT16, [1, 4], [(T.FLOAT32, 1.0)]), "FLOAT16")
-    elu_q8 = single_op_model(Op.ELU, T.TENSOR_QUANT8_ASYMM, [4], [(T.FLOAT32, 1.0)], in_q=(0.1, 0), out_q=(0.1, 0))
-    rejected(device, elu_q8, "type")
+    rejected(device, lambda: single_op_model(Op.RELU, T.TENSOR_INT32, [4]), "type")
+    rejected(device, lambda: single_op_model(Op.RELU, T.TENSOR_FLOAT32, [1, 1, 1, 1, 4]), "rank")
+    rejected(device, lambda: single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 0.0)]), "beta")
+    rejected(device, lambda: single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT32, [1, 4], [(T.FLOAT32, 1.0), (T.INT32, 2)]), "axis")
+    rejected(device, lambda: single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT16, [1, 4], [(T.FLOAT32, 1.0)]), "FLOAT16")
+    rejected(device, lambda: single_op_model(Op.ELU, T.TENSOR_QUANT8_ASYMM, [4], [(T.FLOAT32, 1.0)], in_q=(0.1, 0),
+                                             out_q=(0.1, 0)), "type")

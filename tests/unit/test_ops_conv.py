@@ -168,9 +168,9 @@ def test_depthwise_rejects_filter_dim0_not_1(device: nnrt.CpuDevice) -> None:
 
 def test_bad_signatures_are_rejected(device: nnrt.CpuDevice) -> None:
     w, b = np.ones((1, 2, 2, 1), np.float32), np.zeros(1, np.float32)
-    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1]), "takes")  # 6 inputs
-    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [3, 1, 1, 0]), "padding scheme")
-    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 0, 1, 0]), ">= 1")  # stride 0
-    rejected(device, build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 7]), "fused activation")
-    rejected(device, build(Op.CONV_2D, [1, 3, 3, 2], [w, b], [1, 1, 1, 0]), "input channels")
-    rejected(device, build(Op.GROUPED_CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 1, 0]), "takes")  # no layout
+    rejected(device, lambda: build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1]), "takes")  # 6 inputs
+    rejected(device, lambda: build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [3, 1, 1, 0]), "padding scheme")
+    rejected(device, lambda: build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 0, 1, 0]), ">= 1")  # stride 0
+    rejected(device, lambda: build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 7]), "fused activation")
+    rejected(device, lambda: build(Op.CONV_2D, [1, 3, 3, 2], [w, b], [1, 1, 1, 0]), "input channels")
+    rejected(device, lambda: build(Op.GROUPED_CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 1, 0]), "takes")  # no layout

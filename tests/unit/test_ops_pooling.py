@@ -83,8 +83,8 @@ def test_average_pool_quant8_signed(device: nnrt.CpuDevice) -> None:
 
 
 def test_bad_signatures_are_rejected(device: nnrt.CpuDevice) -> None:
-    rejected(device, build(Op.MAX_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 2, 2]), "takes")  # 6 inputs
-    rejected(device, build(Op.MAX_POOL_2D, [1, 4, 4], [1, 1, 1, 2, 2, 0]), "rank 3")
-    rejected(device, build(Op.AVERAGE_POOL_2D, [1, 4, 4, 1], [5, 1, 1, 2, 2, 0]), "padding scheme")
-    rejected(device, build(Op.AVERAGE_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 0, 2, 0]), "invalid value 0")
-    rejected(device, build(Op.L2_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 2, 2, 0], t=T.TENSOR_QUANT8_ASYMM, scale=1.0), "type")
+    rejected(device, lambda: build(Op.MAX_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 2, 2]), "takes")  # 6 inputs
+    rejected(device, lambda: build(Op.MAX_POOL_2D, [1, 4, 4], [1, 1, 1, 2, 2, 0]), "rank 3")
+    rejected(device, lambda: build(Op.AVERAGE_POOL_2D, [1, 4, 4, 1], [5, 1, 1, 2, 2, 0]), "padding scheme")
+    rejected(device, lambda: build(Op.AVERAGE_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 0, 2, 0]), "invalid value 0")
+    rejected(device, lambda: build(Op.L2_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 2, 2, 0], t=T.TENSOR_QUANT8_ASYMM, scale=1.0), "type")

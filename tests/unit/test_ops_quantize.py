@@ -63,7 +63,7 @@ def test_cast_uses_stored_values_and_saturates(device: nnrt.CpuDevice) -> None:
 
 
 def test_bad_signatures(device: nnrt.CpuDevice) -> None:
-    rejected(device, one_op(Op.CAST, T.TENSOR_INT32, T.TENSOR_INT32, [2, 3], [100]), "do not match")
-    rejected(device, one_op(Op.CAST, T.TENSOR_BOOL8, T.TENSOR_INT32, [2]), "type")
-    rejected(device, one_op(Op.QUANTIZE, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM, [2], out_q=(1.0, 0)), "type")
-    rejected(device, one_op(Op.DEQUANTIZE, T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32, [2], in_q=(1.0, 0)), "type")
+    rejected(device, lambda: one_op(Op.CAST, T.TENSOR_INT32, T.TENSOR_INT32, [2, 3], [100]), "do not match")
+    rejected(device, lambda: one_op(Op.CAST, T.TENSOR_BOOL8, T.TENSOR_INT32, [2]), "type")
+    rejected(device, lambda: one_op(Op.QUANTIZE, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM, [2], out_q=(1.0, 0)), "type")
+    rejected(device, lambda: one_op(Op.DEQUANTIZE, T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32, [2], in_q=(1.0, 0)), "type")

@@ -95,11 +95,11 @@ def test_topk_order(device: nnrt.CpuDevice) -> None:
 
 
 def test_bad_signatures(device: nnrt.CpuDevice) -> None:
-    for model, match in [
-        (reduce_model(Op.REDUCE_SUM, T.TENSOR_FLOAT32, [2, 3], [2], False, [2]), "axis 2 is out of range"),
-        (reduce_model(Op.REDUCE_SUM, T.TENSOR_INT32, [2, 3], [0], False, [3]), "input 0"),
-        (reduce_model(Op.REDUCE_ALL, T.TENSOR_FLOAT32, [2, 3], [0], False, [3]), "input 0"),
+    for build, match in [
+        (lambda: reduce_model(Op.REDUCE_SUM, T.TENSOR_FLOAT32, [2, 3], [2], False, [2]), "axis 2 is out of range"),
+        (lambda: reduce_model(Op.REDUCE_SUM, T.TENSOR_INT32, [2, 3], [0], False, [3]), "input 0"),
+        (lambda: reduce_model(Op.REDUCE_ALL, T.TENSOR_FLOAT32, [2, 3], [0], False, [3]), "input 0"),
     ]:
         with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
-            device.prepare_model_sync(model)
+            device.prepare_model_sync(build())
         assert info.value.status is ErrorStatus.INVALID_ARGUMENT

@@ -320,12 +320,13 @@ def test_waiting_job_expires_at_its_deadline_while_another_runs() -> None:
     p.submit(long_, 0)
     start(p, 0)
     p.submit(job(1, app="b"), 0)  # another app: no preemption, so short waits
-    assert p.submit(job(1, 9, app="b"), 0)
+    assert not p.submit(job(1, 9, app="b"), 0)  # a's running job is never stopped for b: done at 10
+    assert p.submit(job(1, 12, app="b"), 0)
     p.submit(short, 0.5)
     assert p.next_expiry() == 4
     assert p.expire(3.9) == []
     assert p.expire(4) == [short] and short.status is MDT
-    assert p.next_expiry() == 9
+    assert p.next_expiry() == 12
     assert p.statistics().get("a", MEDIUM).expired == 1
 
 
@@ -594,3 +595,90 @@ def test_aging_bounds_how_long_low_waits(aging_s: int, t0: int, low_cost: int, h
     low = run.jobs[-1]
     assert low.started is not None and low.started <= t0 + 2 * aging_s
     assert low.state is JobState.DONE and low.finished == low.started + low_cost and low.preemptions == 0
+
+
+# --------------------------------------------------------------------------- issue 15, items 5-7
+
+
+def test_admission_counts_the_rest_of_the_running_step() -> None:
+    """Item 5: a LOW job runs a 5 s step (no checkpoint before t=5); a HIGH job of the same
+    app arriving at t=1 waits for that step's rest (4 s), then runs 2 s: finishing at 7, it
+    cannot make a deadline of 6.5 and is refused at once (it used to be admitted, then miss)."""
+    p = Policy()
+    low = Job("a", LOW, 5.0, step=5.0)
+    p.submit(low, 0)
+    assert start(p, 0) == [low]
+    refused = p.submit(job(2, 6.5, prio=HIGH), 1)
+    assert refused.status is MDT
+    assert p.submit(job(2, 7.0, prio=HIGH), 1)  # 1 + 4 + 2 = 7: fits exactly
+    q = Policy(units=2)  # a free unit: nothing blocks
+    q.submit(Job("a", LOW, 5.0, step=5.0), 0)
+    start(q, 0)
+    assert q.submit(job(2, 3.5, prio=HIGH), 1)
+
+
+def test_admission_counts_another_apps_running_execution_in_full() -> None:
+    """Item 5: another app's running execution is never stopped for this app, so its rest
+    counts in full, not as a fair share (it used to be charged 1 s of its 10 here)."""
+    p = Policy()
+    other = job(10, app="b")
+    p.submit(other, 0)
+    start(p, 0)
+    assert p.submit(job(1, 5), 0).status is MDT
+    assert p.submit(job(1, 11), 0)
+
+
+def test_a_checkpoint_never_hands_the_unit_to_a_job_that_cannot_make_it() -> None:
+    """Item 6: the HIGH job was admitted (0 + 2 <= 3), but the LOW job's step ran until 2:
+    HIGH can no longer finish by 3, so the checkpoint fails it and LOW continues (it used to
+    yield, wasting the unit on a job then aborted)."""
+    p = Policy()
+    low = job(10, prio=LOW)
+    p.submit(low, 0)
+    start(p, 0)
+    high = job(2, 3, prio=HIGH)
+    assert p.submit(high, 0)
+    assert p.preemption_targets(0) == [low]
+    decision = p.checkpoint(low, 2, 8)
+    assert decision.action is Action.CONTINUE
+    assert high.state is JobState.FAILED and high.status is MDT and high.started is None
+    assert p.poll(2).failed == (high,)
+    assert low.preemptions == 0
+
+
+def _short_beside_long(fairness: str) -> list[float]:
+    """App "s" sends a 1 ms request every 20 ms; app "l" keeps two 100 ms executions queued,
+    back to back, on one unit, for 20 s. The latencies of "s"."""
+    p = Policy(fairness=fairness)  # type: ignore[arg-type]
+    latency: list[float] = []
+    running: Job | None = None
+    next_short, t = 0.0, 0.0
+    for _ in range(2):
+        p.submit(job(0.1, app="l"), 0)
+    while t < 20.0:
+        end = float("inf") if running is None else running.mark + running.remaining
+        if running is not None and end <= next_short:
+            t = end
+            p.complete(running, t)
+            if running.app == "s":
+                latency.append(t - running.arrival)
+            else:
+                p.submit(job(0.1, app="l"), t)
+            running = None
+        else:
+            t = next_short
+            p.submit(job(0.001, app="s"), t)
+            next_short += 0.02
+        if running is None:
+            running = p.next_to_run(t)
+    return sorted(latency)
+
+
+def test_fair_share_is_device_time_by_default() -> None:
+    """Item 7: by default apps share the device by time, so the short requests wait at most one
+    long execution (round robin gave them one turn per 100 ms execution: a queue that grows)."""
+    assert Policy().fairness == "weighted"
+    fair = _short_beside_long("weighted")
+    assert len(fair) > 900 and fair[-1] <= 0.101 + 1e-9
+    turns = _short_beside_long("round_robin")
+    assert turns[len(turns) // 2] > 1.0

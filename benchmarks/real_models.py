@@ -1,0 +1,172 @@
+"""Real models from public PyPI packages: accuracy and speed against their reference runtimes.
+
+For every real model it can find (the vendored ones in ``tests/data/models/``, those fetched by
+``benchmarks/fetch_models.py`` into ``~/.cache/nnrt/models`` or ``$NNRT_MODELS``, and any
+``--models DIR``), runs ``nnrt bench``'s machinery (``nnrt.bench.run_bench``: the same seeded
+inputs for nnrt and the reference, one thread each, runs interleaved one for one) and prints
+one row per model: source package, nnrt operations, the largest error against the reference
+(float: atol 1e-4 + rtol 1e-3; quantized: 3 units end to end), nnrt's and the reference's
+median ms, their ratio, and the three op types that take the most time (``--profile``).
+Models ``nnrt.load`` rejects are listed with the rejection reasons, grouped by op type.
+
+Then the figures of issue 14, each next to its target: the median nnrt / ONNX Runtime ratio
+over the ONNX CNNs (<= 1.3x, none above 2x), the median nnrt / LiteRT ratio over the TFLite
+models (<= 2.5x), and one step of a small int8 streaming model against LiteRT's ``invoke``
+(<= 3x)::
+
+    python benchmarks/real_models.py                      # vendored + fetched models
+    python benchmarks/real_models.py --models /work/models --runs 20 --json real.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from nnrt.bench import BenchOptions, BenchReport, run_bench
+from nnrt.errors import NnrtError
+from nnrt.importers import UnsupportedModelError
+
+ROOT = Path(__file__).resolve().parents[1]
+VENDORED = ROOT / "tests" / "data" / "models"
+LIST = Path(__file__).with_name("models.toml")
+FETCHED = Path(os.environ.get("NNRT_MODELS", Path.home() / ".cache" / "nnrt" / "models"))
+SUFFIXES = (".tflite", ".onnx")
+
+ONNX_TARGET, ONNX_MAX, TFLITE_TARGET, STREAM_TARGET = 1.3, 2.0, 2.5, 3.0
+
+
+def find_models(dirs: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """(file, models.toml entry or {}) for every model file found, each file name once."""
+    with open(LIST, "rb") as f:
+        entries = {e["file"]: e for e in tomllib.load(f)["model"]}
+    found: dict[str, Path] = {}
+    for d in dirs:
+        for sub in (d, d / "tflite", d / "onnx"):
+            if sub.is_dir():
+                for p in sorted(sub.iterdir()):
+                    if p.suffix in SUFFIXES and p.name not in found:
+                        found[p.name] = p
+    order = {name: k for k, name in enumerate(entries)}
+    names = sorted(found, key=lambda n: (order.get(n, len(order)), n))
+    return [(found[n], entries.get(n, {})) for n in names]
+
+
+def _rejection_summary(err: UnsupportedModelError) -> str:
+    by_type: Counter[str] = Counter(r.op_type for r in err.rejections)
+    first = {r.op_type: r.reason for r in reversed(err.rejections)}
+    return "; ".join(f"{t} x{n}: {first[t]}" for t, n in by_type.most_common())
+
+
+def _max_error(r: BenchReport) -> tuple[str, bool | None]:
+    if not r.accuracy:
+        return "-", None
+    worst = []
+    for a in r.accuracy:
+        worst.append(f"{a.quant_units}u" if a.quant_units is not None else f"{a.max_abs:.2g}")
+    shown = worst[0] if len(set(worst)) == 1 else max(worst, key=lambda s: float(s.rstrip("u")))
+    return shown, all(a.ok for a in r.accuracy)
+
+
+async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup: int) -> list[dict[str, Any]]:
+    rows = []
+    for path, entry in models:
+        row: dict[str, Any] = {"model": path.name, "package": entry.get("package", "?"), "kind": entry.get("kind", "?"),
+                               "format": "tflite" if path.suffix == ".tflite" else "onnx"}
+        opts = BenchOptions(runs=runs, warmup=warmup, modes=("execute",), profile=True,
+                            input_shapes=entry.get("input_shapes", {}), input_values=entry.get("input_values", {}))
+        sys.stderr.write(f"  {path.name} ...\n")
+        try:
+            r = await run_bench(str(path), opts)
+        except UnsupportedModelError as err:
+            row.update(status="rejected", reasons=_rejection_summary(err), rejected_nodes=len(err.rejections))
+        except NnrtError as err:
+            row.update(status="failed", reasons=str(err).splitlines()[0][:200])
+        else:
+            err_text, ok = _max_error(r)
+            row.update(status="ran", ops=r.operations, max_error=err_text, within=ok, nnrt_ms=r.modes["execute"].p50,
+                       reference=r.reference, reference_note=r.reference_note,
+                       reference_ms=r.reference_latency.p50 if r.reference_latency else None, ratio=r.ratio,
+                       top=[(t.op_type, t.share) for t in r.profile.op_types[:3]] if r.profile else [],
+                       quantized_io=any(s.type.is_quantized for s in r.inputs))
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    w = max([len(r["model"]) for r in rows] + [5])
+    sys.stdout.write(f"{'model':<{w}} {'package':<21}{'ops':>5} {'max err':>8} {'tol':>4}"
+                     f"{'nnrt ms':>10}{'ref ms':>10}{'ratio':>8}  top op types by time\n")
+    for r in rows:
+        if r["status"] != "ran":
+            continue
+        tol = "-" if r["within"] is None else ("yes" if r["within"] else "NO")
+        ref = f"{r['reference_ms']:10.3f}" if r["reference_ms"] is not None else f"{'-':>10}"
+        ratio = f"{r['ratio']:7.2f}x" if r["ratio"] is not None else f"{'-':>8}"
+        top = ", ".join(f"{t} {s:.0%}" for t, s in r["top"])
+        sys.stdout.write(f"{r['model']:<{w}} {r['package']:<21}{r['ops']:>5} {r['max_error']:>8} {tol:>4}"
+                         f"{r['nnrt_ms']:10.3f}{ref}{ratio}  {top}\n")
+        if r["reference_ms"] is None:
+            sys.stdout.write(f"{'':<{w}}   (no reference: {r['reference_note']})\n")
+    other = [r for r in rows if r["status"] != "ran"]
+    if other:
+        sys.stdout.write(f"\nnot run ({len(other)} of {len(rows)}):\n")
+        for r in other:
+            sys.stdout.write(f"  {r['model']} ({r['package']}): {r['status']}: {r['reasons']}\n")
+
+
+def _median_line(name: str, ratios: list[float], target: float, need: int, extra: str = "") -> None:
+    if not ratios:
+        sys.stdout.write(f"  {name:<58} no model ran (target <= {target:.1f}x over >= {need})\n")
+        return
+    med = statistics.median(ratios)
+    met = med <= target and len(ratios) >= need
+    sys.stdout.write(f"  {name:<58} {med:6.2f}x over {len(ratios)} (target <= {target:.1f}x over >= {need}: "
+                     f"{'met' if met else 'NOT met'}){extra}\n")
+
+
+def print_targets(rows: list[dict[str, Any]]) -> None:
+    ran = [r for r in rows if r["status"] == "ran" and r["ratio"] is not None]
+    sys.stdout.write("\nissue 14 targets (ratios of medians, nnrt execute / reference, one thread each):\n")
+    onnx = [r["ratio"] for r in ran if r["format"] == "onnx" and r["kind"] == "cnn"]
+    worst = f"; worst {max(onnx):.2f}x (target <= {ONNX_MAX:.1f}x)" if onnx else ""
+    _median_line("median nnrt / ONNX Runtime, ONNX CNNs", onnx, ONNX_TARGET, 5, worst)
+    _median_line("median nnrt / LiteRT, TFLite models", [r["ratio"] for r in ran if r["format"] == "tflite"], TFLITE_TARGET, 5)
+    streams = [r for r in ran if r["format"] == "tflite" and r["kind"] == "streaming" and r["quantized_io"]]
+    _median_line("int8 streaming step: await execute / LiteRT invoke", [r["ratio"] for r in streams], STREAM_TARGET, 1)
+    accurate = [r for r in rows if r["status"] == "ran" and r["within"] is not None]
+    sys.stdout.write(f"  within tolerance of the reference: {sum(r['within'] for r in accurate)} of {len(accurate)} compared; "
+                     f"{sum(r['status'] != 'ran' for r in rows)} of {len(rows)} models not run\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=Path, action="append", default=[], help="another directory of models")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="5 runs, 1 warm-up")
+    parser.add_argument("--only", default="", help="only models whose file name contains this")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    args = parser.parse_args(argv)
+    runs, warmup = (5, 1) if args.quick else (args.runs, args.warmup)
+    models = [(p, e) for p, e in find_models([VENDORED, FETCHED, *args.models]) if args.only in p.name]
+    sys.stdout.write(f"real models: {len(models)} found; {runs} runs each after {warmup} warm-up, nnrt and reference "
+                     "interleaved, one thread each\n")
+    rows = asyncio.run(bench_all(models, runs, warmup))
+    print_table(rows)
+    print_targets(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""``nnrt bench --profile``: where an execution's time goes, per step and per op type.
+
+The interpreter already has the hook: an ``ExecContext`` with a ``profile`` dict makes
+``run_plan`` add each kernel step's time to it (calibration uses the same). This module runs
+the prepared plan's own steps through ``run_plan`` with that hook on, synchronously on the
+calling thread (no scheduler, no hand-offs: the kernels' time, not the service time), and
+attributes the time of steps inside IF/WHILE bodies to those steps. What the kernels do not
+account for (the interpreter's loop, slot bookkeeping, control-flow conditions) is reported
+as the interpreter's share of the measured total. When the hook is off, the interpreter pays
+one ``is not None`` test per step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nnrt.execution._interpreter import ExecContext, fp_errors_ignored, fp_errors_restored, run_plan
+from nnrt.execution._plan import KERNEL, Plan, Step
+
+__all__ = ["OpTypeTime", "Profile", "StepTime", "profile_plan"]
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One kernel step: mean milliseconds per execution (all its runs inside a loop summed)."""
+
+    label: str
+    op_type: str
+    ms: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.label, "op_type": self.op_type, "ms": self.ms}
+
+
+@dataclass(frozen=True)
+class OpTypeTime:
+    op_type: str
+    ms: float
+    steps: int
+    share: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"op_type": self.op_type, "ms": self.ms, "steps": self.steps, "share": self.share}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Mean per execution over ``runs`` profiled runs."""
+
+    runs: int
+    total_ms: float
+    kernels_ms: float
+    steps: tuple[StepTime, ...]
+    op_types: tuple[OpTypeTime, ...]
+
+    @property
+    def interpreter_ms(self) -> float:
+        return max(0.0, self.total_ms - self.kernels_ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "total_ms": self.total_ms, "kernels_ms": self.kernels_ms,
+                "interpreter_ms": self.interpreter_ms, "op_types": [t.as_dict() for t in self.op_types],
+                "steps": [s.as_dict() for s in self.steps]}
+
+
+def _walk(plan: Plan) -> Iterator[Step]:
+    """Every step of ``plan`` and of the sub-plans it runs, parents first."""
+    for step in plan.steps:
+        yield step
+        for sub in step.branches:
+            yield from _walk(sub)
+
+
+def profile_plan(plan: Plan, args: Sequence[Any], *, runs: int, warmup: int = 1,
+                 loop_timeout: float | None = None, tick: Callable[[], None] | None = None) -> Profile:
+    """Run ``plan`` ``warmup + runs`` times with the interpreter's per-step timer on."""
+    steps = list(_walk(plan))
+    acc: dict[int, int] = {}
+    total_ns = 0
+    for k in range(warmup + runs):
+        times: dict[int, int] = {}
+        ctx = ExecContext(profile=times) if loop_timeout is None else ExecContext(loop_timeout=loop_timeout, profile=times)
+        token = fp_errors_ignored()
+        t0 = time.perf_counter_ns()
+        try:
+            for _ in run_plan(plan, list(args), ctx):
+                pass  # nothing interrupts a profiled run; heavy steps ask to be offloaded: stay here
+        finally:
+            fp_errors_restored(token)
+        spent = time.perf_counter_ns() - t0
+        if tick is not None:
+            tick()
+        if k < warmup:
+            continue
+        total_ns += spent
+        for key, ns in times.items():
+            acc[key] = acc.get(key, 0) + ns
+    n = max(runs, 1)
+    timed = [StepTime(s.label, s.type.name, acc[id(s)] / n / 1e6) for s in steps
+             if s.kind == KERNEL and id(s) in acc]
+    kernels_ms = sum(s.ms for s in timed)
+    by_type: dict[str, list[StepTime]] = {}
+    for s in timed:
+        by_type.setdefault(s.op_type, []).append(s)
+    types = [OpTypeTime(t, sum(s.ms for s in group), len(group), sum(s.ms for s in group) / kernels_ms if kernels_ms else 0.0)
+             for t, group in by_type.items()]
+    types.sort(key=lambda t: -t.ms)
+    timed.sort(key=lambda s: -s.ms)
+    return Profile(runs, total_ns / n / 1e6, kernels_ms, tuple(timed), tuple(types))

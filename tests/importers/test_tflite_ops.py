@@ -1,0 +1,239 @@
+"""TFLite element-wise, shape and reduction ops through nnrt.load, against LiteRT."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import nnrt
+from tests.importers.tflite_builder import BO, OPT, S, TflModel, compare, opts
+
+RNG = np.random.default_rng(7)
+
+
+def _one_op(code: int, in_shapes: list[list[int]], out_shapes: list[list[int]], opt_type: int = 0, option: Any = None,
+            consts: list[Any] = (), dtype: Any = np.float32) -> bytes:  # type: ignore[assignment]
+    """A model of one op: float inputs (graph inputs), then constant inputs, into the outputs."""
+    m = TflModel()
+    g = m.main
+    xs = [g.tensor(s, dtype, name=f"in{i}") for i, s in enumerate(in_shapes)]
+    cs = [c if isinstance(c, int) else g.const(c[0], c[1]) for c in consts]
+    ys = [g.tensor(s, dtype, name=f"out{i}") for i, s in enumerate(out_shapes)]
+    g.op(code, [*xs, *cs], ys, opt_type, option)
+    g.io(xs, ys)
+    return m.build()
+
+
+def _f(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize(("code", "opt_type", "option"), [
+    (BO.ADD, OPT.AddOptions, opts(S.AddOptionsT, fusedActivationFunction=S.ActivationFunctionType.RELU)),
+    (BO.SUB, OPT.SubOptions, opts(S.SubOptionsT, fusedActivationFunction=S.ActivationFunctionType.RELU6)),
+    (BO.MUL, OPT.MulOptions, opts(S.MulOptionsT, fusedActivationFunction=S.ActivationFunctionType.RELU_N1_TO_1)),
+    (BO.DIV, OPT.DivOptions, opts(S.DivOptionsT)),
+    (BO.MAXIMUM, 0, None), (BO.MINIMUM, 0, None), (BO.SQUARED_DIFFERENCE, 0, None),
+])
+def test_binary_broadcast(device: nnrt.CpuDevice, code: int, opt_type: int, option: Any) -> None:
+    data = _one_op(code, [[2, 3, 4], [4]], [[2, 3, 4]], opt_type, option)
+    b = _f(4) + (3.0 if code == BO.DIV else 0.0)
+    compare(device, data, [_f(2, 3, 4), b])
+
+
+@pytest.mark.parametrize("code", [BO.LESS, BO.GREATER_EQUAL, BO.EQUAL, BO.NOT_EQUAL])
+def test_comparison(device: nnrt.CpuDevice, code: int) -> None:
+    m = TflModel()
+    g = m.main
+    a, b = g.tensor([2, 3], name="a"), g.tensor([2, 3], name="b")
+    y = g.tensor([2, 3], np.bool_, name="y")
+    g.op(code, [a, b], [y])
+    g.io([a, b], [y])
+    x = _f(2, 3)
+    compare(device, m.build(), [x, np.where(RNG.random((2, 3)) > 0.5, x, _f(2, 3))])
+
+
+@pytest.mark.parametrize("code", [BO.RELU, BO.RELU6, BO.RELU_N1_TO_1, BO.LOGISTIC, BO.TANH, BO.HARD_SWISH, BO.ABS,
+                                  BO.EXP, BO.NEG, BO.FLOOR, BO.SIN, BO.ELU, BO.SQUARE])
+def test_unary(device: nnrt.CpuDevice, code: int) -> None:
+    compare(device, _one_op(code, [[3, 5]], [[3, 5]]), [_f(3, 5) * 3])
+
+
+def test_unary_positive_inputs(device: nnrt.CpuDevice) -> None:
+    for code in (BO.LOG, BO.SQRT, BO.RSQRT):
+        compare(device, _one_op(code, [[4]], [[4]]), [np.abs(_f(4)) + 0.5])
+
+
+def test_leaky_relu_and_prelu(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.LEAKY_RELU, [[2, 4]], [[2, 4]], OPT.LeakyReluOptions,
+                            opts(S.LeakyReluOptionsT, alpha=0.3)), [_f(2, 4)])
+    compare(device, _one_op(BO.PRELU, [[2, 4]], [[2, 4]], consts=[(_f(4), np.float32)]), [_f(2, 4)])
+
+
+def test_quantized_leaky_relu(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 8], np.int8, name="x", scale=0.05, zp=1)
+    y = g.tensor([1, 8], np.int8, name="y", scale=0.04, zp=-2)
+    g.op(BO.LEAKY_RELU, [x], [y], OPT.LeakyReluOptions, opts(S.LeakyReluOptionsT, alpha=0.2))
+    g.io([x], [y])
+    compare(device, m.build(), [RNG.integers(-128, 128, (1, 8)).astype(np.int8)])
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_softmax_and_log_softmax(device: nnrt.CpuDevice, beta: float) -> None:
+    compare(device, _one_op(BO.SOFTMAX, [[2, 5]], [[2, 5]], OPT.SoftmaxOptions, opts(S.SoftmaxOptionsT, beta=beta)),
+            [_f(2, 5)])
+    compare(device, _one_op(BO.LOG_SOFTMAX, [[2, 5]], [[2, 5]]), [_f(2, 5)])
+
+
+def test_quantized_softmax_quantize_dequantize(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 10], name="x")
+    q = g.tensor([1, 10], np.int8, name="q", scale=0.1, zp=0)
+    g.op(BO.QUANTIZE, [x], [q])
+    s = g.tensor([1, 10], np.int8, name="s", scale=1 / 256, zp=-128)
+    g.op(BO.SOFTMAX, [q], [s], OPT.SoftmaxOptions, opts(S.SoftmaxOptionsT, beta=1.0))
+    r = g.tensor([1, 10], np.uint8, name="r", scale=1 / 128, zp=0)
+    g.op(BO.QUANTIZE, [s], [r])
+    y = g.tensor([1, 10], name="y")
+    g.op(BO.DEQUANTIZE, [r], [y])
+    g.io([x], [y, s])
+    out = compare(device, m.build(), [_f(1, 10)])
+    assert out[1].dtype == np.int8
+
+
+def test_reshape_forms(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.RESHAPE, [[2, 6]], [[3, 4]], consts=[([3, -1], np.int32)]), [_f(2, 6)])
+    compare(device, _one_op(BO.RESHAPE, [[2, 6]], [[4, 3]], OPT.ReshapeOptions, opts(S.ReshapeOptionsT, newShape=[4, 3])),
+            [_f(2, 6)])
+    compare(device, _one_op(BO.SQUEEZE, [[1, 3, 1, 2]], [[3, 2]], OPT.SqueezeOptions,
+                            opts(S.SqueezeOptionsT, squeezeDims=[0, 2])), [_f(1, 3, 1, 2)])
+    compare(device, _one_op(BO.EXPAND_DIMS, [[3, 2]], [[3, 1, 2]], consts=[([1], np.int32)]), [_f(3, 2)])
+    compare(device, _one_op(BO.TRANSPOSE, [[2, 3, 4]], [[4, 2, 3]], consts=[([2, 0, 1], np.int32)]), [_f(2, 3, 4)])
+
+
+def test_concat_pack_unpack(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.CONCATENATION, [[2, 3], [2, 1]], [[2, 4]], OPT.ConcatenationOptions,
+                            opts(S.ConcatenationOptionsT, axis=-1)), [_f(2, 3), _f(2, 1)])
+    compare(device, _one_op(BO.PACK, [[2, 3], [2, 3]], [[2, 2, 3]], OPT.PackOptions,
+                            opts(S.PackOptionsT, valuesCount=2, axis=1)), [_f(2, 3), _f(2, 3)])
+    compare(device, _one_op(BO.UNPACK, [[3, 2]], [[2], [2], [2]], OPT.UnpackOptions,
+                            opts(S.UnpackOptionsT, num=3, axis=0)), [_f(3, 2)])
+
+
+def test_split_and_split_v(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    axis = g.const([1], np.int32)
+    x = g.tensor([2, 6], name="x")
+    ys = [g.tensor([2, 2], name=f"y{i}") for i in range(3)]
+    g.op(BO.SPLIT, [axis, x], ys, OPT.SplitOptions, opts(S.SplitOptionsT, numSplits=3))
+    g.io([x], ys)
+    compare(device, m.build(), [_f(2, 6)])
+    data = _one_op(BO.SPLIT_V, [[2, 6]], [[2, 1], [2, 3], [2, 2]], OPT.SplitVOptions,
+                   opts(S.SplitVOptionsT, numSplits=3), consts=[([1, -1, 2], np.int32), (1, np.int32)])
+    compare(device, data, [_f(2, 6)])
+
+
+@pytest.mark.parametrize(("code", "consts", "out", "opt"), [
+    (BO.PAD, [([[0, 0], [1, 2]], np.int32)], [2, 6], None),
+    (BO.PADV2, [([[1, 0], [0, 1]], np.int32), (np.array(0.5), np.float32)], [3, 4], None),
+    (BO.MIRROR_PAD, [([[1, 1], [2, 2]], np.int32)], [4, 7], (OPT.MirrorPadOptions, opts(S.MirrorPadOptionsT, mode=0))),
+    (BO.MIRROR_PAD, [([[1, 1], [2, 2]], np.int32)], [4, 7], (OPT.MirrorPadOptions, opts(S.MirrorPadOptionsT, mode=1))),
+    (BO.SLICE, [([0, 1], np.int32), ([2, 2], np.int32)], [2, 2], None),
+    (BO.TILE, [([2, 1], np.int32)], [4, 3], None),
+])
+def test_pad_slice_tile(device: nnrt.CpuDevice, code: int, consts: list[Any], out: list[int], opt: Any) -> None:
+    opt_type, option = opt or (0, None)
+    compare(device, _one_op(code, [[2, 3]], [out], opt_type, option, consts=consts), [_f(2, 3)])
+
+
+def test_strided_slice_gather(device: nnrt.CpuDevice) -> None:
+    o = opts(S.StridedSliceOptionsT, beginMask=1, endMask=0, shrinkAxisMask=0)
+    data = _one_op(BO.STRIDED_SLICE, [[4, 6]], [[3, 3]], OPT.StridedSliceOptions, o,
+                   consts=[([1, 1], np.int32), ([3, 6], np.int32), ([1, 2], np.int32)])
+    compare(device, data, [_f(4, 6)])
+    data = _one_op(BO.GATHER, [[4, 3]], [[2, 3]], OPT.GatherOptions, opts(S.GatherOptionsT, axis=0),
+                   consts=[([3, 1], np.int32)])
+    compare(device, data, [_f(4, 3)])
+
+
+@pytest.mark.parametrize(("code", "keep"), [(BO.MEAN, True), (BO.MEAN, False), (BO.SUM, False),
+                                            (BO.REDUCE_MAX, True), (BO.REDUCE_MIN, False), (BO.REDUCE_PROD, False)])
+def test_reductions(device: nnrt.CpuDevice, code: int, keep: bool) -> None:
+    out = [2, 1, 1] if keep else [2]
+    data = _one_op(code, [[2, 3, 4]], [out], OPT.ReducerOptions, opts(S.ReducerOptionsT, keepDims=keep),
+                   consts=[([1, -1], np.int32)])
+    compare(device, data, [_f(2, 3, 4)])
+
+
+def test_arg_max_min(device: nnrt.CpuDevice) -> None:
+    for code, opt_type, cls in ((BO.ARG_MAX, OPT.ArgMaxOptions, S.ArgMaxOptionsT),
+                                (BO.ARG_MIN, OPT.ArgMinOptions, S.ArgMinOptionsT)):
+        m = TflModel()
+        g = m.main
+        x = g.tensor([3, 5], name="x")
+        axis = g.const([1], np.int32)
+        y = g.tensor([3], np.int32, name="y")
+        g.op(code, [x, axis], [y], opt_type, opts(cls, outputType=S.TensorType.INT32))
+        g.io([x], [y])
+        compare(device, m.build(), [_f(3, 5)])
+
+
+@pytest.mark.parametrize("code", [BO.RESIZE_BILINEAR, BO.RESIZE_NEAREST_NEIGHBOR])
+@pytest.mark.parametrize(("align", "half"), [(False, False), (True, False), (False, True)])
+def test_resize(device: nnrt.CpuDevice, code: int, align: bool, half: bool) -> None:
+    if code == BO.RESIZE_BILINEAR:
+        opt_type, option = OPT.ResizeBilinearOptions, opts(S.ResizeBilinearOptionsT, alignCorners=align,
+                                                           halfPixelCenters=half)
+    else:
+        opt_type, option = OPT.ResizeNearestNeighborOptions, opts(S.ResizeNearestNeighborOptionsT,
+                                                                  alignCorners=align, halfPixelCenters=half)
+    data = _one_op(code, [[1, 3, 4, 2]], [[1, 6, 7, 2]], opt_type, option, consts=[([6, 7], np.int32)])
+    compare(device, data, [_f(1, 3, 4, 2)])
+
+
+def test_space_depth_and_batch(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.SPACE_TO_DEPTH, [[1, 4, 4, 2]], [[1, 2, 2, 8]], OPT.SpaceToDepthOptions,
+                            opts(S.SpaceToDepthOptionsT, blockSize=2)), [_f(1, 4, 4, 2)])
+    compare(device, _one_op(BO.DEPTH_TO_SPACE, [[1, 2, 2, 8]], [[1, 4, 4, 2]], OPT.DepthToSpaceOptions,
+                            opts(S.DepthToSpaceOptionsT, blockSize=2)), [_f(1, 2, 2, 8)])
+    compare(device, _one_op(BO.SPACE_TO_BATCH_ND, [[1, 4, 4, 1]], [[4, 2, 2, 1]],
+                            consts=[([2, 2], np.int32), ([[0, 0], [0, 0]], np.int32)]), [_f(1, 4, 4, 1)])
+    compare(device, _one_op(BO.BATCH_TO_SPACE_ND, [[4, 2, 2, 1]], [[1, 4, 4, 1]],
+                            consts=[([2, 2], np.int32), ([[0, 0], [0, 0]], np.int32)]), [_f(4, 2, 2, 1)])
+
+
+def test_batch_matmul_and_select(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.BATCH_MATMUL, [[2, 3, 4], [2, 4, 5]], [[2, 3, 5]], OPT.BatchMatMulOptions,
+                            opts(S.BatchMatMulOptionsT)), [_f(2, 3, 4), _f(2, 4, 5)])
+    m = TflModel()
+    g = m.main
+    c, a, b = g.tensor([2, 3], np.bool_, name="c"), g.tensor([2, 3], name="a"), g.tensor([2, 3], name="b")
+    y = g.tensor([2, 3], name="y")
+    g.op(BO.SELECT_V2, [c, a, b], [y])
+    g.io([c, a, b], [y])
+    compare(device, m.build(), [RNG.random((2, 3)) > 0.5, _f(2, 3), _f(2, 3)])
+
+
+def test_quantized_elementwise_chain(device: nnrt.CpuDevice) -> None:
+    """uint8 ADD + RELU fused, CONCATENATION, RESHAPE, MEAN: each within a unit of LiteRT."""
+    m = TflModel()
+    g = m.main
+    a = g.tensor([1, 4, 4, 2], np.uint8, name="a", scale=0.1, zp=100)
+    b = g.tensor([1, 4, 4, 2], np.uint8, name="b", scale=0.08, zp=90)
+    s = g.tensor([1, 4, 4, 2], np.uint8, name="sum", scale=0.15, zp=10)
+    g.op(BO.ADD, [a, b], [s], OPT.AddOptions, opts(S.AddOptionsT, fusedActivationFunction=1))
+    c = g.tensor([1, 4, 4, 4], np.uint8, name="cat", scale=0.15, zp=10)
+    g.op(BO.CONCATENATION, [s, s], [c], OPT.ConcatenationOptions, opts(S.ConcatenationOptionsT, axis=3))
+    r = g.tensor([1, 16, 4], np.uint8, name="flat", scale=0.15, zp=10)
+    g.op(BO.RESHAPE, [c, g.const([1, 16, 4], np.int32)], [r])
+    mean = g.tensor([1, 4], np.uint8, name="mean", scale=0.1, zp=5)
+    g.op(BO.MEAN, [r, g.const([1], np.int32)], [mean], OPT.ReducerOptions, opts(S.ReducerOptionsT, keepDims=False))
+    g.io([a, b], [mean, c])
+    x1, x2 = (RNG.integers(0, 256, (1, 4, 4, 2)).astype(np.uint8) for _ in range(2))
+    compare(device, m.build(), [x1, x2])

@@ -1,0 +1,293 @@
+"""``nnrt.prepare`` across devices: partitions, outputs identical to one device on every path
+(execute, execute_sync, fenced, burst; CTS models), CPU fallback for a device that fails to
+prepare, errors naming what no device runs, deadlines, priorities and timing across steps,
+dynamic shapes across a boundary, compilation caching per step."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nnrt
+from nnrt import ErrorStatus, Model, Priority, RestrictedDevice, zoo
+from nnrt import OperandType as T
+from nnrt import OperationType as Op
+from nnrt.conformance._cts import build_model, case_inputs, load_spec
+from tests.helpers import ones
+from tests.integration.test_scheduler import Gate, count_calls, settle
+from tests.unit.test_partition import chain, if_model
+
+NPU_OPS = [Op.ADD, Op.MUL]
+
+
+@pytest.fixture(scope="module")
+def cpu() -> Iterator[nnrt.CpuDevice]:
+    dev = nnrt.CpuDevice(name="cpu")
+    yield dev
+    dev.close()
+
+
+@pytest.fixture(scope="module")
+def npu() -> Iterator[RestrictedDevice]:
+    dev = RestrictedDevice("npu", feature_level=4, operations=NPU_OPS)
+    yield dev
+    dev.close()
+
+
+def x14() -> np.ndarray:
+    return np.linspace(-2, 2, 4, dtype=np.float32).reshape(1, 4)
+
+
+async def test_partitions_and_identical_outputs_on_every_path(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None:
+    m = chain(Op.ADD, Op.MUL, Op.LOGISTIC, Op.TANH, Op.ADD)
+    pm = await nnrt.prepare(m, [cpu, npu])
+    assert pm.partitions == (nnrt.Partition("npu", (0, 1)), nnrt.Partition("cpu", (2, 3)), nnrt.Partition("npu", (4,)))
+    x = x14()
+    expected = (await (await cpu.prepare_model(m)).execute([x])).outputs[0]
+    got = [(await pm.execute([x])).outputs[0], pm.execute_sync([x]).outputs[0]]
+    out = np.zeros((1, 4), np.float32)
+    fence, _cb = await pm.execute_fenced([x], [out])
+    await fence
+    got.append(out)
+    async with pm.burst() as burst:
+        got.append((await burst.execute([x])).outputs[0])
+        futures = [await burst.submit([x]) for _ in range(3)]
+        got += [(await f).outputs[0] for f in futures]
+    for g in got:
+        assert g.tobytes() == expected.tobytes()
+
+
+async def test_one_device_or_one_choice_is_plain_prepare_model(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None:
+    m = chain(Op.ADD, Op.MUL)
+    alone = await nnrt.prepare(m, [cpu])
+    assert alone._driver is cpu and alone.partitions == (nnrt.Partition("cpu", (0, 1)),)
+    on_npu = await nnrt.prepare(m, [cpu, npu])  # the npu runs everything, faster
+    assert on_npu._driver is npu and on_npu.partitions == (nnrt.Partition("npu", (0, 1)),)
+    assert (await cpu.prepare_model(m)).partitions == (nnrt.Partition("cpu", (0, 1)),)
+
+
+async def test_failing_device_falls_back_to_the_cpu(cpu: nnrt.CpuDevice) -> None:
+    bad = RestrictedDevice("bad", operations=NPU_OPS, fail_prepare=ErrorStatus.GENERAL_FAILURE)
+    m = chain(Op.ADD, Op.LOGISTIC, Op.MUL)
+    pm = await nnrt.prepare(m, [cpu, bad])
+    assert pm.partitions == (
+        nnrt.Partition("cpu", (0,), fallback_from="bad"), nnrt.Partition("cpu", (1,)), nnrt.Partition("cpu", (2,), "bad"),
+    )
+    expected = (await (await cpu.prepare_model(m)).execute([x14()])).outputs[0]
+    assert (await pm.execute([x14()])).outputs[0].tobytes() == expected.tobytes()
+    # Every operation on the failing device: the CPU prepares the whole model.
+    whole = await nnrt.prepare(chain(Op.ADD, Op.MUL), [cpu, bad])
+    assert whole._driver is cpu and whole.partitions == (nnrt.Partition("cpu", (0, 1), "bad"),)
+
+
+@pytest.mark.parametrize("status", [ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT])
+async def test_no_fallback_after_a_missed_deadline(cpu: nnrt.CpuDevice, status: ErrorStatus) -> None:
+    late = RestrictedDevice("late", operations=NPU_OPS, fail_prepare=status)
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, late])
+    assert info.value.status is status
+
+
+async def test_without_the_cpu_nothing_falls_back(npu: RestrictedDevice) -> None:
+    bad = RestrictedDevice("bad", operations=NPU_OPS, fail_prepare=ErrorStatus.DEVICE_UNAVAILABLE)
+    with pytest.raises(nnrt.DeviceUnavailableError):
+        await nnrt.prepare(chain(Op.ADD), [bad])
+    with pytest.raises(nnrt.InvalidArgumentError, match=r"no device can run operation 1 \(LOGISTIC\): npu: npu does not"):
+        await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [npu, bad])
+    with pytest.raises(nnrt.InvalidArgumentError, match=r"operation 1 \(LOGISTIC\)"):
+        await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [npu])
+
+
+async def test_bad_arguments(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None:
+    m = chain(Op.ADD)
+    other_clock = nnrt.CpuDevice(name="elsewhere", clock=nnrt.VirtualClock(), calibrate=False)
+    cases: list[tuple[object, str]] = [
+        ([], "devices is empty"),
+        ([cpu, cpu], "listed twice"),
+        ([cpu, "npu"], "is not a Device"),
+        ([cpu, other_clock], "do not share one clock"),
+    ]
+    for devices, match in cases:
+        with pytest.raises(nnrt.InvalidArgumentError, match=match):
+            await nnrt.prepare(m, devices)  # type: ignore[arg-type]
+    with pytest.raises(nnrt.InvalidArgumentError, match="preference"):
+        await nnrt.prepare(m, [cpu, npu], preference=7)  # type: ignore[arg-type]
+    with pytest.raises(nnrt.InvalidArgumentError, match="not finished"):
+        await nnrt.prepare(Model(), [cpu, npu])
+    with pytest.raises(nnrt.InvalidArgumentError, match="token"):
+        await nnrt.prepare(m, [cpu, npu], cache_dir="/tmp", token=b"short")
+
+
+async def test_registered_devices_take_part_by_default() -> None:
+    npu = RestrictedDevice("npu-registered", operations=NPU_OPS)
+    nnrt.register_device(npu)
+    try:
+        assert nnrt.get_devices()[-1] is npu
+        with pytest.raises(nnrt.InvalidArgumentError, match="already registered"):
+            nnrt.register_device(RestrictedDevice("npu-registered"))
+        pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC))
+        assert [p.device for p in pm.partitions] == ["npu-registered", nnrt.get_devices()[0].name]
+    finally:
+        nnrt.unregister_device(npu)
+        npu.close()
+    assert npu not in nnrt.get_devices()
+
+
+async def test_timing_sums_the_steps(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None:
+    pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC, Op.MUL), [cpu, npu])
+    timing = (await pm.execute([x14()], measure_timing=True)).timing
+    assert timing.time_on_device_ns is not None and timing.time_in_driver_ns is not None
+    assert 0 < timing.time_on_device_ns <= timing.time_in_driver_ns
+
+
+async def test_dynamic_shapes_cross_a_boundary(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None:
+    m = Model("dynamic")
+    x = m.add_operand(T.TENSOR_FLOAT32, [0, 2])
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    a, b, c = (m.add_operand(T.TENSOR_FLOAT32, [0, 0]) for _ in range(3))
+    m.add_operation(Op.ADD, [x, x, act], [a])
+    m.add_operation(Op.LOGISTIC, [a], [b])
+    m.add_operation(Op.MUL, [b, a, act], [c])
+    m.identify_inputs_and_outputs([x], [c])
+    m.finish()
+    pm = await nnrt.prepare(m, [cpu, npu])
+    assert [p.device for p in pm.partitions] == ["npu", "cpu", "npu"]
+    single = await cpu.prepare_model(m)
+    for rows in (1, 3):
+        xv = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)
+        result = await pm.execute([xv])
+        assert result.output_shapes == (nnrt.OutputShape((rows, 2)),)
+        assert result.outputs[0].tobytes() == (await single.execute([xv])).outputs[0].tobytes()
+
+
+async def test_control_flow_kept_whole(cpu: nnrt.CpuDevice) -> None:
+    m = if_model([1, 4])
+    npu = RestrictedDevice("npu-if", operations=[Op.ADD])  # IF (and its MUL branch) stay on the CPU
+    pm = await nnrt.prepare(m, [cpu, npu])
+    assert pm.partitions == (nnrt.Partition("cpu", (0,)), nnrt.Partition("npu-if", (1,)))
+    single = await cpu.prepare_model(m)
+    for cond in (True, False):
+        args = [np.array([cond]), x14()]
+        assert (await pm.execute(args)).outputs[0].tobytes() == (await single.execute(args)).outputs[0].tobytes()
+    npu.close()
+
+
+CTS_SPECS = ["V1_0/mobilenet_224_gender_basic_fixed", "V1_2/bbox_graph", "V1_3/bbox_graph_quant8_signed",
+             "V1_2/concat_zero_sized"]
+
+
+@pytest.mark.parametrize("spec", CTS_SPECS)
+async def test_cts_models_bitwise_identical(cpu: nnrt.CpuDevice, spec: str) -> None:
+    """Every other operation type of the model on a restricted device: the outputs equal the
+    single-device outputs bit for bit (same kernels, intermediates handed over untouched)."""
+    for case in load_spec(spec)[:3]:
+        model = build_model(case)
+        types = list(dict.fromkeys(op.type for op in model.operations))
+        npu = RestrictedDevice("npu-cts", operations=types[::2])
+        pm = await nnrt.prepare(model, [cpu, npu])
+        assert len(pm.partitions) >= 2 and {p.device for p in pm.partitions} == {"cpu", "npu-cts"}
+        inputs = case_inputs(case)
+        expected = (await (await cpu.prepare_model(model)).execute(inputs)).outputs
+        got = (await pm.execute(inputs)).outputs
+        synced = pm.execute_sync(inputs).outputs
+        assert [g.tobytes() for g in got] == [e.tobytes() for e in expected] == [s.tobytes() for s in synced]
+        npu.close()
+
+
+# -- QoS across steps, on a virtual clock --------------------------------------------------------
+
+
+@pytest.fixture
+async def vdevices() -> AsyncIterator[tuple[nnrt.CpuDevice, RestrictedDevice]]:
+    clock = nnrt.VirtualClock(1000.0)
+    cpu = nnrt.CpuDevice(name="vcpu", clock=clock, compute_units=1, inline_limit_ns=0)
+    npu = RestrictedDevice("vnpu", operations=NPU_OPS, clock=clock, compute_units=1, inline_limit_ns=0)
+    yield cpu, npu
+    cpu.close()
+    npu.close()
+
+
+async def test_one_deadline_covers_every_step(vdevices: tuple[nnrt.CpuDevice, RestrictedDevice]) -> None:
+    cpu, npu = vdevices
+    clock = cpu.clock
+    assert isinstance(clock, nnrt.VirtualClock)
+    pm = await nnrt.prepare(chain(Op.ADD, Op.MUL, Op.LOGISTIC), [cpu, npu])
+    npu_step, cpu_step = (step.target for step in pm.plan.steps)
+    cpu_calls = count_calls(cpu_step)
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await pm.execute([x14()], deadline=clock.now())
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    gate = Gate.on_step(npu_step, 0)
+    task = asyncio.create_task(pm.execute([x14()], deadline=clock.now() + 1.0))
+    await gate.wait_entered()
+    clock.advance(2.0)  # the deadline passes while the npu step runs
+    gate.release.set()
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await task
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    assert cpu_calls == [0]  # the CPU step never started
+    ok = await pm.execute([x14()], deadline=clock.now() + 1.0)
+    assert cpu_calls == [1] and ok.outputs[0].shape == (1, 4)
+
+
+async def test_each_step_runs_under_its_device_scheduler_with_the_apps_priority(
+    vdevices: tuple[nnrt.CpuDevice, RestrictedDevice],
+) -> None:
+    cpu, npu = vdevices
+    low = await nnrt.prepare(chain(Op.ADD, Op.MUL, Op.ADD, Op.LOGISTIC), [cpu, npu], priority=Priority.LOW, app="camera")
+    assert [p.device for p in low.partitions] == ["vnpu", "vcpu"]
+    high = await npu.prepare_model(zoo.one_add(), priority=Priority.HIGH, app="camera")
+    npu_step = low.plan.steps[0].target
+    gate = Gate.on_step(npu_step, 1)
+    order: list[str] = []
+
+    async def run(name: str, prepared: nnrt.PreparedModel, inputs: list[np.ndarray]) -> None:
+        await prepared.execute(inputs)
+        order.append(name)
+
+    low_task = asyncio.create_task(run("low", low, [x14()]))
+    await gate.wait_entered()
+    high_task = asyncio.create_task(run("high", high, [ones(1, 4), ones(1, 4)]))
+    await settle()
+    gate.release.set()
+    await asyncio.gather(low_task, high_task)
+    assert order == ["high", "low"]  # the LOW step yielded the npu to the app's HIGH execution
+    assert npu.statistics().get("camera", Priority.LOW).preemptions == 1
+    assert npu.statistics().get("camera", Priority.LOW).completed == 1
+    assert cpu.statistics().get("camera", Priority.LOW).completed == 1
+
+
+async def test_cancelled_partitioned_execution_releases_its_device(
+    vdevices: tuple[nnrt.CpuDevice, RestrictedDevice],
+) -> None:
+    cpu, npu = vdevices
+    pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu])
+    gate = Gate.on_step(pm.plan.steps[0].target, 0)
+    task = asyncio.create_task(pm.execute([x14()]))
+    await gate.wait_entered()
+    task.cancel()
+    await settle()
+    gate.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await settle()
+    assert npu.statistics().running == 0 and cpu.statistics().running == 0
+    assert (await pm.execute([x14()])).outputs[0].shape == (1, 4)
+
+
+async def test_compilation_cache_per_step(cpu: nnrt.CpuDevice, npu: RestrictedDevice, tmp_path: Path) -> None:
+    m = chain(Op.ADD, Op.LOGISTIC)
+    token = bytes(range(32))
+    first = await nnrt.prepare(m, [cpu, npu], cache_dir=tmp_path, token=token)
+    written = sorted(os.listdir(tmp_path))
+    assert len(written) >= 2  # an entry per step
+    second = await nnrt.prepare(m, [cpu, npu], cache_dir=tmp_path, token=token)
+    assert sorted(os.listdir(tmp_path)) == written
+    x = x14()
+    assert (await first.execute([x])).outputs[0].tobytes() == (await second.execute([x])).outputs[0].tobytes()
