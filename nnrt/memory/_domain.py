@@ -22,6 +22,7 @@ the buffer is freed or collected, it is unknown (INVALID_ARGUMENT), as is token 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -69,7 +70,13 @@ class BufferToken(int):
 
 
 class BufferTracker:
-    """A device's token table: token -> live buffer (weakly held)."""
+    """A device's token table: token -> live buffer (weakly held).
+
+    Entries are removed by the buffer's weakref callback, which the garbage collector may run
+    on any thread at any allocation, including one made inside ``add`` on the same thread:
+    removal therefore takes no lock (one ``dict.pop`` of a token never reused, atomic in
+    CPython). The lock only makes token numbering and insertion one step.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -79,18 +86,11 @@ class BufferTracker:
     def add(self, buffer: DeviceBuffer) -> BufferToken:
         with self._lock:
             token = BufferToken(next(self._next))
-            self._buffers[token] = weakref.ref(buffer, self._collected)
+            self._buffers[token] = weakref.ref(buffer, functools.partial(_collected, self._buffers, int(token)))
         return token
 
-    def _collected(self, ref: weakref.ref[DeviceBuffer]) -> None:
-        with self._lock:
-            for token, r in list(self._buffers.items()):
-                if r is ref:
-                    del self._buffers[token]
-
     def _forget(self, token: int) -> None:
-        with self._lock:
-            self._buffers.pop(token, None)
+        self._buffers.pop(token, None)
 
     def lookup(self, token: int, app: str, where: str) -> DeviceBuffer:
         """The buffer of ``token`` for ``app``; INVALID_ARGUMENT when 0, unknown, freed or another app's."""
@@ -106,6 +106,11 @@ class BufferTracker:
 
     def __len__(self) -> int:
         return len(self._buffers)
+
+
+def _collected(buffers: dict[int, weakref.ref[DeviceBuffer]], token: int, ref: weakref.ref[DeviceBuffer]) -> None:
+    """A device buffer was garbage collected: forget its token (lock-free; see ``BufferTracker``)."""
+    buffers.pop(token, None)
 
 
 _trackers: weakref.WeakKeyDictionary[Any, BufferTracker] = weakref.WeakKeyDictionary()

@@ -174,3 +174,30 @@ def test_the_constants_of_a_verified_entry_do_not_alias_its_file(tmp_path: Path)
         assert all(not a.flags.writeable for a in arrays)
     finally:
         dev.close()
+
+
+def test_a_device_buffer_collected_while_its_tracker_is_locked_does_not_block() -> None:
+    """Item 1's pattern in the memory domains: a device buffer's weakref callback took the
+    tracker's lock, which ``add`` holds while it allocates (a GC run there deadlocked)."""
+    from nnrt import BufferDesc, BufferRole
+    from nnrt.memory import tracker_for
+
+    dev = nnrt.CpuDevice(calibrate=False)
+    try:
+        prepared = dev.prepare_model_sync(zoo.one_add())
+        tracker = tracker_for(dev)
+        buffers = [dev.allocate(BufferDesc(), [prepared], [BufferRole(0, 0)])[0] for _ in range(3)]
+        assert len(tracker) == 3
+        finished = threading.Event()
+
+        def drop_while_locked() -> None:
+            with tracker._lock:  # what a collection inside ``add`` sees
+                buffers.clear()
+                gc.collect()
+            finished.set()
+
+        threading.Thread(target=drop_while_locked, daemon=True).start()
+        assert finished.wait(10), "a collected device buffer waited on its tracker's lock"
+        assert len(tracker) == 0
+    finally:
+        dev.close()
