@@ -135,7 +135,8 @@ class ApiMachine(RuleBasedStateMachine):
     def add_operation(self, op: Any, ins: Any, outs: Any) -> None:
         self.call(lambda: self.building.add_operation(op, ins, outs))
 
-    @rule(ins=st.one_of(st.lists(st.integers(-1, 8), max_size=3), _junk), outs=st.one_of(st.lists(st.integers(-1, 8), max_size=2), _junk))
+    @rule(ins=st.one_of(st.lists(st.integers(-1, 8), max_size=3), _junk),
+          outs=st.one_of(st.lists(st.integers(-1, 8), max_size=2), _junk))
     def identify(self, ins: Any, outs: Any) -> None:
         self.call(lambda: self.building.identify_inputs_and_outputs(ins, outs))
 
