@@ -68,6 +68,33 @@ def _onnx_add() -> bytes:
     return bytes(onnx._serialize(model)) if hasattr(onnx, "_serialize") else model.SerializeToString()
 
 
+def _tflite_seeds() -> dict[str, bytes]:
+    """Two small TFLite files (ADD+RELU with a constant; IF over two subgraphs), written with the
+    importer tests' flatbuffers writer."""
+    from tests.importers.tflite_builder import BO, OPT, S, TflModel, opts
+
+    m = TflModel()
+    g = m.main
+    x, y = g.tensor([1, 4], name="x"), g.tensor([1, 4], name="y")
+    s = g.tensor([1, 4], name="s")
+    g.op(BO.ADD, [x, g.const(np.arange(4, dtype=np.float32).reshape(1, 4))], [s])
+    g.op(BO.RELU, [s], [y])
+    g.io([x], [y])
+    seeds = {"add_relu.tflite": m.build()}
+    m = TflModel()
+    g = m.main
+    c, x, y = g.tensor([1], np.bool_, name="cond"), g.tensor([2, 3], name="x"), g.tensor([2, 3], name="y")
+    g.op(BO.IF, [c, x], [y], OPT.IfOptions, opts(S.IfOptionsT, thenSubgraphIndex=1, elseSubgraphIndex=2))
+    g.io([c, x], [y])
+    for code, k in ((BO.ADD, 1.0), (BO.MUL, 2.0)):
+        sub = m.subgraph()
+        xi, yi = sub.tensor([2, 3], name="bx"), sub.tensor([2, 3], name="by")
+        sub.op(code, [xi, sub.const(np.full([1], k, np.float32))], [yi])
+        sub.io([xi], [yi])
+    seeds["if.tflite"] = m.build()
+    return seeds
+
+
 def main() -> None:
     models = {"one_add": zoo.one_add(), "add_chain": zoo.add_chain(4), "small_cnn": zoo.small_cnn(), "if": _if_model(),
               "quant": _quant_model()}
@@ -96,6 +123,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "add_relu.onnx").write_bytes(_onnx_add())
     (out / "tfl3_header").write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(24))
+    for name, data in _tflite_seeds().items():
+        (out / name).write_bytes(data)
 
 
 if __name__ == "__main__":
