@@ -74,3 +74,14 @@ def test_scenario_mistakes_name_the_field(change: tuple[str, str], match: str) -
     text = TWO_DEVICES.replace(*change)
     with pytest.raises(ScenarioError, match=match):
         parse_scenario(text.format(placement=""))
+
+
+def test_partitioned_runs_are_deterministic() -> None:
+    text = TWO_DEVICES.replace('step_costs_us = [1000, 500, 1000, 200, 100, 1200]',
+                               'step_costs_us = [1000, 500, 1000, 200, 100, 1200]\njitter = 0.3')
+    text = text.replace('arrival = "periodic"\nperiod_ms = 10', 'arrival = "poisson"\nrate_hz = 400')
+    scenario = parse_scenario(text.format(placement='devices = ["npu", "cpu"]'))
+    first, second = (simulate(scenario, progress=False).reports[0] for _ in range(2))
+    assert first == second
+    c = first.get("camera", "high")
+    assert c.offered == 50 and len({v for v in c.latency_ms.values()}) > 1  # jitter and queueing vary latencies
