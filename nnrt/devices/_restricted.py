@@ -14,19 +14,21 @@ and accepts differs.
   supported), as a driver declaring its support; it does not compile each operation.
 * ``prepare_model`` refuses a model holding an operation it does not support
   (INVALID_ARGUMENT naming the operation and the reason), as a driver does.
-* ``fail_prepare=ErrorStatus.X`` makes every preparation fail with that status: the device
-  that fails on purpose, for CPU-fallback tests and examples.
+* ``fail_prepare=ErrorStatus.X`` makes every preparation fail with that status, and
+  ``fail_execute=ErrorStatus.X`` every execution: the device that fails on purpose, for
+  CPU-fallback tests and examples.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Hashable, Iterable
 from typing import Any
 
 from nnrt.devices._cpu import CpuDevice
 from nnrt.devices._device import DeviceType, Restrictions
 from nnrt.errors import InvalidArgumentError, error_for
-from nnrt.types import Capabilities, ErrorStatus, OperandType, OperationType, PerformanceInfo
+from nnrt.execution import ExecContext, Plan
+from nnrt.types import Capabilities, ErrorStatus, OperandType, OperationType, PerformanceInfo, Priority
 
 __all__ = ["RestrictedDevice", "capabilities_from"]
 
@@ -62,14 +64,16 @@ class RestrictedDevice(CpuDevice):
         device_type: DeviceType = DeviceType.ACCELERATOR,
         version: str = "1.0",
         fail_prepare: ErrorStatus | None = None,
+        fail_execute: ErrorStatus | None = None,
         **cpu_options: Any,
     ) -> None:
         """``operations``/``operand_types``: what the device accepts (None: all at its feature
         level); ``performance``: what it reports, relative to the CPU (lower is better; the
         default, 0.5, says twice as fast, since the framework gives ties to the CPU)."""
         restrictions = Restrictions.of(feature_level, operations, operand_types)
-        if fail_prepare is not None and (not isinstance(fail_prepare, ErrorStatus) or fail_prepare is ErrorStatus.NONE):
-            raise InvalidArgumentError(f"fail_prepare: must be a failing ErrorStatus or None, got {fail_prepare!r}")
+        for what, status in (("fail_prepare", fail_prepare), ("fail_execute", fail_execute)):
+            if status is not None and (not isinstance(status, ErrorStatus) or status is ErrorStatus.NONE):
+                raise InvalidArgumentError(f"{what}: must be a failing ErrorStatus or None, got {status!r}")
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"name: a device needs a non-empty name, got {name!r}")
         if not isinstance(device_type, DeviceType):
@@ -80,9 +84,25 @@ class RestrictedDevice(CpuDevice):
         self.feature_level = feature_level
         self.restrictions = restrictions
         self.fail_prepare = fail_prepare
+        self.fail_execute = fail_execute
         self._capabilities = capabilities_from(performance)
 
     def _check_model(self, model: object) -> None:
         if self.fail_prepare is not None:
             raise error_for(self.fail_prepare, f"{self.name}: preparation fails on purpose ({self.fail_prepare.name})")
         super()._check_model(model)
+
+    def _fail_execution(self, gen: Generator[int, None, list[Any]]) -> None:
+        if self.fail_execute is not None:
+            gen.close()
+            raise error_for(self.fail_execute, f"{self.name}: execution fails on purpose ({self.fail_execute.name})")
+
+    def run_now(self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable = "default",
+                priority: Priority = Priority.MEDIUM) -> tuple[list[Any], int]:
+        self._fail_execution(gen)
+        return super().run_now(gen, ctx, plan, app, priority)
+
+    async def drive(self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable = "default",
+                    priority: Priority = Priority.MEDIUM) -> tuple[list[Any], int]:
+        self._fail_execution(gen)
+        return await super().drive(gen, ctx, plan, app, priority)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
 import nnrt
 from nnrt import ErrorStatus, Model, Priority, RestrictedDevice, zoo
@@ -83,6 +84,32 @@ async def test_failing_device_falls_back_to_the_cpu(cpu: nnrt.CpuDevice) -> None
     # Every operation on the failing device: the CPU prepares the whole model.
     whole = await nnrt.prepare(chain(Op.ADD, Op.MUL), [cpu, bad])
     assert whole._driver is cpu and whole.partitions == (nnrt.Partition("cpu", (0, 1), "bad"),)
+
+
+async def test_step_failing_at_execution_runs_again_on_the_cpu(cpu: nnrt.CpuDevice) -> None:
+    flaky = RestrictedDevice("flaky", operations=NPU_OPS, fail_execute=ErrorStatus.DEAD_OBJECT)
+    m = chain(Op.ADD, Op.LOGISTIC, Op.MUL)
+    pm = await nnrt.prepare(m, [cpu, flaky])
+    assert [p.device for p in pm.partitions] == ["flaky", "cpu", "flaky"]
+    expected = (await (await cpu.prepare_model(m)).execute([x14()])).outputs[0]
+    with capture_logs() as logs:
+        assert (await pm.execute([x14()])).outputs[0].tobytes() == expected.tobytes()
+        assert pm.execute_sync([x14()]).outputs[0].tobytes() == expected.tobytes()
+    # Steps 0 and 2 failed on the device and ran on the CPU, each prepared there once.
+    assert [(e["step"], e["status"]) for e in logs if e["event"] == "execution.fallback"] == [(0, "DEAD_OBJECT"),
+                                                                                             (2, "DEAD_OBJECT")]
+    assert sorted(pm._driver._twins) == [0, 2]  # type: ignore[attr-defined]
+    # Without the CPU in the list, the failure is the execution's.
+    other = RestrictedDevice("other", operations=[Op.LOGISTIC])
+    alone = await nnrt.prepare(m, [flaky, other])
+    with pytest.raises(nnrt.DeadObjectError, match="fails on purpose"):
+        await alone.execute([x14()])
+    # A missed deadline or a refusal is never retried elsewhere.
+    late = RestrictedDevice("late", operations=NPU_OPS, fail_execute=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+    with pytest.raises(nnrt.MissedDeadlineError):
+        await (await nnrt.prepare(m, [cpu, late])).execute([x14()])
+    for dev in (flaky, other, late):
+        dev.close()
 
 
 @pytest.mark.parametrize("status", [ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT])
@@ -383,3 +410,18 @@ async def test_worker_path_fenced_and_burst() -> None:
             assert (await f).outputs[0].tobytes() == once.tobytes()
     cpu.close()
     npu.close()
+
+
+async def test_step_failing_on_the_worker_path_runs_again_on_the_cpu() -> None:
+    cpu = nnrt.CpuDevice(name="wcpu2", inline_limit_ns=0)
+    flaky = RestrictedDevice("wflaky", operations=NPU_OPS, fail_execute=ErrorStatus.GENERAL_FAILURE, inline_limit_ns=0)
+    m = chain(Op.ADD, Op.LOGISTIC)
+    pm = await nnrt.prepare(m, [cpu, flaky])
+    assert not pm._driver.can_run_now(pm.plan)
+    expected = (await (await cpu.prepare_model(m)).execute([x14()])).outputs[0]
+    for _ in range(2):
+        assert (await pm.execute([x14()])).outputs[0].tobytes() == expected.tobytes()
+    assert sorted(pm._driver._twins) == [0]  # type: ignore[attr-defined]
+    assert cpu.statistics().running == 0 and flaky.statistics().running == 0
+    cpu.close()
+    flaky.close()

@@ -100,6 +100,7 @@ def test_operations_and_operand_types_restrict(cpu: nnrt.CpuDevice) -> None:
         ({"performance": -1.0}, "performance"),
         ({"performance": "fast"}, "performance"),
         ({"fail_prepare": ErrorStatus.NONE}, "fail_prepare"),
+        ({"fail_execute": 1}, "fail_execute"),
         ({"device_type": 3}, "device_type"),
     ],
 )
