@@ -10,7 +10,9 @@ Contract, following NNAPI's ``IDevice``:
   feature level, a type of operation or operand the device does not take, a kernel that
   rejects its signature). The default derives it from ``supported_operations``.
 * ``feature_level`` is NNAPI's (1-8): an operation or operand type introduced after it is
-  unsupported on the device (``feature_level_reason``).
+  unsupported on the device (``feature_level_reason``). ``Restrictions`` (here, so that any
+  device can carry them) describe a driver that takes only some operations and operand types
+  up to a feature level, and answer support queries from that description alone.
 * ``prepare_model(model, preference=, priority=, deadline=)`` validates the model (every
   operation's signature; a bad model, preference or priority is INVALID_ARGUMENT), refuses a
   deadline already passed (MISSED_DEADLINE_PERSISTENT), and returns a ``PreparedModel``.
