@@ -221,18 +221,24 @@ def check_preference_priority(preference: object, priority: object) -> tuple[Exe
     return pref, prio
 
 
+# The feature level of every operation and operand type, looked up once (a model of thousands
+# of operations asks for each of its operands).
+_OPERATION_LEVEL = {t: t.feature_level for t in OperationType}
+_OPERAND_LEVEL = {t: t.feature_level for t in OperandType}
+
+
 def feature_level_reason(model: Model, operation: Operation, level: int) -> str:
     """Why ``operation`` of ``model`` cannot run on a device of feature ``level`` ("" if it can):
     the operation, or one of its operand types, appeared in a later feature level; before FL3
     (dynamic output shapes) its outputs must be fully specified. IF and WHILE are checked
     through the operations of the models they reference."""
-    needed = operation.type.feature_level
+    needed = _OPERATION_LEVEL[operation.type]
     if needed != EXPERIMENTAL_FEATURE_LEVEL and needed > level:
         return f"{operation.type.name} needs feature level {needed}, the device has {level}"
     ops = model.operands
     for i in (*operation.inputs, *operation.outputs):
         t = ops[i].type
-        if t.feature_level > level:
+        if _OPERAND_LEVEL[t] > level:
             return f"{ops[i].label} is {t.name}, which needs feature level {t.feature_level}; the device has {level}"
     if level < 3:
         for i in operation.outputs:
