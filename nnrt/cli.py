@@ -21,7 +21,8 @@ from nnrt.clock import deadline_after
 from nnrt.devices import CpuDevice, Device, devices_from_config, get_devices
 from nnrt.errors import NnrtError
 from nnrt.model import Model
-from nnrt.types import Priority
+from nnrt.sched import ClassStatistics
+from nnrt.types import ErrorStatus, Priority
 
 __all__ = ["main"]
 
@@ -56,10 +57,33 @@ def _percentiles(values_ms: Sequence[float]) -> str:
 
 #: Executions run one by one before the concurrent ones (the first is cold: allocator, caches).
 WARM_UP = 10
+#: How the demo names a successful execution (NNAPI's status NONE).
+SUCCEEDED = "succeeded"
+
+
+def _outcome_text(outcomes: Counter[str]) -> str:
+    """``succeeded 280, MISSED_DEADLINE_TRANSIENT 20``: successes first, then failures by status."""
+    parts = [f"{SUCCEEDED} {outcomes[SUCCEEDED]}"]
+    parts += [f"{k} {v}" for k, v in sorted(outcomes.items()) if k != SUCCEEDED]
+    return ", ".join(parts)
+
+
+def _refusal_text(cls: ClassStatistics) -> str:
+    """Where the failures came from, each cause under its own name."""
+    missed = sum(n for s, n in cls.rejected.items() if s in (ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                                                ErrorStatus.MISSED_DEADLINE_PERSISTENT))
+    full = sum(n for s, n in cls.rejected.items() if s in (ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                                                            ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT))
+    other = sum(cls.rejected.values()) - missed - full
+    text = (f"  of the failures: refused at admission as predicted to miss the deadline {missed}, refused because the "
+            f"app's queue was full (RESOURCE_EXHAUSTED_TRANSIENT) {full}, ")
+    if other:
+        text += f"refused for another reason {other}, "
+    return text + f"expired while queued {cls.expired}, aborted while running {cls.aborted}"
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    device = CpuDevice()
+    device = CpuDevice(tune_process=True)  # nnrt's own process: the latency settings are ours to choose
     try:
         model = zoo.build(args.model)
         _write(f"nnrt demo: model {model.name} ({len(model.operations)} operations), device {device.name}, "
@@ -75,10 +99,12 @@ async def _demo(args: argparse.Namespace) -> int:
             await prepared.execute(inputs)
         if args.deadline_ms > 0:
             est_ms = prepared.plan.admission_cost_ns / 1e6
-            fit = args.deadline_ms / est_ms * device.compute_units if est_ms > 0 else float("inf")
-            _write(f"admission: about {est_ms:.3f} ms per execution on {device.compute_units} compute unit(s), so "
-                   f"about {fit:.0f} of the {args.executions} fit within the deadline; those predicted to miss are "
-                   "refused at once (MISSED_DEADLINE_TRANSIENT) instead of queueing to fail")
+            fit = int(args.deadline_ms / est_ms * device.compute_units) if est_ms > 0 else args.executions
+            share = (f"all {args.executions} should fit" if fit >= args.executions
+                     else f"only about {fit} of the {args.executions} can finish in time")
+            _write(f"admission: about {est_ms:.3f} ms per execution on {device.compute_units} compute unit(s); "
+                   f"with all {args.executions} submitted at once and a {args.deadline_ms:g} ms deadline, {share}. "
+                   "Those predicted to miss are refused at once (MISSED_DEADLINE_TRANSIENT) instead of queueing to fail")
         outcomes: Counter[str] = Counter()
         latencies: list[float] = []
 
@@ -90,18 +116,15 @@ async def _demo(args: argparse.Namespace) -> int:
             except NnrtError as err:
                 outcomes[err.status.name] += 1
             else:
-                outcomes["NONE"] += 1
+                outcomes[SUCCEEDED] += 1
                 latencies.append((time.perf_counter() - start) * 1e3)
 
         t = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(args.executions)))
         wall = time.perf_counter() - t
         _write(f"{args.executions} concurrent executions in {wall * 1e3:.1f} ms ({args.executions / wall:.0f}/s)")
-        _write("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
-        cls = device.statistics().get("default", Priority.MEDIUM)
-        refused = sum(cls.rejected.values())
-        _write(f"  of which refused at admission (predicted to miss): {refused}, expired while queued: {cls.expired}, "
-               f"aborted while running: {cls.aborted}")
+        _write("outcomes: " + _outcome_text(outcomes))
+        _write(_refusal_text(device.statistics().get("default", Priority.MEDIUM)))
         _write("latency of successful executions: " + _percentiles(latencies))
         if args.qos:
             await _demo_priorities(device, args.deadline_ms)
@@ -126,7 +149,7 @@ async def _demo_priorities(device: CpuDevice, deadline_ms: float) -> None:
         except NnrtError as err:
             outcomes[name][err.status.name] += 1
         else:
-            outcomes[name]["NONE"] += 1
+            outcomes[name][SUCCEEDED] += 1
             if name == "HIGH":
                 high_ms.append((time.perf_counter() - start) * 1e3)
 
@@ -145,8 +168,7 @@ async def _demo_priorities(device: CpuDevice, deadline_ms: float) -> None:
     stats = device.statistics()
     for name, prio in (("LOW", Priority.LOW), ("HIGH", Priority.HIGH)):
         c = stats.get("demo-qos", prio)
-        _write(f"  {name:4} outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes[name].items()))
-               + f"; preemptions {c.preemptions}")
+        _write(f"  {name:4} outcomes: " + _outcome_text(outcomes[name]) + f"; preemptions {c.preemptions}")
     _write("  HIGH latency: " + _percentiles(high_ms))
 
 

@@ -22,7 +22,9 @@ validation once (NNAPI maps each pool once, not per request).
   back on the device's worker thread in one hand-off, under one scheduler job that holds a
   compute unit for the batch and gives it back between two requests when the scheduler
   raises its interrupt flag (so priorities and preemption work between requests; a request
-  once started runs to its end). ``execute`` would pay a hand-off to the worker and back and
+  once started runs to its end, and admission counts it as the job's longest step). Each
+  request keeps its deadline, and its outcome goes back to the loop as it ends.
+  ``execute`` would pay a hand-off to the worker and back and
   an admission per request.
 
 Keep both in step with the functions they specialise. A device whose ``run_now`` or
@@ -33,6 +35,7 @@ would.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
     from nnrt.devices import CpuDevice
     from nnrt.execution import PreparedModel
 
-__all__ = ["Lane", "LeanRunner", "Request", "RunFlag"]
+__all__ = ["Deliver", "Lane", "LeanRunner", "Request", "RunFlag"]
 
 _log = get_logger("execution")
 
@@ -74,6 +77,8 @@ class Lane:
 #: One request of a worker batch: its lane, measure_timing, deadline, and when it was taken
 #: from the channel (``perf_ns``, for timing).
 Request = tuple[Lane, bool, "float | None", int]
+#: Called on the loop with (index in the batch, outcome) as each request of a batch ends.
+Deliver = Callable[[int, "ExecutionResult | NnrtError"], None]
 
 
 class RunFlag:
@@ -103,8 +108,8 @@ class LeanRunner:
         cls = type(driver)
         if not isinstance(driver, CpuDevice) or (cls.run_now, cls.can_run_now) != (CpuDevice.run_now, CpuDevice.can_run_now):
             return None
-        if any(step.kind != KERNEL for step in prepared.plan.steps):
-            return None
+        if prepared.plan.dynamic or any(step.kind != KERNEL for step in prepared.plan.steps):
+            return None  # (a dynamic plan's cost depends on each request's sizes)
         return LeanRunner(prepared)
 
     def __init__(self, prepared: PreparedModel) -> None:
@@ -124,15 +129,29 @@ class LeanRunner:
         try:
             if deadline is not None or loop_timeout is not None:
                 self.admit(deadline, loop_timeout)
-            results = self._kernels(lane.args, deadline)
+            plan = self._plan
+            if plan.fast_countdown:
+                plan.fast_countdown -= 1
+                results = self._kernels(lane.args, deadline)
+            else:  # the cost model learns on this path too (``Plan.observe_fast``)
+                t = perf_ns()
+                results = self._kernels(lane.args, deadline)
+                plan.observe_fast(perf_ns() - t)
             self._sched.ran_fast(self._app, self._priority)
             return self._finish(lane, results, measure, t0)
         except NnrtError as err:
             self._prepared._log_failure(err)
             raise
 
-    async def run_on_worker(self, batch: list[Request]) -> list[ExecutionResult | NnrtError]:
-        """Run ``batch`` back to back on the device's worker under one job of the scheduler.
+    async def run_on_worker(self, batch: list[Request], deliver: Deliver) -> list[ExecutionResult | NnrtError]:
+        """Run ``batch`` back to back on the device's worker under one job of the scheduler;
+        ``deliver(k, outcome)`` is called on the loop as each request ends, in order.
+
+        Each request keeps its own deadline: it fails without compute (MISSED_DEADLINE_
+        TRANSIENT) when that has passed, or its estimate no longer fits before it, as its turn
+        comes; its deadline is checked before each operation and after the last, so none
+        succeeds late. (The job itself has no deadline: failing it would fail the requests
+        that can still make theirs.)
 
         The job is admitted and waits its turn like any execution (a refusal fails every
         request alike); once granted it holds a compute unit while the worker runs request
@@ -144,6 +163,7 @@ class LeanRunner:
         the per-class ``completed`` figure counts requests.
         """
         device, sched, plan = self._device, self._sched, self._plan
+        loop = asyncio.get_running_loop()
         each = plan.admission_cost_ns / 1e9
         job = Job(self._app, self._priority, cost=each * len(batch), step=each)  # a request runs to its end
         flag = RunFlag()
@@ -153,24 +173,44 @@ class LeanRunner:
             if err.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT:  # the estimate alone is too long
                 plan.refused()
             self._prepared._log_failure(err)
+            for k in range(len(batch)):
+                deliver(k, err)
             return [err] * len(batch)
         try:
             granted = await sched.wait_turn(job)
-            future = asyncio.wrap_future(device.workers_for(self._priority).submit(self._run_batch, batch, flag))
+
+            def post(k: int, outcome: ExecutionResult | NnrtError) -> None:  # on the worker
+                loop.call_soon_threadsafe(deliver, k, outcome)
+
+            future = asyncio.wrap_future(device.workers_for(self._priority).submit(self._run_batch, batch, flag, post,
+                                                                                    each))
             try:
                 outcomes = await asyncio.shield(future)
             except asyncio.CancelledError:
                 flag.stop = True  # end after the request in progress
                 await asyncio.wait([future])
-                if not future.cancelled():
-                    future.exception()  # retrieved: the burst is closing, nobody wants it
+                if future.cancelled() or future.exception() is not None:  # retrieved: nobody wants it
+                    raise
+                # Its results were delivered already (the client may be closing the burst
+                # because it has them all): account for them as for a batch that ended.
+                self._account(job, future.result(), granted)
                 raise
             except Exception as exc:  # nnrt's own bug: fail the batch, keep the server
                 _log.warning("burst.batch_failed", error=f"{type(exc).__name__}: {exc}")
                 outcomes = [GeneralFailureError(f"{type(exc).__name__}: {exc}")] * len(batch)
+                for k in range(len(batch)):
+                    deliver(k, outcomes[k])
         except BaseException:
-            sched.withdraw(job)
+            sched.withdraw(job)  # (a no-op once accounted)
             raise
+        self._account(job, outcomes, granted)
+        return outcomes
+
+    def _account(self, job: Job, outcomes: list[ExecutionResult | NnrtError], granted: int) -> None:
+        """End a batch's job: one completion for it, the scheduler's fast-path counter for the
+        other requests that succeeded (so ``completed`` counts requests), the cost model learns
+        the service time per request, and each failure is logged."""
+        sched = self._sched
         held_ns = perf_ns() - granted
         ok = sum(1 for outcome in outcomes if type(outcome) is ExecutionResult)
         failed = next((o.status for o in outcomes if isinstance(o, NnrtError)), ErrorStatus.NONE)
@@ -178,28 +218,35 @@ class LeanRunner:
         for _ in range(ok - 1):
             sched.ran_fast(self._app, self._priority)
         if outcomes:
-            plan.observe(held_ns / len(outcomes))
+            self._plan.observe(held_ns / len(outcomes))
         for outcome in outcomes:
             if isinstance(outcome, NnrtError):
                 self._prepared._log_failure(outcome)
-        return outcomes
 
-    def _run_batch(self, batch: list[Request], flag: RunFlag) -> list[ExecutionResult | NnrtError]:
+    def _run_batch(self, batch: list[Request], flag: RunFlag, post: Deliver, each_s: float) -> list[ExecutionResult | NnrtError]:
         """On the worker: run requests back to back, stopping (between two requests) once
-        ``flag.interrupt`` or ``flag.stop`` is set. One outcome per request run, in order;
-        touches no loop-side state. A deadline that passed while the request waited in its
-        burst is MISSED_DEADLINE_TRANSIENT, as for an execution expiring in the queue."""
+        ``flag.interrupt`` or ``flag.stop`` is set, and ``post`` each outcome as it ends. One
+        outcome per request run, in order; touches no loop-side state. A request whose deadline
+        passed while it waited in its burst, or that its estimate (``each_s``) can no longer
+        fit before it, is MISSED_DEADLINE_TRANSIENT without compute, as an execution expiring
+        in the queue."""
         outcomes: list[ExecutionResult | NnrtError] = []
-        for lane, measure, deadline, t0 in batch:
+        for k, (lane, measure, deadline, t0) in enumerate(batch):
             if flag.interrupt or flag.stop:
                 break
+            outcome: ExecutionResult | NnrtError
             try:
-                if deadline is not None and self._clock.now() >= deadline:
-                    raise MissedDeadlineError("the deadline passed while the request waited in its burst",
-                                              status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
-                outcomes.append(self._finish(lane, self._kernels(lane.args, deadline), measure, t0))
+                if deadline is not None:
+                    left = deadline - self._clock.now()
+                    if left <= 0 or each_s > left:
+                        why = "passed" if left <= 0 else f"is {left * 1e3:.3f} ms away, less than its {each_s * 1e3:.3f} ms"
+                        raise MissedDeadlineError(f"the deadline {why} when its turn came in its burst",
+                                                  status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+                outcome = self._finish(lane, self._kernels(lane.args, deadline), measure, t0)
             except NnrtError as err:
-                outcomes.append(err)
+                outcome = err
+            outcomes.append(outcome)
+            post(k, outcome)
         return outcomes
 
     def _kernels(self, args: list[Any], deadline: float | None) -> list[Any]:
@@ -234,4 +281,4 @@ class LeanRunner:
         (MISSED_DEADLINE_PERSISTENT for a deadline passed or out of reach)."""
         self._prepared._context(deadline, loop_timeout)  # a passed deadline, bad values: refused here
         if deadline is not None:
-            self._device.refuse_if_late(self._plan, deadline)
+            self._device.refuse_if_late(self._plan.cost, deadline)

@@ -28,9 +28,10 @@ their pools. ``Burst`` uses it when nothing is queued or running and ``can_run_n
 Worker batches: for a plan too heavy for the loop (it runs on the device's worker), the task
 takes the request it woke for and those queued behind it (up to ``MAX_BATCH``), checks them on
 the loop, and runs them back to back on the worker under one scheduler job
-(``LeanRunner.run_on_worker``): one hand-off per batch instead of two per request. Results
-are written in order; requests the batch did not reach because the scheduler wanted the unit
-are served next, before anything still in the channel.
+(``LeanRunner.run_on_worker``): one hand-off per batch instead of two per request. Each
+request keeps its own deadline inside the batch, and its result is written as it ends (in
+order), not when the batch ends; requests the batch did not reach because the scheduler
+wanted the unit are served next, before anything still in the channel.
 
 Eager requests: when the server is idle and its channel empty, ``Burst.execute`` may also run a
 request that cannot run at once in the caller's task (``begin_eager`` / ``serve`` /
@@ -211,15 +212,34 @@ class BurstServer:
                 continue
             batch.append((lane, packet.measure_timing, packet.deadline, t0))
             where.append(k)
+        write = self._write_result
+        written = 0
+        live = True
+
+        def flush() -> None:  # write the results ready, in order
+            nonlocal written
+            while live and written < len(items) and results[written] is not None:
+                self.served += 1
+                write(results[written])  # type: ignore[arg-type]
+                written += 1
+
+        def deliver(j: int, outcome: ExecutionResult | NnrtError) -> None:  # as each request ends
+            if isinstance(outcome, NnrtError):
+                results[where[j]] = ResultPacket(outcome.status, outcome.output_shapes, message=str(outcome.args[0]))
+            else:
+                results[where[j]] = ResultPacket(ErrorStatus.NONE, outcome.output_shapes, outcome.timing)
+            flush()
+
+        flush()  # refusals ahead of the first request to run
         if batch:
             self.batches += 1
-            for k, outcome in zip(where, await lean.run_on_worker(batch)):
-                if isinstance(outcome, NnrtError):
-                    results[k] = ResultPacket(outcome.status, outcome.output_shapes, message=str(outcome.args[0]))
-                else:
-                    results[k] = ResultPacket(ErrorStatus.NONE, outcome.output_shapes, outcome.timing)
-        write = self._write_result
-        for k, result in enumerate(results):
+            try:
+                await lean.run_on_worker(batch, deliver)
+            finally:
+                live = False  # (a cancelled batch's late deliveries find the burst closed)
+        flush_to = written
+        for k in range(flush_to, len(items)):
+            result = results[k]
             if result is None:  # not reached: it and those behind it go first next time
                 carry.extendleft(reversed(items[k:]))
                 return

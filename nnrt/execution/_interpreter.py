@@ -31,6 +31,7 @@ import numpy as np
 from nnrt.clock import Clock, MonotonicClock, perf_ns
 from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
 from nnrt.execution._control import while_counts
+from nnrt.execution._cost import CostModel
 from nnrt.execution._plan import IF, KERNEL, WHILE, Plan, Step
 from nnrt.types import ErrorStatus
 
@@ -74,7 +75,7 @@ except ImportError:  # pragma: no cover - other numpy layouts
 class ExecContext:
     """Per-execution state shared by the interpreter and its driver."""
 
-    __slots__ = ("clock", "deadline", "handoff", "interrupt", "loop_timeout", "on_loop", "profile")
+    __slots__ = ("clock", "cost", "deadline", "handoff", "interrupt", "loop_timeout", "on_loop", "profile")
 
     def __init__(
         self,
@@ -94,6 +95,8 @@ class ExecContext:
         self.on_loop = on_loop
         #: When a dict, step id -> nanoseconds spent in it (calibration).
         self.profile = profile
+        #: The cost model of this request when not the plan's own (a dynamic plan's shape class).
+        self.cost: CostModel | None = None
         #: A DELEGATED step and its inputs on the way to the driver, its outputs on the way back.
         self.handoff: Any = None
 

@@ -17,12 +17,13 @@ from operator import itemgetter
 from typing import Any
 
 from nnrt.errors import InvalidArgumentError
+from nnrt.execution._cost import ESTABLISHED, CostModel
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops import OpCall, prepare_function
 from nnrt.ops._registry import Kernel
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
-__all__ = ["DELEGATED", "IF", "KERNEL", "WHILE", "Plan", "Step", "compile_plan"]
+__all__ = ["DELEGATED", "FAST_SAMPLE_EVERY", "IF", "KERNEL", "WHILE", "Plan", "Step", "compile_plan"]
 
 #: Step kinds. A DELEGATED step is run by the plan's driver, not by a kernel: the interpreter
 #: hands it over at a checkpoint (``nnrt.execution._interpreter``); a partitioned model's plan
@@ -32,10 +33,9 @@ KERNEL, IF, WHILE, DELEGATED = 0, 1, 2, 3
 #: A step whose estimated cost exceeds this runs on the device's worker thread.
 DEFAULT_INLINE_LIMIT_NS = 100_000
 
-#: Refusals in a row after which a plan's measured history is stale (``Plan.observe``).
-STALE_AFTER_REFUSALS = 10
-# Observations after which one outlier is clipped (``Plan.observe``).
-_ESTABLISHED = 8
+#: The fast path measures one execution in this many (``Plan.sample_fast``): learning costs
+#: about 0.2 us, too much for every 5 us execution, and a few samples suffice.
+FAST_SAMPLE_EVERY = 16
 
 
 def _fetcher(ins: tuple[int, ...]) -> Callable[[list[Any]], tuple[Any, ...]]:
@@ -76,70 +76,62 @@ class Plan:
     outputs: tuple[int, ...]
     steps: list[Step]
     has_control_flow: bool = False
-    #: Service time of recent executions (exponential averages of the mean and of the absolute
-    #: deviation, ns): refines the cost model that admission uses.
-    observed_ns: float = 0.0
-    observed_dev_ns: float = 0.0
-    #: Executions refused on their deadline since the last observation (see ``refused``).
-    refusals: int = 0
-    #: Executions observed (since the last restart of the history).
-    observations: int = 0
     #: Set by ``set_inline_limit``: the whole plan may run on the event loop thread.
     inline: bool = False
+    #: Some input has unknown dimensions: the cost depends on the request (one cost model per
+    #: shape class, ``cost_for``), and the plan never runs on the event loop thread.
+    dynamic: bool = False
+    #: The cost model of the plan's executions (made at first use, from the calibrated cost).
+    _cost: CostModel | None = None
+    #: Shape class -> its cost model (dynamic plans).
+    _classes: dict[int, CostModel] = field(default_factory=dict)
+    #: Fast-path executions to go before the next one is measured (``observe_fast``).
+    fast_countdown: int = 0
+
+    @property
+    def cost(self) -> CostModel:
+        """The cost model admission uses for this plan (``nnrt.execution._cost``)."""
+        model = self._cost
+        if model is None:
+            model = self._cost = CostModel(self.cost_ns)
+        elif not model.observations:
+            model.prior_ns = self.cost_ns  # until measured, the (re)calibrated step costs
+        return model
+
+    def cost_for(self, args: list[Any]) -> CostModel:
+        """The cost model of a request on ``args``: the plan's own, or, for a dynamic plan, its
+        shape class's (the inputs' total elements by power of two). A class not measured yet
+        starts from the largest cost measured for a smaller one, scaled by size: unknown sizes
+        are not assumed cheap."""
+        if not self.dynamic:
+            return self.cost
+        key = sum(int(getattr(a, "size", 1)) for a in args).bit_length()
+        model = self._classes.get(key)
+        if model is None:
+            known = [m.estimate_ns * 2.0 ** (key - k) for k, m in self._classes.items() if m.observations and k <= key]
+            model = self._classes[key] = CostModel(max(known, default=self.cost_ns))
+        return model
+
+    def observe_fast(self, service_ns: float) -> None:
+        """Learn a fast-path execution's service time when ``fast_countdown`` is 0 (callers
+        count it down otherwise): one in ``FAST_SAMPLE_EVERY`` is measured, and every one until
+        the cost model has a history."""
+        cost = self.cost
+        cost.observe(service_ns)
+        self.fast_countdown = FAST_SAMPLE_EVERY - 1 if cost.observations >= ESTABLISHED else 0
 
     def observe(self, service_ns: float) -> None:
-        """Learn one execution's service time (starting from the calibrated cost).
-
-        The first executions are taken as they come: calibration times the kernels alone, and a
-        real execution also pays hand-offs, so early samples are what corrects it (a cold first
-        run makes admission cautious for a while, the safe side). Once a history is established
-        (``_ESTABLISHED`` samples), one outlier (the thread descheduled by the OS, a burst of page
-        faults) must not multiply the estimate: a sample counts for at most four spreads above
-        the mean, the spread being at least a quarter of the mean. A lasting change still moves
-        the estimate by a quarter or more per execution, so it is learned within a few.
-        After a long run of refusals the history is stale (see ``refused``): the estimate starts
-        again from this sample, with a spread of a quarter of it.
-        """
-        if self.refusals >= STALE_AFTER_REFUSALS:
-            self.observed_ns, self.observed_dev_ns = service_ns, 0.25 * service_ns
-            self.observations = 1
-            self.refusals = 0
-            return
-        mean = self.observed_ns or self.cost_ns
-        sample = service_ns
-        if self.observations >= _ESTABLISHED:
-            sample = min(sample, mean + 4.0 * max(self.observed_dev_ns, 0.25 * mean))
-        self.observed_dev_ns = 0.75 * self.observed_dev_ns + 0.25 * abs(sample - mean)
-        self.observed_ns = 0.8 * mean + 0.2 * sample
-        self.observations += 1
-        self.refusals = 0
+        """Learn one execution's service time (``CostModel.observe``)."""
+        self.cost.observe(service_ns)
 
     def refused(self) -> None:
-        """Admission refused an execution because this estimate alone does not fit before its
-        deadline (MISSED_DEADLINE_PERSISTENT; a refusal for the work queued ahead says nothing
-        about the estimate, and under overload decaying on those made admission optimistic).
-
-        Refused executions are never measured, so an estimate pushed above the deadlines would
-        refuse every later request and never learn otherwise (lock-in). Each refusal in a row
-        shrinks the estimate's excess over the calibrated cost by 15%, until an execution is
-        admitted and measured (a probe, in the spirit of TCP's after a timeout); after
-        ``STALE_AFTER_REFUSALS`` refusals in a row that measurement replaces the history."""
-        self.refusals += 1
+        """An execution was refused because the estimate alone did not fit (``CostModel.refused``)."""
+        self.cost.refused()
 
     @property
     def admission_cost_ns(self) -> float:
-        """What admission assumes an execution will take: the mean plus three mean deviations
-        (in the spirit of TCP's retransmission timer), so jitter rarely makes an admitted job
-        late. Under overload, larger margins measured better on both on-time throughput and
-        misses up to about 4 (misses waste capacity); 6 left the device idle. Never below the
-        calibrated cost; refusals decay the excess over it (``refused``)."""
-        base = self.cost_ns
-        estimate = self.observed_ns + 3.0 * self.observed_dev_ns
-        if estimate <= base:
-            return base
-        if self.refusals:
-            estimate = base + (estimate - base) * 0.85 ** min(self.refusals, 400)
-        return estimate
+        """What admission assumes an execution will take (``CostModel.estimate_ns``)."""
+        return self.cost.estimate_ns
 
     @property
     def output_operands(self) -> list[Operand]:
@@ -158,11 +150,13 @@ class Plan:
 
     def set_inline_limit(self, limit_ns: float) -> None:
         """Decide, from the step costs, what may run on the event loop thread: each step
-        (``heavy``), and the whole plan (``inline``: cheap and without control flow)."""
-        self.inline = not self.has_control_flow and self.cost_ns <= limit_ns
+        (``heavy``), and the whole plan (``inline``: cheap and without control flow). Nothing
+        of a dynamic plan does: its costs are unknown until a request tells its sizes."""
+        self.inline = not self.has_control_flow and not self.dynamic and self.cost_ns <= limit_ns
         for step in self.steps:
-            step.heavy = step.cost_ns > limit_ns
+            step.heavy = self.dynamic or step.cost_ns > limit_ns
             for sub in step.branches:
+                sub.dynamic = sub.dynamic or self.dynamic
                 sub.set_inline_limit(limit_ns)
 
 
@@ -210,6 +204,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
         steps.append(step)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
+    plan.dynamic = not all(ops[i].fully_specified for i in model.input_indexes)
     plan.set_inline_limit(DEFAULT_INLINE_LIMIT_NS)
     cache[id(model)] = plan
     return plan

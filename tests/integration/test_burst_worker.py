@@ -166,7 +166,8 @@ async def test_closing_while_the_worker_runs_a_batch(heavy: nnrt.CpuDevice) -> N
     assert not closing.done()  # it waits for the request in progress
     gate.release.set()
     await closing
-    for fut in futures:
+    assert futures[0].result().outputs[0].tolist() == [[1.0] * 4]  # in progress: it finished, and was answered
+    for fut in futures[1:]:
         with pytest.raises(nnrt.DeadObjectError):
             fut.result()
     assert ring.out(0) == [1.0] * 4  # the request in progress finished: its output is whole
@@ -200,3 +201,40 @@ async def test_a_refused_batch_fails_each_of_its_requests() -> None:
         assert device.scheduler.idle()
     finally:
         device.close()
+
+
+async def test_batch_results_arrive_as_each_request_ends_and_none_succeeds_late(heavy: nnrt.CpuDevice) -> None:
+    """Issue 15, item 4: in one worker batch, request 0's result is delivered while request 1
+    still runs (it used to wait for the whole batch), and request 1, whose deadline passes
+    during its kernel, fails MISSED_DEADLINE_TRANSIENT (it used to succeed late)."""
+    clock = heavy.clock
+    assert isinstance(clock, nnrt.VirtualClock)
+    prepared = await heavy.prepare_model(zoo.one_add())
+    step = prepared.plan.steps[0]
+    fn = step.fn
+    assert fn is not None
+    gate = Gate()
+    calls: list[int] = []
+
+    def second_blocks(*args: Any) -> Any:
+        calls.append(1)
+        return gate.wrap(fn)(*args) if len(calls) == 2 else fn(*args)
+
+    step.fn = second_blocks
+    async with prepared.burst() as burst:
+        ring = Ring(burst, 3)
+        first = await ring.submit(burst, 0)
+        late = await ring.submit(burst, 1, deadline=clock.now() + 1.0)
+        fine = await ring.submit(burst, 2, deadline=clock.now() + 10.0)
+        await gate.wait_entered()  # request 1 is inside its kernel
+        await settle()
+        assert first.done() and first.result().outputs[0][0, 0] == 1
+        assert not late.done()
+        clock.advance(2.0)  # its deadline passes during the kernel
+        gate.release.set()
+        await asyncio.wait([late, fine])
+        with pytest.raises(nnrt.MissedDeadlineError) as info:
+            late.result()
+        assert info.value.status is ErrorStatus.MISSED_DEADLINE_TRANSIENT
+        assert fine.result().outputs[0][0, 0] == 3
+        assert burst.statistics().worker_batches == 1

@@ -10,12 +10,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 import nnrt
 from nnrt import ErrorStatus, zoo
 from nnrt.sched import Job
-from tests.helpers import ones
+from tests.helpers import ones, unknown_shape_add
 
 
 def _slow_last_step(prepared: nnrt.PreparedModel, clock: nnrt.VirtualClock, seconds: float) -> None:
@@ -121,4 +122,29 @@ def test_execute_sync_without_a_running_loop_runs_here() -> None:
         prepared.execute_sync([ones(1, 4), ones(1, 4)], deadline=nnrt.deadline_after(1e-9))
     assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT
     assert sum(c.completed for c in device.statistics().classes) == 1
+    device.close()
+
+
+async def test_a_model_with_unknown_dimensions_runs_on_the_worker_and_learns_per_shape() -> None:
+    """Item 2: a plan whose inputs have unknown dimensions is not estimated at 1 us and run on
+    the event loop thread whatever the input size: it runs on the device's worker (so it can
+    be preempted and never stalls the loop), and its cost is learned per shape class."""
+    device = nnrt.CpuDevice()
+    prepared = await device.prepare_model(unknown_shape_add())
+    step = prepared.plan.steps[0]
+    fn = step.fn
+    assert fn is not None
+    threads: list[int] = []
+
+    def spy(*args: Any) -> Any:
+        threads.append(threading.get_ident())
+        return fn(*args)
+
+    step.fn = spy
+    big = np.ones((4096, 2), np.float32)
+    result = await prepared.execute([big, big])
+    assert result.outputs[0].shape == (4096, 2)
+    assert threads and threads[0] != threading.get_ident()
+    assert prepared.plan.cost_for([big, big]).observations == 1
+    assert prepared.plan.cost_for([big[:1], big[:1]]).observations == 0
     device.close()

@@ -264,12 +264,13 @@ async def test_admission_recovers_from_an_inflated_estimate(inline_limit_ns: flo
     every later request forever (lock-in). Refusals decay it until a probe is admitted, whose
     measurement replaces the stale history. The service times learned are measured for real
     (hand-offs to the worker included), so the deadline leaves them room: a 50 ms deadline
-    against a 530 ms history (a 5 ms one failed when a loaded machine's hand-off took ms)."""
+    against a 500 ms history (a 5 ms one failed when a loaded machine's hand-off took ms)."""
     clock = nnrt.VirtualClock(1000.0)
     dev = nnrt.CpuDevice(clock=clock, compute_units=1, inline_limit_ns=inline_limit_ns)
     prepared = await dev.prepare_model(zoo.one_add())
     plan = prepared.plan
-    plan.observed_ns, plan.observed_dev_ns = 500e6, 10e6  # a bad history: 530 ms per execution
+    for _ in range(20):
+        plan.observe(500e6)  # a bad history: 500 ms per execution
     outcomes = []
     for _ in range(60):
         try:
@@ -280,7 +281,7 @@ async def test_admission_recovers_from_an_inflated_estimate(inline_limit_ns: flo
         else:
             outcomes.append("ok")
     first_ok = outcomes.index("ok")
-    assert 5 <= first_ok <= 30  # refused while the estimate says 530 ms, then probed
+    assert 5 <= first_ok <= 30  # refused while the estimate says 500 ms, then probed
     assert outcomes[first_ok:] == ["ok"] * (60 - first_ok)  # the probe's measurement sticks
     assert plan.admission_cost_ns < 50e6
     dev.close()
