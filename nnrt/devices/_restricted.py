@@ -15,20 +15,22 @@ and accepts differs.
 * ``prepare_model`` refuses a model holding an operation it does not support
   (INVALID_ARGUMENT naming the operation and the reason), as a driver does.
 * ``fail_prepare=ErrorStatus.X`` makes every preparation fail with that status, and
-  ``fail_execute=ErrorStatus.X`` every execution: the device that fails on purpose, for
+  ``fail_execute=ErrorStatus.X`` every execution (the first kernel of each plan it prepares
+  raises it, so every execution path fails alike): the device that fails on purpose, for
   CPU-fallback tests and examples.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from nnrt.devices._cpu import CpuDevice
 from nnrt.devices._device import DeviceType, Restrictions
 from nnrt.errors import InvalidArgumentError, error_for
-from nnrt.execution import ExecContext, Plan
-from nnrt.types import Capabilities, ErrorStatus, OperandType, OperationType, PerformanceInfo, Priority
+from nnrt.execution import Plan
+from nnrt.model import Model
+from nnrt.types import Capabilities, ErrorStatus, OperandType, OperationType, PerformanceInfo
 
 __all__ = ["RestrictedDevice", "capabilities_from"]
 
@@ -92,17 +94,18 @@ class RestrictedDevice(CpuDevice):
             raise error_for(self.fail_prepare, f"{self.name}: preparation fails on purpose ({self.fail_prepare.name})")
         super()._check_model(model)
 
-    def _fail_execution(self, gen: Generator[int, None, list[Any]]) -> None:
-        if self.fail_execute is not None:
-            gen.close()
-            raise error_for(self.fail_execute, f"{self.name}: execution fails on purpose ({self.fail_execute.name})")
+    def _compile(self, model: Model) -> Plan:
+        """The CPU device's plan; with ``fail_execute``, its first kernel fails with that
+        status, so every way of running it fails as a driver failing mid-execution would."""
+        plan = super()._compile(model)
+        status = self.fail_execute
+        if status is not None:
+            step = next((st for st in plan.steps if st.fn is not None), None)
+            if step is not None:
+                message = f"{self.name}: execution fails on purpose ({status.name})"
 
-    def run_now(self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable = "default",
-                priority: Priority = Priority.MEDIUM) -> tuple[list[Any], int]:
-        self._fail_execution(gen)
-        return super().run_now(gen, ctx, plan, app, priority)
+                def fail(*_args: Any) -> Any:
+                    raise error_for(status, message)
 
-    async def drive(self, gen: Generator[int, None, list[Any]], ctx: ExecContext, plan: Plan, app: Hashable = "default",
-                    priority: Priority = Priority.MEDIUM) -> tuple[list[Any], int]:
-        self._fail_execution(gen)
-        return await super().drive(gen, ctx, plan, app, priority)
+                step.fn = fail
+        return plan
