@@ -425,3 +425,26 @@ async def test_step_failing_on_the_worker_path_runs_again_on_the_cpu() -> None:
     assert cpu.statistics().running == 0 and flaky.statistics().running == 0
     cpu.close()
     flaky.close()
+
+
+async def test_a_step_output_that_is_also_a_model_output(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None:
+    """An intermediate the model also returns is kept for the caller (not freed after the last
+    step reading it), and a model input read by several steps reaches each of them."""
+    m = Model("two-outputs")
+    x = m.add_operand(T.TENSOR_FLOAT32, [1, 4])
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    a, b, c = (m.add_operand(T.TENSOR_FLOAT32, [1, 4]) for _ in range(3))
+    m.add_operation(Op.ADD, [x, x, act], [a])  # npu
+    m.add_operation(Op.LOGISTIC, [a], [b])  # cpu
+    m.add_operation(Op.MUL, [b, x, act], [c])  # npu, reads the input again
+    m.identify_inputs_and_outputs([x], [c, a])
+    m.finish()
+    pm = await nnrt.prepare(m, [cpu, npu])
+    assert [p.device for p in pm.partitions] == ["npu", "cpu", "npu"]
+    expected = (await (await cpu.prepare_model(m)).execute([x14()])).outputs
+    for run in ((await pm.execute([x14()])).outputs, pm.execute_sync([x14()]).outputs):
+        assert [r.tobytes() for r in run] == [e.tobytes() for e in expected]
+    bufs = [np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32)]
+    await pm.execute([x14()], bufs)
+    assert [b.tobytes() for b in bufs] == [e.tobytes() for e in expected]
