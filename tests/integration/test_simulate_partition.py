@@ -85,3 +85,12 @@ def test_partitioned_runs_are_deterministic() -> None:
     assert first == second
     c = first.get("camera", "high")
     assert c.offered == 50 and len({v for v in c.latency_ms.values()}) > 1  # jitter and queueing vary latencies
+
+
+def test_a_slow_cpu_counts_its_speed() -> None:
+    """The reference CPU's figure is 1 / speed too: an npu at speed 0.8 beats a CPU at 0.5."""
+    text = TWO_DEVICES.replace("[devices.cpu]\nspeed = 1.0", "[devices.cpu]\nspeed = 0.5").replace("speed = 4.0",
+                                                                                                    "speed = 0.8")
+    (rep,) = simulate(parse_scenario(text.format(placement='devices = ["npu", "cpu"]')), progress=False).reports
+    used = {d.name: d.device_s for d in rep.devices}
+    assert used["npu"] > 0 and used["cpu"] > 0
