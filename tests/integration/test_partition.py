@@ -449,3 +449,18 @@ async def test_a_step_output_that_is_also_a_model_output(cpu: nnrt.CpuDevice, np
     bufs = [np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32)]
     await pm.execute([x14()], bufs)
     assert [b.tobytes() for b in bufs] == [e.tobytes() for e in expected]
+
+
+async def test_memory_pools_and_device_buffers(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None:
+    """Memory-pool arguments work as for any prepared model; a device buffer is per device, so
+    allocating one for a partitioned model is INVALID_ARGUMENT."""
+    m = chain(Op.ADD, Op.LOGISTIC, Op.MUL)
+    pm = await nnrt.prepare(m, [cpu, npu])
+    pool = nnrt.Memory.from_array(np.zeros(8, np.float32))
+    pool.buffer.view(np.float32)[:4] = x14().ravel()
+    result = await pm.execute([nnrt.MemoryLocation(pool, 0, 16)], [nnrt.MemoryLocation(pool, 16, 16)])
+    expected = (await (await cpu.prepare_model(m)).execute([x14()])).outputs[0]
+    assert result.output_shapes == (nnrt.OutputShape((1, 4)),)
+    assert pool.buffer.view(np.float32)[4:].tobytes() == expected.tobytes()
+    with pytest.raises(nnrt.InvalidArgumentError, match="not a model prepared by this device"):
+        cpu.allocate([1, 4], [pm], [nnrt.BufferRole(0, 0)], [])
