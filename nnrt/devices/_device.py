@@ -82,7 +82,7 @@ class OperationSupport:
 def _enum_set(values: Iterable[Any] | None, cls: type[OperationType] | type[OperandType], what: str) -> frozenset[Any] | None:
     if values is None:
         return None
-    if isinstance(values, (str, bytes)):
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise InvalidArgumentError(f"{what}: expected a collection of {cls.__name__}, got {values!r}")
     out = set()
     for v in values:

@@ -51,7 +51,10 @@ def _check_devices(devices: Sequence[Device] | None) -> list[Device]:
         return get_devices()
     if isinstance(devices, Device):
         devices = [devices]
-    found = list(devices)
+    try:
+        found = list(devices)
+    except TypeError:
+        raise InvalidArgumentError(f"prepare: devices must be a sequence of Device (or None), got {devices!r}") from None
     if not found:
         raise InvalidArgumentError("prepare: devices is empty (None means every device)")
     names: set[str] = set()
@@ -83,6 +86,10 @@ async def prepare(
 ) -> PreparedModel:
     """Prepare ``model`` on the best of ``devices`` for each operation (see the module doc)."""
     pref, prio = check_preparation_args(model, preference, priority)
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline != deadline):
+        raise InvalidArgumentError(f"prepare: deadline must be an absolute time in seconds or None, got {deadline!r}")
+    if not isinstance(app, str):
+        raise InvalidArgumentError(f"prepare: app must be a string, got {app!r}")
     found = _check_devices(devices)
     if cache_dir is not None or token is not None:
         check_cache_args(cache_dir, token)

@@ -149,6 +149,7 @@ async def test_bad_arguments(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None
         ([cpu, cpu], "listed twice"),
         ([cpu, "npu"], "is not a Device"),
         ([cpu, other_clock], "do not share one clock"),
+        (5, "devices must be a sequence of Device"),
     ]
     for devices, match in cases:
         with pytest.raises(nnrt.InvalidArgumentError, match=match):
@@ -157,6 +158,10 @@ async def test_bad_arguments(cpu: nnrt.CpuDevice, npu: RestrictedDevice) -> None
         await nnrt.prepare(m, [cpu, npu], preference=7)  # type: ignore[arg-type]
     with pytest.raises(nnrt.InvalidArgumentError, match="not finished"):
         await nnrt.prepare(Model(), [cpu, npu])
+    with pytest.raises(nnrt.InvalidArgumentError, match="deadline must be"):
+        await nnrt.prepare(m, [cpu, npu], deadline="soon")  # type: ignore[arg-type]
+    with pytest.raises(nnrt.InvalidArgumentError, match="app must be a string"):
+        await nnrt.prepare(m, [cpu, npu], app=3)  # type: ignore[arg-type]
     with pytest.raises(nnrt.InvalidArgumentError, match="token"):
         await nnrt.prepare(m, [cpu, npu], cache_dir="/tmp", token=b"short")
 

@@ -96,6 +96,7 @@ def test_operations_and_operand_types_restrict(cpu: nnrt.CpuDevice) -> None:
         ({"feature_level": True}, "feature_level"),
         ({"operations": ["NOT_AN_OP"]}, "operations"),
         ({"operations": "ADD"}, "operations"),
+        ({"operations": 5}, "operations"),
         ({"operand_types": [999]}, "operand_types"),
         ({"performance": -1.0}, "performance"),
         ({"performance": "fast"}, "performance"),
