@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from nnrt.devices import capabilities_from
+from nnrt.errors import InvalidArgumentError
 from nnrt.execution import PreparedModel
 from nnrt.framework import partition, partitioned_model
 from nnrt.sim._device import SimDevice
@@ -35,7 +36,10 @@ def prepare_partitioned(sim: SimModel, devices: Sequence[SimDevice], app: str, p
     # Every device's figure is 1 / speed, the reference CPU's too (the framework takes it as
     # 1.0 otherwise, right only for a CPU at speed 1).
     ref = next((d for d in devices if d.restrictions is None), None)
-    planned = partition(sim.model, devices, reference=capabilities_from(1.0 / ref.speed) if ref else capabilities_from(1.0))
+    try:
+        planned = partition(sim.model, devices, reference=capabilities_from(1.0 / ref.speed if ref else 1.0))
+    except InvalidArgumentError as err:  # an operation none of the workload's devices runs
+        raise ScenarioError(f"models.{sim.name}: {err.args[0]}") from None
     if len(planned) == 1:
         device = planned[0].device
         assert isinstance(device, SimDevice)

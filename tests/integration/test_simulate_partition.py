@@ -94,3 +94,9 @@ def test_a_slow_cpu_counts_its_speed() -> None:
     (rep,) = simulate(parse_scenario(text.format(placement='devices = ["npu", "cpu"]')), progress=False).reports
     used = {d.name: d.device_s for d in rep.devices}
     assert used["npu"] > 0 and used["cpu"] > 0
+
+
+def test_no_device_for_an_operation_is_a_scenario_error() -> None:
+    scenario = parse_scenario(TWO_DEVICES.format(placement='devices = ["npu"]'))
+    with pytest.raises(ScenarioError, match=r"models.block: no device can run operation 3 \(AVERAGE_POOL_2D\)"):
+        simulate(scenario, progress=False)
