@@ -401,3 +401,9 @@ async def execute_fenced(
     else:
         callback._wait_eagerly(_Request(prepared, args, bufs, ctx, measure_timing, timeout_after_fence, t_call), fences)
     return callback._fence, callback
+
+
+# Bound as ``PreparedModel.execute_fenced`` (no wrapper: a pipeline calls it once per stage);
+# help() and tracebacks name it as the public method it is, not as this private module's.
+execute_fenced.__qualname__ = "PreparedModel.execute_fenced"
+execute_fenced.__module__ = "nnrt.execution"
