@@ -238,10 +238,24 @@ async def test_cts_models_bitwise_identical(cpu: nnrt.CpuDevice, spec: str) -> N
         assert len(pm.partitions) >= 2 and {p.device for p in pm.partitions} == {"cpu", "npu-cts"}
         inputs = case_inputs(case)
         expected = (await (await cpu.prepare_model(model)).execute(inputs)).outputs
-        got = (await pm.execute(inputs)).outputs
-        synced = pm.execute_sync(inputs).outputs
-        assert [g.tobytes() for g in got] == [e.tobytes() for e in expected] == [s.tobytes() for s in synced]
+        for got in await every_path(pm, inputs):
+            assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
         npu.close()
+
+
+async def every_path(pm: nnrt.PreparedModel, inputs: list[np.ndarray | None]) -> list[list[np.ndarray]]:
+    """The outputs of ``inputs`` through ``execute``, ``execute_sync``, a burst, and (when every
+    output's size is known, as fenced executions need) ``execute_fenced``."""
+    runs = [(await pm.execute(inputs)).outputs, pm.execute_sync(inputs).outputs]
+    async with pm.burst() as burst:
+        runs.append((await burst.execute(inputs)).outputs)
+    outs = [pm.model.operands[i] for i in pm.model.output_indexes]
+    if all(op.fully_specified for op in outs):
+        bufs = [np.zeros(op.dimensions, op.type.dtype) for op in outs]
+        fence, _cb = await pm.execute_fenced(inputs, bufs)
+        await fence
+        runs.append(bufs)
+    return runs
 
 
 # -- QoS across steps, on a virtual clock --------------------------------------------------------
@@ -385,8 +399,10 @@ async def test_real_models_bitwise_identical(cpu: nnrt.CpuDevice, name: str) -> 
     single = await cpu.prepare_model(model)
     inputs = _random_inputs(model, np.random.default_rng(0))
     expected = (await single.execute(inputs)).outputs
-    got = (await pm.execute(inputs)).outputs
-    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
+    runs = await every_path(pm, inputs)
+    assert len(runs) == 4  # fenced too: every output's size is known
+    for got in runs:
+        assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
     conv.close()
 
 
