@@ -5,7 +5,8 @@ channel per group → DEPTHWISE_CONV_2D, other groups → GROUPED_CONV_2D (or, w
 which GROUPED_CONV_2D cannot express, one CONV_2D per group between SPLIT and CONCATENATION).
 Weights are re-laid at import: OIHW → OHWI, depthwise → [1, H, W, M]. A missing bias becomes
 zeros. ``auto_pad`` SAME_UPPER/SAME_LOWER/VALID become explicit pads (SAME needs the spatial
-size known at load). 2-D convs and pools read and write NHWC (``_onnx_layout``). ConvTranspose → TRANSPOSE_CONV_2D (weights IOHW → OHWI),
+size known at load). 2-D convs and pools read and write NHWC (``_onnx_layout``).
+ConvTranspose → TRANSPOSE_CONV_2D (weights IOHW → OHWI),
 groups by SPLIT / CONCATENATION, ``output_padding`` taken off the end pads; dilations refused.
 
 BatchNormalization directly after a Conv whose output nothing else reads is folded into the
