@@ -78,8 +78,8 @@ def format_report(r: BenchReport, *, top: int = 10) -> str:
                 lines.append(f"  {a.output:<{width}}{list(a.shape)!s:<18}{a.max_abs:>11.3g}{a.max_rel:>11.3g}  {_verdict(a)}")
     if r.profile is not None:
         p = r.profile
-        lines.append(f"profile ({p.runs} runs, the kernels on this thread, no scheduler): {p.total_ms:.3f} ms per execution = "
-                     f"kernels {p.kernels_ms:.3f} ms + interpreter {p.interpreter_ms:.3f} ms")
+        lines.append(f"profile ({p.runs} runs on this thread, no scheduler; medians): kernels {p.kernels_ms:.3f} ms + "
+                     f"interpreter {p.interpreter_ms:.3f} ms per execution (median run as measured: {p.total_ms:.3f} ms)")
         lines.append(f"  {'op type':<30}{'ms':>10}{'share':>9}{'steps':>7}")
         for t in p.op_types:
             lines.append(f"  {t.op_type:<30}{t.ms:>10.3f}{t.share:>8.1%}{t.steps:>7}")
