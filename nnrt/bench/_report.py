@@ -45,14 +45,16 @@ def format_report(r: BenchReport, *, top: int = 10) -> str:
     if r.modes:
         runs = next(iter(r.modes.values())).runs
         lines.append(f"latency, ms ({runs} runs per mode after warm-up):")
-        lines.append(f"  {'mode':<28}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}{'min':>10}")
+        lines.append(f"  {'mode':<28}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}{'min':>10}{'cpu p50':>10}")
         rows = list(r.modes.items())
         if r.reference_latency is not None and r.reference:
             rows.append((f"reference ({r.reference})", r.reference_latency))
         for name, lat in rows:
-            lines.append(f"  {name:<28}{lat.p50:>10.3f}{lat.p90:>10.3f}{lat.p99:>10.3f}{lat.mean:>10.3f}{lat.min:>10.3f}")
+            lines.append(f"  {name:<28}{lat.p50:>10.3f}{lat.p90:>10.3f}{lat.p99:>10.3f}{lat.mean:>10.3f}{lat.min:>10.3f}"
+                         f"{lat.cpu_p50:>10.3f}")
         if r.ratio is not None:
-            lines.append(f"  ratio nnrt execute / reference (p50): {r.ratio:.2f}x")
+            cpu = f", CPU time {r.cpu_ratio:.2f}x" if r.cpu_ratio is not None else ""
+            lines.append(f"  ratio nnrt execute / reference (p50): {r.ratio:.2f}x{cpu}")
         if r.disagreeing_modes:
             lines.append(f"  WARNING: outputs of {', '.join(r.disagreeing_modes)} differ from the first execution's")
         else:

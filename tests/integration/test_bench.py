@@ -115,14 +115,14 @@ def test_bench_prints_every_mode_and_writes_json(saved: dict[str, str], tmp_path
     assert out.startswith(f"nnrt bench: {saved['small_cnn']} (nnrt, ") and "6 operations: CONV_2D" in out
     assert "latency, ms (8 runs per mode after warm-up):" in out
     for mode in ("execute", "fenced", "burst"):
-        assert re.search(rf"^  {mode}( +\d+\.\d+){{5}}$", out, re.M), mode
+        assert re.search(rf"^  {mode}( +\d+\.\d+){{6}}$", out, re.M), mode
     assert "outputs identical in every mode (execute, fenced, burst)" in out
     assert "reference: none (an nnrt model file has no reference runtime)" in out
     doc = json.loads(out_json.read_text())
     assert doc["format"] == "nnrt" and doc["operations"] == 6 and doc["modes_agree"] is True
     assert set(doc["modes"]) == {"execute", "fenced", "burst"}
     for lat in doc["modes"].values():
-        assert lat["runs"] == 8 and 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"]
+        assert lat["runs"] == 8 and 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] and lat["cpu_p50"] > 0
     assert doc["inputs"] == [{"name": "input0", "type": "TENSOR_FLOAT32", "shape": [1, 32, 32, 3]}]
     assert doc["reference"] is None and doc["profile"] is None
 
@@ -282,7 +282,7 @@ async def test_reference_comparison_with_onnx_runtime(tmp_path: Path, monkeypatc
                                                      reference_spread=True))
     assert report.reference is not None and report.reference.startswith("ONNX Runtime ")
     assert report.reference_latency is not None and report.reference_latency.runs == 6
-    assert report.ratio is not None and report.ratio > 0
+    assert report.ratio is not None and report.ratio > 0 and report.cpu_ratio is not None and report.cpu_ratio > 0
     (acc,) = report.accuracy
     assert acc.output == "sum" and acc.shape == (2, 3) and acc.quant_units is None
     assert acc.ok is accurate and report.accurate is accurate
@@ -295,8 +295,8 @@ async def test_reference_comparison_with_onnx_runtime(tmp_path: Path, monkeypatc
     from nnrt.bench import format_report
 
     text = format_report(report)
-    assert re.search(r"^  reference \(ONNX Runtime [\d.]+\)( +\d+\.\d+){5}$", text, re.M)
-    assert re.search(r"ratio nnrt execute / reference \(p50\): \d+\.\d+x", text)
+    assert re.search(r"^  reference \(ONNX Runtime [\d.]+\)( +\d+\.\d+){6}$", text, re.M)
+    assert re.search(r"ratio nnrt execute / reference \(p50\): \d+\.\d+x, CPU time \d+\.\d+x", text)
     assert ("yes (tolerance used 0)" if accurate else "NO (tolerance used") in text
     assert "noise floor: the reference's plainer path (LiteRT: reference kernels; ONNX Runtime: no graph optimizations)" in text
     assert report.as_dict()["reference"]["spread"][0]["max_abs"] == 0.0
