@@ -66,7 +66,7 @@ def load(path: str | os.PathLike[str], *, input_shapes: InputShapes | None = Non
         return load_tflite(memoryview(data), name=name, input_shapes=shapes)
     from nnrt.importers._onnx import load_onnx
 
-    return load_onnx(memoryview(data), name=name, input_shapes=shapes)
+    return load_onnx(memoryview(data), name=name, input_shapes=shapes, base_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def _check_input_shapes(input_shapes: InputShapes | None) -> dict[str, tuple[int, ...]]:
