@@ -12,8 +12,8 @@ to the first execution's (the modes share one execution path and must agree bit 
 over a stream with the state carried (``_stream``), ``--reference-spread`` the reference's own
 noise floor.
 
-Inputs the reference does not have (state nnrt makes explicit) start at zero (the zero point of
-a quantized input), as a stream does.
+State inputs an importer made explicit start at their initial values; other inputs the
+reference does not have start at zero (the zero point of a quantized input), as a stream does.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from nnrt.bench._stats import Accuracy, Latency, compare, summarize
 from nnrt.bench._stream import run_stream
 from nnrt.devices import CpuDevice
 from nnrt.execution import PreparedModel
+from nnrt.importers import state_variables
 from nnrt.model import Model
 
 __all__ = ["MODES", "BenchOptions", "BenchReport", "Tick", "run_bench"]
@@ -188,12 +189,14 @@ def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
                                     for x, y in zip(a, b))
 
 
-def _open_reference(report: BenchReport, path: str, specs: Sequence[InputSpec], inputs: list[Any]) -> Reference | None:
+def _open_reference(report: BenchReport, model: Model, path: str, specs: Sequence[InputSpec],
+                    inputs: list[Any]) -> Reference | None:
     try:
         ref = open_reference(path, report.format, {s.name: s.shape for s in specs})
         names = [s.name for s in specs]
-        for k, spec in enumerate(specs):  # state nnrt makes explicit starts at (real) zero, as a stream does
-            if spec.name not in ref.input_names and all(n in names for n in ref.input_names):
+        known = {v.input for v in state_variables(model)}  # these start at the importer's initial values
+        for k, spec in enumerate(specs):  # other inputs the reference lacks start at (real) zero, as a stream does
+            if k not in known and spec.name not in ref.input_names and all(n in names for n in ref.input_names):
                 zero = spec.zero_point if spec.type.is_quantized else 0
                 inputs[k] = np.full_like(inputs[k], zero) if isinstance(inputs[k], np.ndarray) else type(inputs[k])(zero)
         feeds_for(ref, names, inputs)  # fails now if the inputs cannot be paired
@@ -223,7 +226,7 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     elif loaded.format == "nnrt":
         report.reference_note = "an nnrt model file has no reference runtime"
     else:
-        ref = _open_reference(report, path, specs, inputs)
+        ref = _open_reference(report, model, path, specs, inputs)
     device = CpuDevice()
     try:
         t = time.perf_counter()
