@@ -179,8 +179,8 @@ def load_model(path: str | os.PathLike[str]) -> Model:
     """Read a model written by ``save_model`` (into private memory, see the module doc)."""
     from nnrt.memory import read_regular_file
 
-    raw = read_regular_file(path, "Model.load")
-    shown = repr(os.fspath(path))
+    shown = repr(os.fspath(path)) if isinstance(path, (str, bytes, os.PathLike)) else repr(path)
+    raw = read_regular_file(path, f"Model.load({shown})")
     if raw.size < 16 or raw[:8].tobytes() != MAGIC:
         raise InvalidArgumentError(f"Model.load: {shown} is not an nnrt model file")
     (n,) = struct.unpack("<Q", raw[8:16].tobytes())
