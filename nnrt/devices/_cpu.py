@@ -234,6 +234,13 @@ class CpuDevice(Device):
             if pool is not None:
                 pool.shutdown(wait=True)
 
+    def runs_lean(self) -> bool:
+        """True when a burst may run this device's kernel-only plans with its lean runner
+        (``nnrt.burst._lane``, which does what ``run_now`` does without the generator): only
+        while neither ``run_now`` nor ``can_run_now`` is a subclass's own."""
+        cls = type(self)
+        return (cls.run_now, cls.can_run_now) == (CpuDevice.run_now, CpuDevice.can_run_now)
+
     # -- Device contract ----------------------------------------------------------------------
 
     @property

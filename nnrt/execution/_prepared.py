@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Coroutine, Generator, Hashable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,7 +38,7 @@ from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, Out
 if TYPE_CHECKING:
     from nnrt.burst import Burst
 
-__all__ = ["Driver", "ExecutionResult", "PreparedModel", "resolve_loop_timeout"]
+__all__ = ["Driver", "ExecutionResult", "PreparedModel", "resolve_loop_timeout", "set_burst_factory"]
 
 _log = get_logger("execution")
 
@@ -90,6 +90,17 @@ class Driver(Protocol):
         """Run the plan under the device's scheduler: admission, waiting for a unit,
         preemption at checkpoints, late success reported as MISSED_DEADLINE_TRANSIENT."""
         ...
+
+
+#: Makes a prepared model's bursts. The burst layer sits above this one: it registers its
+#: ``Burst`` here when imported (``set_burst_factory``), so this layer never imports it.
+_burst_factory: Callable[..., Burst] | None = None
+
+
+def set_burst_factory(factory: Callable[..., Burst]) -> None:
+    """Register what ``PreparedModel.burst`` makes (called by ``nnrt.burst``)."""
+    global _burst_factory
+    _burst_factory = factory
 
 
 def resolve_loop_timeout(loop_timeout: float | None) -> float:
@@ -295,9 +306,9 @@ class PreparedModel:
         ``execute``, plus INVALID_ARGUMENT for an unknown or released slot (no shapes, no
         timing) and DEAD_OBJECT for requests still queued when the burst closes.
         """
-        from nnrt.burst import Burst  # the burst layer sits above this one
-
-        return Burst(self, max_in_flight=max_in_flight, polling_window=polling_window)
+        if _burst_factory is None:  # ``import nnrt`` always registers it
+            raise GeneralFailureError("burst: the burst layer is not loaded (import nnrt.burst)")
+        return _burst_factory(self, max_in_flight=max_in_flight, polling_window=polling_window)
 
     def execute_sync(
         self,
