@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnrt._aio import in_trio
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._channel import Channel, ChannelClosed
 from nnrt.burst._packet import Location, RequestPacket, ResultPacket, shaped_outputs
@@ -195,6 +196,8 @@ class Burst:
         """Start the server task on the running loop (``async with`` does this)."""
         if self._state != _NEW:
             raise self._dead() if self._state == _CLOSED else InvalidArgumentError("burst: configure called twice")
+        if in_trio():  # (the channel and server are asyncio's; see nnrt._aio for what runs on trio)
+            raise GeneralFailureError("burst: bursts run on asyncio and uvloop; on trio use execute or execute_fenced")
         self._loop = loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._server.run(), name=f"nnrt-burst-{id(self):x}")
         self._task.add_done_callback(self._server_done)
