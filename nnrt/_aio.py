@@ -1,7 +1,7 @@
 """The few async primitives the runtime needs, on asyncio (and uvloop) and on trio.
 
-The scheduler, the devices and fenced executions wait for a compute unit, for a worker
-thread, for a timer; everything else they do is synchronous. On asyncio each primitive here
+The scheduler, the devices, fenced executions and bursts wait for a compute unit, for a worker
+thread, for a timer, for a request; everything else they do is synchronous. On asyncio each primitive here
 is the loop's own object, returned as is, so the hot paths pay one thread-local read to learn
 which library runs (``sniffio``'s, as ``nnrt.fences`` does) and nothing else. On trio:
 
@@ -25,22 +25,29 @@ import concurrent.futures
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import sniffio
 
+T = TypeVar("T")
+
 __all__ = [
-    "Future", "Task", "call_later", "call_soon_threadsafe", "create_future", "in_trio", "spawn", "to_thread", "wait_future",
+    "Future", "Task", "call_later", "call_soon_threadsafe", "checkpoint", "create_future", "in_trio", "shield", "spawn",
+    "to_thread", "wait_done", "wait_future", "wait_future_to_end",
 ]
 
 
-class Future(Protocol):
-    """What nnrt uses of a future: resolved once from the loop thread, awaited by one task."""
+class Future(Protocol[T]):
+    """What nnrt (and a burst's caller) uses of a future: resolved once from the loop thread,
+    awaited by any number of tasks. ``asyncio.Future`` is one."""
 
     def done(self) -> bool: ...
-    def set_result(self, result: None, /) -> None: ...
+    def result(self) -> T: ...
+    def exception(self) -> BaseException | None: ...
+    def set_result(self, result: T, /) -> None: ...
     def set_exception(self, exception: BaseException, /) -> None: ...
-    def __await__(self) -> Generator[Any, None, Any]: ...
+    def add_done_callback(self, callback: Callable[[Any], object], /) -> None: ...
+    def __await__(self) -> Generator[Any, None, T]: ...
 
 
 class Timer(Protocol):
@@ -52,18 +59,56 @@ def in_trio() -> bool:
     return (sniffio.thread_local.name or sniffio.current_async_library_cvar.get()) == "trio"
 
 
-def create_future() -> Future:
+def create_future() -> Future[Any]:
     """A new future on the running loop."""
     if in_trio():
         return _trio()._Future()  # type: ignore[no-any-return]
     return asyncio.get_running_loop().create_future()
 
 
-def wait_future(cf: concurrent.futures.Future[Any]) -> Awaitable[Any]:
-    """Await a worker thread's future."""
+def shield(fut: Future[T]) -> Awaitable[T]:
+    """Await ``fut`` without cancelling it when the waiting task is cancelled (asyncio's
+    ``shield``; a trio future is never cancelled by its waiters)."""
+    if in_trio():
+        return fut
+    return asyncio.shield(fut)
+
+
+async def checkpoint() -> None:
+    """Let the other ready tasks run once (``asyncio.sleep(0)``)."""
+    if in_trio():
+        import trio
+
+        await trio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
+async def wait_done(task: Task) -> None:
+    """Wait until ``task`` has ended, however it ends (without raising its outcome)."""
+    if in_trio():
+        await _trio().wait_done(task)
+    else:
+        await asyncio.wait([task])  # type: ignore[type-var]  # an asyncio.Task here
+
+
+async def wait_future_to_end(cf: concurrent.futures.Future[Any]) -> None:
+    """Wait until a worker's future is done, even in a task being cancelled (it was asked to
+    stop; its work must not be left half done)."""
+    if in_trio():
+        import trio
+
+        with trio.CancelScope(shield=True):
+            await _trio().wait_future(cf)
+    else:
+        await asyncio.wait([asyncio.wrap_future(cf)])
+
+
+def wait_future(cf: concurrent.futures.Future[Any], *, shielded: bool = False) -> Awaitable[Any]:
+    """Await a worker thread's future (``shielded``: a cancelled waiter leaves it running)."""
     if in_trio():
         return _trio().wait_future(cf)  # type: ignore[no-any-return]
-    return asyncio.wrap_future(cf)
+    return asyncio.shield(asyncio.wrap_future(cf)) if shielded else asyncio.wrap_future(cf)
 
 
 def call_later(delay: float, callback: Callable[[], object]) -> Timer:
@@ -116,32 +161,61 @@ def _trio() -> Any:
     import trio
 
     class _Future:
-        __slots__ = ("_done", "_event", "_exc")
+        __slots__ = ("_callbacks", "_done", "_event", "_exc", "_result")
 
         def __init__(self) -> None:
             self._event = trio.Event()
             self._exc: BaseException | None = None
+            self._result: Any = None
             self._done = False
+            self._callbacks: list[Callable[[Any], object]] = []
 
         def done(self) -> bool:
             return self._done
 
-        def set_result(self, result: None, /) -> None:
-            self._done = True
-            self._event.set()
+        def result(self) -> Any:
+            if not self._done:
+                raise asyncio.InvalidStateError("the result is not set yet")
+            if self._exc is not None:
+                raise self._exc
+            return self._result
+
+        def exception(self) -> BaseException | None:
+            if not self._done:
+                raise asyncio.InvalidStateError("the result is not set yet")
+            return self._exc
+
+        def set_result(self, result: Any, /) -> None:
+            self._result = result
+            self._resolve()
 
         def set_exception(self, exception: BaseException, /) -> None:
             self._exc = exception
+            self._resolve()
+
+        def _resolve(self) -> None:
+            if self._done:
+                raise asyncio.InvalidStateError("the future is already done")
             self._done = True
             self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+            for callback in callbacks:
+                callback(self)
+
+        def add_done_callback(self, callback: Callable[[Any], object], /) -> None:
+            if self._done:
+                callback(self)
+            else:
+                self._callbacks.append(callback)
 
         def __await__(self) -> Generator[Any, None, Any]:
             return self._wait().__await__()
 
-        async def _wait(self) -> None:
+        async def _wait(self) -> Any:
             await self._event.wait()
             if self._exc is not None:
                 raise self._exc
+            return self._result
 
     class _Timer:
         __slots__ = ("_scope",)
@@ -159,11 +233,12 @@ def _trio() -> Any:
             self._scope.cancel()
 
     class _Task:
-        __slots__ = ("_callbacks", "_done", "_scope")
+        __slots__ = ("_callbacks", "_done", "_ended", "_scope")
 
         def __init__(self, coro: Coroutine[Any, Any, None], name: str) -> None:
             self._scope = trio.CancelScope()
             self._done = False
+            self._ended = trio.Event()
             self._callbacks: list[Callable[[Any], object]] = []
             trio.lowlevel.spawn_system_task(self._run, coro, name=name)
 
@@ -173,6 +248,7 @@ def _trio() -> Any:
                     await coro
             finally:
                 self._done = True
+                self._ended.set()
                 for callback in self._callbacks:
                     callback(self)
 
@@ -201,4 +277,7 @@ def _trio() -> Any:
             await event.wait()
         return cf.result()
 
-    return types.SimpleNamespace(_Future=_Future, _Task=_Task, _Timer=_Timer, wait_future=wait_future)
+    async def wait_done(task: _Task) -> None:
+        await task._ended.wait()
+
+    return types.SimpleNamespace(_Future=_Future, _Task=_Task, _Timer=_Timer, wait_done=wait_done, wait_future=wait_future)

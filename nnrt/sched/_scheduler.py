@@ -57,7 +57,7 @@ class _Ticket:
 
     def __init__(self, ctx: Interruptible) -> None:
         self.ctx = ctx
-        self.future: Future | None = None
+        self.future: Future[None] | None = None
         self.granted_ns = 0
 
 
