@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ from nnrt import ErrorStatus, Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 
-__all__ = ["all_outputs", "first_output", "ones", "rejected", "single_op_model", "unknown_shape_add"]
+__all__ = ["all_outputs", "first_output", "on_trio_too", "ones", "rejected", "single_op_model", "unknown_shape_add"]
 
 Quant = tuple[float, int]
 
@@ -71,3 +74,23 @@ def rejected(device: nnrt.CpuDevice, m: Model | Callable[[], Model], match: str)
     with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
         device.prepare_model_sync(m() if callable(m) else m)
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+def on_trio_too(namespace: dict[str, Any], *, skip: Collection[str] = ()) -> None:
+    """Run every ``async def test_*`` of a test module on trio as well (pytest-asyncio runs them
+    on asyncio and uvloop): each gets a ``<name>_on_trio`` twin, a plain test that runs it with
+    ``trio.run``, with the same fixtures and marks. For modules whose tests use only nnrt's API
+    and backend-neutral calls (``anyio.sleep``); ``skip`` names the others."""
+    for name, fn in list(namespace.items()):
+        if name.startswith("test_") and inspect.iscoroutinefunction(fn) and name not in skip:
+            namespace[f"{name}_on_trio"] = _on_trio(fn)
+
+
+def _on_trio(fn: Callable[..., Any]) -> Callable[..., None]:
+    import trio
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        trio.run(functools.partial(fn, *args, **kwargs))
+
+    return run
