@@ -233,10 +233,10 @@ def ratio(name: str, value: float, target: float | None, at_least: bool) -> None
 
 
 async def main(quick: bool, loop_name: str) -> None:
-    device = nnrt.CpuDevice(blas_threads=1)
+    device = nnrt.CpuDevice(tune_process=True)
     # Every plan on the worker thread: what a heavier model, or an MLP whose calibration came
     # out above the inline limit, gets.
-    on_worker = nnrt.CpuDevice(blas_threads=1, inline_limit_ns=0)
+    on_worker = nnrt.CpuDevice(tune_process=True, inline_limit_ns=0)
     sys.stdout.write(f"[{loop_name}]\n")
     cases = (("one_add", device, zoo.one_add(), 2000, 1.0, None), ("mlp", device, zoo.mlp(), 400, 1.3, 1.5),
              ("mlp on the worker", on_worker, zoo.mlp(), 400, 1.3, 1.5))

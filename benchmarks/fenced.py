@@ -89,7 +89,7 @@ async def signal_to_start(device: nnrt.CpuDevice, number: int) -> tuple[float, f
 
 
 async def main(quick: bool, loop_name: str) -> None:
-    device = nnrt.CpuDevice(blas_threads=1)
+    device = nnrt.CpuDevice(tune_process=True)
     n = 100 if quick else 500
     sys.stdout.write(f"[{loop_name}]\n")
     seq, fen = await chain_ratio(device, zoo.one_add(), n)

@@ -80,7 +80,7 @@ def caching(loads: int) -> None:
     model = conv_stack()
     weights = sum(o.value.nbytes for o in model.operands if isinstance(o.value, np.ndarray))
     token = os.urandom(32)
-    device = nnrt.CpuDevice(name="bench-cpu")
+    device = nnrt.CpuDevice(name="bench-cpu", tune_process=True)
 
     async def run() -> None:
         with tempfile.TemporaryDirectory() as cache_dir:
@@ -112,7 +112,7 @@ def caching(loads: int) -> None:
 
 
 def pools(number: int) -> None:
-    device = nnrt.CpuDevice(name="bench-cpu")
+    device = nnrt.CpuDevice(name="bench-cpu", tune_process=True)
     print("(b) execution with arguments in a shared-memory pool or a device buffer (execute_sync, median per call)")
     for model, n in ((big_add(), max(3, number // 20)), (zoo.one_add(), number * 20)):
         pool_case(device, model, n)

@@ -112,7 +112,7 @@ def main() -> None:
     scale = 0.2 if args.quick else 1.0
     n = lambda k: max(1, int(k * scale))  # noqa: E731
 
-    device = nnrt.CpuDevice(blas_threads=1)
+    device = nnrt.CpuDevice(tune_process=True)
     sys.stdout.write(f"nnrt overhead benchmark (numpy {np.__version__}, onnxruntime {ort.__version__ if ort else 'absent'})\n")
 
     # (a) one ADD

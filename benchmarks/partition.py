@@ -5,10 +5,16 @@
     (16 steps), against the same model prepared on the CPU alone (1 step), both on the inline
     path (``await execute``, and ``execute_sync``), batches interleaved, medians; the overhead
     per boundary is the difference over 15 boundaries (target: < 10 us), on asyncio and uvloop;
+    and against 16 one-operation models executed one after the other by the app (a yardstick
+    that does not depend on the machine's load);
 (b) partitioning a 5,000-operation model (blocks of ADD, MUL, LOGISTIC, TANH; the restricted
     device takes ADD and MUL): support queries, best device per operation and step formation
     (``nnrt.framework.partition``; target: < 100 ms), then building the step models, and a
-    whole ``nnrt.prepare`` for scale.
+    whole ``nnrt.prepare`` for scale;
+(c) a vendored real model (mediapipe hand_recrop, 63 operations, on the device's worker)
+    with its convolutions on the restricted device (27 steps), against one device: what the
+    boundaries cost a model too heavy for the inline path (each step is admitted and handed
+    to a worker on its own).
 
 Run: python benchmarks/partition.py [--quick]
 """
@@ -67,13 +73,26 @@ async def step_overhead(loop_name: str) -> None:
     async def run_parted() -> object:
         return await parted.execute([x])
 
+    # What an app would do without partitioning: one prepared model per operation, awaited
+    # one after the other (the load-independent yardstick for the boundaries' cost).
+    singles = [await (cpu if k % 2 else npu).prepare_model(chain([op])) for k, op in enumerate([Op.ADD, Op.MUL] * 8)]
+
+    async def run_by_hand() -> object:
+        cur = x
+        for p in singles:
+            cur = (await p.execute([cur])).outputs[0]
+        return cur
+
     base, other = await atimed_pair(run_single, run_parted, number)
+    _, by_hand = await atimed_pair(run_single, run_by_hand, number // 4)
     sys.stdout.write(f"(a) {loop_name}: 16 operations, {steps} steps against 1\n")
     report("execute, one device", base)
     report(f"execute, {steps} steps", other)
+    report(f"{steps} one-operation models executed one after the other", by_hand)
     per = (other - base) / (steps - 1)
     report("overhead per step boundary (target < 10 us)", per)
     ratio("partitioned / one device", other / base)
+    ratio(f"partitioned / {steps} executions by hand", other / by_hand)
     if loop_name == "asyncio":
         sync_base = bench(lambda: single.execute_sync([x]), number)
         sync_other = bench(lambda: parted.execute_sync([x]), number)
@@ -120,6 +139,35 @@ def partition_time() -> None:
     npu.close()
 
 
+async def real_model(loop_name: str) -> None:
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "tests" / "data" / "models" / "mediapipe_hand_recrop.tflite"
+    model = nnrt.load(path)
+    cpu = nnrt.CpuDevice(name="cpu")
+    npu = RestrictedDevice("npu", operations=[Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.ADD])
+    single = await cpu.prepare_model(model)
+    parted = await nnrt.prepare(model, [cpu, npu])
+    steps = len(parted.partitions)
+    x = np.random.default_rng(0).standard_normal((1, 256, 256, 3)).astype(np.float32)
+
+    async def run_single() -> object:
+        return await single.execute([x])
+
+    async def run_parted() -> object:
+        return await parted.execute([x])
+
+    base, other = await atimed_pair(run_single, run_parted, 5 if QUICK else 20, repeat=5 if QUICK else 9)
+    sys.stdout.write(f"(c) {loop_name}: mediapipe hand_recrop, {len(model.operations)} operations, {steps} steps against 1\n")
+    report("execute, one device", base)
+    report(f"execute, {steps} steps", other)
+    report("cost per step boundary (worker path)", (other - base) / (steps - 1))
+    ratio("partitioned / one device", other / base)
+    cpu.close()
+    npu.close()
+
+
 if __name__ == "__main__":
     run_on_event_loops(step_overhead)
     partition_time()
+    asyncio.run(real_model("asyncio"))

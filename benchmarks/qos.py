@@ -62,7 +62,7 @@ def stamp_first_kernel(prepared: nnrt.PreparedModel, starts: list[float]) -> Non
 
 
 async def preemption_and_isolation(n: int) -> None:
-    device = nnrt.CpuDevice()
+    device = nnrt.CpuDevice(tune_process=True)
     low = await device.prepare_model(zoo.mobilenet_block(), priority=Priority.LOW, app="camera")
     high = await device.prepare_model(zoo.small_cnn(), priority=Priority.HIGH, app="camera")
     longest_ms = max(s.cost_ns for s in low.plan.steps) / 1e6
@@ -104,7 +104,7 @@ async def preemption_and_isolation(n: int) -> None:
 
 
 async def prompt_expiry(n: int) -> None:
-    device = nnrt.CpuDevice()
+    device = nnrt.CpuDevice(tune_process=True)
     background = await device.prepare_model(zoo.mobilenet_block(), app="gallery")
     short = await device.prepare_model(zoo.one_add(), app="camera")
     x_bg = zoo.example_inputs(background.model)
@@ -133,7 +133,7 @@ async def prompt_expiry(n: int) -> None:
 
 
 async def overload(seconds: float) -> None:
-    device = nnrt.CpuDevice()
+    device = nnrt.CpuDevice(tune_process=True)
     prepared = await device.prepare_model(zoo.small_cnn())
     x = zoo.example_inputs(prepared.model)
     t = time.perf_counter()
@@ -217,7 +217,8 @@ async def _across_apps_round(high: dict[str, nnrt.PreparedModel], low: nnrt.Prep
 
 
 async def across_apps(rounds: int, seconds: float) -> None:
-    devices = {"niced": nnrt.CpuDevice(compute_units=2, low_priority_nice=10), "default": nnrt.CpuDevice(compute_units=2)}
+    devices = {"niced": nnrt.CpuDevice(compute_units=2, low_priority_nice=10, tune_process=True),
+               "default": nnrt.CpuDevice(compute_units=2, tune_process=True)}
     highs, lows = {}, {}
     for label, device in devices.items():
         highs[label] = {name: await device.prepare_model(zoo.build(name), priority=Priority.HIGH, app="camera")

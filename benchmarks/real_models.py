@@ -5,7 +5,10 @@ For every real model it can find (the vendored ones in ``tests/data/models/``, t
 ``--models DIR``), runs ``nnrt bench``'s machinery (``nnrt.bench.run_bench``: the same seeded
 inputs for nnrt and the reference, one thread each, runs interleaved one for one) and prints
 one row per model: source package, nnrt operations, the largest error against the reference
-(float: atol 1e-4 + rtol 1e-3; quantized: 3 units end to end), nnrt's and the reference's
+(float: atol 1e-4 + rtol 1e-3; quantized: 3 units end to end), the share of that tolerance
+used by the worst element (``used``; <= 1 passes, ``u`` = quantized units) and, as a noise floor,
+the same figure for the reference's own plainer path against its default one (``spread``:
+LiteRT's reference kernels, ONNX Runtime unoptimized), nnrt's and the reference's
 median ms, their ratio, and the three op types that take the most time (``--profile``).
 Models ``nnrt.load`` rejects are listed with the rejection reasons, grouped by op type.
 
@@ -66,6 +69,15 @@ def _rejection_summary(err: UnsupportedModelError) -> str:
     return "; ".join(f"{t} x{n}: {first[t]}" for t, n in by_type.most_common())
 
 
+def _worst(accs: list[Any]) -> str:
+    """The worst of a list of ``Accuracy``: quantized units, else tolerance used (<= 1 passes)."""
+    if not accs:
+        return "-"
+    if any(a.quant_units is not None for a in accs):
+        return f"{max(a.quant_units or 0 for a in accs)}u"
+    return f"{max(a.tolerance_used or 0.0 for a in accs):.2f}"
+
+
 def _max_error(r: BenchReport) -> tuple[str, bool | None]:
     if not r.accuracy:
         return "-", None
@@ -81,7 +93,7 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
     for path, entry in models:
         row: dict[str, Any] = {"model": path.name, "package": entry.get("package", "?"), "kind": entry.get("kind", "?"),
                                "format": "tflite" if path.suffix == ".tflite" else "onnx"}
-        opts = BenchOptions(runs=runs, warmup=warmup, modes=("execute",), profile=True,
+        opts = BenchOptions(runs=runs, warmup=warmup, modes=("execute",), profile=True, reference_spread=True,
                             input_shapes=entry.get("input_shapes", {}), input_values=entry.get("input_values", {}))
         sys.stderr.write(f"  {path.name} ...\n")
         try:
@@ -92,7 +104,8 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
             row.update(status="failed", reasons=str(err).splitlines()[0][:200])
         else:
             err_text, ok = _max_error(r)
-            row.update(status="ran", ops=r.operations, max_error=err_text, within=ok, nnrt_ms=r.modes["execute"].p50,
+            row.update(status="ran", ops=r.operations, load_ms=r.load_ms, prepare_ms=r.prepare_ms, max_error=err_text,
+                       within=ok, tol_used=_worst(r.accuracy), spread=_worst(r.reference_spread), nnrt_ms=r.modes["execute"].p50,
                        reference=r.reference, reference_note=r.reference_note,
                        reference_ms=r.reference_latency.p50 if r.reference_latency else None, ratio=r.ratio,
                        top=[(t.op_type, t.share) for t in r.profile.op_types[:3]] if r.profile else [],
@@ -103,8 +116,8 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     w = max([len(r["model"]) for r in rows] + [5])
-    sys.stdout.write(f"{'model':<{w}} {'package':<21}{'ops':>5} {'max err':>8} {'tol':>4}"
-                     f"{'nnrt ms':>10}{'ref ms':>10}{'ratio':>8}  top op types by time\n")
+    sys.stdout.write(f"{'model':<{w}} {'package':<21}{'ops':>5} {'max err':>8} {'tol':>4}{'used':>6}{'spread':>7}"
+                     f"{'load ms':>9}{'prep ms':>9}{'nnrt ms':>10}{'ref ms':>10}{'ratio':>8}  top op types by time\n")
     for r in rows:
         if r["status"] != "ran":
             continue
@@ -113,7 +126,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         ratio = f"{r['ratio']:7.2f}x" if r["ratio"] is not None else f"{'-':>8}"
         top = ", ".join(f"{t} {s:.0%}" for t, s in r["top"])
         sys.stdout.write(f"{r['model']:<{w}} {r['package']:<21}{r['ops']:>5} {r['max_error']:>8} {tol:>4}"
-                         f"{r['nnrt_ms']:10.3f}{ref}{ratio}  {top}\n")
+                         f"{r['tol_used']:>6}{r['spread']:>7}{r['load_ms']:9.1f}{r['prepare_ms']:9.1f}{r['nnrt_ms']:10.3f}"
+                         f"{ref}{ratio}  {top}\n")
         if r["reference_ms"] is None:
             sys.stdout.write(f"{'':<{w}}   (no reference: {r['reference_note']})\n")
     other = [r for r in rows if r["status"] != "ran"]
@@ -142,6 +156,11 @@ def print_targets(rows: list[dict[str, Any]]) -> None:
     _median_line("median nnrt / LiteRT, TFLite models", [r["ratio"] for r in ran if r["format"] == "tflite"], TFLITE_TARGET, 5)
     streams = [r for r in ran if r["format"] == "tflite" and r["kind"] == "streaming" and r["quantized_io"]]
     _median_line("int8 streaming step: await execute / LiteRT invoke", [r["ratio"] for r in streams], STREAM_TARGET, 1)
+    loaded = [r for r in rows if r["status"] == "ran"]
+    if loaded:
+        big = max(loaded, key=lambda r: r["load_ms"] + r["prepare_ms"])
+        sys.stdout.write(f"  slowest load + prepare: {big['model']} {big['load_ms'] + big['prepare_ms']:.0f} ms "
+                         "(issue 14: import plus first preparation of the largest model < 2000 ms)\n")
     accurate = [r for r in rows if r["status"] == "ran" and r["within"] is not None]
     sys.stdout.write(f"  within tolerance of the reference: {sum(r['within'] for r in accurate)} of {len(accurate)} compared; "
                      f"{sum(r['status'] != 'ran' for r in rows)} of {len(rows)} models not run\n")

@@ -63,7 +63,7 @@ off_ms = 1500
 
 
 async def real_us_per_execution(n: int) -> float:
-    device = nnrt.CpuDevice(compute_units=1)
+    device = nnrt.CpuDevice(compute_units=1, tune_process=True)
     try:
         prepared = await device.prepare_model(zoo.one_add())
         inputs = zoo.example_inputs(prepared.model)

@@ -19,7 +19,7 @@ from nnrt import Priority, zoo
 
 
 async def main() -> None:
-    device = nnrt.CpuDevice()
+    device = nnrt.CpuDevice(tune_process=True)
     enhance = await device.prepare_model(zoo.mobilenet_block(), priority=Priority.LOW, app="camera")
     classify = await device.prepare_model(zoo.small_cnn(), priority=Priority.HIGH, app="camera")
     meta = await device.prepare_model(zoo.mlp(), priority=Priority.MEDIUM, app="camera")

@@ -18,9 +18,11 @@ import numpy as np
 
 from nnrt import zoo
 from nnrt.clock import deadline_after
-from nnrt.devices import CpuDevice, get_devices
+from nnrt.devices import CpuDevice, Device, devices_from_config, get_devices
 from nnrt.errors import NnrtError
-from nnrt.types import Priority
+from nnrt.model import Model
+from nnrt.sched import ClassStatistics
+from nnrt.types import ErrorStatus, Priority
 
 __all__ = ["main"]
 
@@ -55,10 +57,33 @@ def _percentiles(values_ms: Sequence[float]) -> str:
 
 #: Executions run one by one before the concurrent ones (the first is cold: allocator, caches).
 WARM_UP = 10
+#: How the demo names a successful execution (NNAPI's status NONE).
+SUCCEEDED = "succeeded"
+
+
+def _outcome_text(outcomes: Counter[str]) -> str:
+    """``succeeded 280, MISSED_DEADLINE_TRANSIENT 20``: successes first, then failures by status."""
+    parts = [f"{SUCCEEDED} {outcomes[SUCCEEDED]}"]
+    parts += [f"{k} {v}" for k, v in sorted(outcomes.items()) if k != SUCCEEDED]
+    return ", ".join(parts)
+
+
+def _refusal_text(cls: ClassStatistics) -> str:
+    """Where the failures came from, each cause under its own name."""
+    missed = sum(n for s, n in cls.rejected.items() if s in (ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                                                ErrorStatus.MISSED_DEADLINE_PERSISTENT))
+    full = sum(n for s, n in cls.rejected.items() if s in (ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                                                            ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT))
+    other = sum(cls.rejected.values()) - missed - full
+    text = (f"  of the failures: refused at admission as predicted to miss the deadline {missed}, refused because the "
+            f"app's queue was full (RESOURCE_EXHAUSTED_TRANSIENT) {full}, ")
+    if other:
+        text += f"refused for another reason {other}, "
+    return text + f"expired while queued {cls.expired}, aborted while running {cls.aborted}"
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    device = CpuDevice()
+    device = CpuDevice(tune_process=True)  # nnrt's own process: the latency settings are ours to choose
     try:
         model = zoo.build(args.model)
         _write(f"nnrt demo: model {model.name} ({len(model.operations)} operations), device {device.name}, "
@@ -74,10 +99,12 @@ async def _demo(args: argparse.Namespace) -> int:
             await prepared.execute(inputs)
         if args.deadline_ms > 0:
             est_ms = prepared.plan.admission_cost_ns / 1e6
-            fit = args.deadline_ms / est_ms * device.compute_units if est_ms > 0 else float("inf")
-            _write(f"admission: about {est_ms:.3f} ms per execution on {device.compute_units} compute unit(s), so "
-                   f"about {fit:.0f} of the {args.executions} fit within the deadline; those predicted to miss are "
-                   "refused at once (MISSED_DEADLINE_TRANSIENT) instead of queueing to fail")
+            fit = int(args.deadline_ms / est_ms * device.compute_units) if est_ms > 0 else args.executions
+            share = (f"all {args.executions} should fit" if fit >= args.executions
+                     else f"only about {fit} of the {args.executions} can finish in time")
+            _write(f"admission: about {est_ms:.3f} ms per execution on {device.compute_units} compute unit(s); "
+                   f"with all {args.executions} submitted at once and a {args.deadline_ms:g} ms deadline, {share}. "
+                   "Those predicted to miss are refused at once (MISSED_DEADLINE_TRANSIENT) instead of queueing to fail")
         outcomes: Counter[str] = Counter()
         latencies: list[float] = []
 
@@ -89,18 +116,15 @@ async def _demo(args: argparse.Namespace) -> int:
             except NnrtError as err:
                 outcomes[err.status.name] += 1
             else:
-                outcomes["NONE"] += 1
+                outcomes[SUCCEEDED] += 1
                 latencies.append((time.perf_counter() - start) * 1e3)
 
         t = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(args.executions)))
         wall = time.perf_counter() - t
         _write(f"{args.executions} concurrent executions in {wall * 1e3:.1f} ms ({args.executions / wall:.0f}/s)")
-        _write("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
-        cls = device.statistics().get("default", Priority.MEDIUM)
-        refused = sum(cls.rejected.values())
-        _write(f"  of which refused at admission (predicted to miss): {refused}, expired while queued: {cls.expired}, "
-               f"aborted while running: {cls.aborted}")
+        _write("outcomes: " + _outcome_text(outcomes))
+        _write(_refusal_text(device.statistics().get("default", Priority.MEDIUM)))
         _write("latency of successful executions: " + _percentiles(latencies))
         if args.qos:
             await _demo_priorities(device, args.deadline_ms)
@@ -125,7 +149,7 @@ async def _demo_priorities(device: CpuDevice, deadline_ms: float) -> None:
         except NnrtError as err:
             outcomes[name][err.status.name] += 1
         else:
-            outcomes[name]["NONE"] += 1
+            outcomes[name][SUCCEEDED] += 1
             if name == "HIGH":
                 high_ms.append((time.perf_counter() - start) * 1e3)
 
@@ -144,18 +168,51 @@ async def _demo_priorities(device: CpuDevice, deadline_ms: float) -> None:
     stats = device.statistics()
     for name, prio in (("LOW", Priority.LOW), ("HIGH", Priority.HIGH)):
         c = stats.get("demo-qos", prio)
-        _write(f"  {name:4} outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes[name].items()))
-               + f"; preemptions {c.preemptions}")
+        _write(f"  {name:4} outcomes: " + _outcome_text(outcomes[name]) + f"; preemptions {c.preemptions}")
     _write("  HIGH latency: " + _percentiles(high_ms))
 
 
-def _devices(_args: argparse.Namespace) -> int:
-    for dev in get_devices():
-        _write(f"{dev.name}: {dev.type.name}, version {dev.version}, feature level {dev.feature_level}")
-        caps = dev.capabilities
-        for t, info in sorted(caps.operand_performance.items()):
-            _write(f"  {t.name:28} exec time x{info.exec_time:.2f} relative to float32")
+def _devices(args: argparse.Namespace) -> int:
+    try:
+        devices = get_devices() + (devices_from_config(args.config) if args.config else [])
+        _list_devices(devices)
+        if args.model:
+            _show_partitioning(args.model, devices)
+    except NnrtError as err:
+        sys.stderr.write(f"nnrt devices: {err}\n")
+        return 2
     return 0
+
+
+def _list_devices(devices: list[Device]) -> None:
+    for dev in devices:
+        _write(f"{dev.name}: {dev.type.name}, version {dev.version}, feature level {dev.feature_level}")
+        limits = getattr(dev, "restrictions", None)
+        if limits is not None:
+            for what, names in (("operations", limits.operations), ("operand types", limits.operand_types)):
+                _write(f"  {what}: " + ("all at its feature level" if names is None else " ".join(sorted(n.name for n in names))))
+        caps = dev.capabilities
+        figures = set(caps.operand_performance.values())
+        if limits is not None and len(figures) == 1:
+            (info,) = figures
+            _write(f"  every type: exec time x{info.exec_time:.2f}, power x{info.power_usage:.2f} relative to the CPU")
+            continue
+        for t, info in sorted(caps.operand_performance.items()):
+            _write(f"  {t.name:28} exec time x{info.exec_time:.2f} relative to {'float32' if limits is None else 'the CPU'}")
+
+
+def _show_partitioning(name: str, devices: list[Device]) -> None:
+    """What ``nnrt.prepare`` would do with the model on these devices."""
+    from nnrt.framework import partition
+
+    model = getattr(zoo, name)() if name in zoo.NAMES else Model.load(name)
+    _write(f"model {model.name or name}: {len(model.operations)} operations")
+    for dev in devices[1:]:
+        for s in dev.operation_support(model):
+            if not s.supported:
+                _write(f"  {dev.name} does not run operation {s.operation} ({s.type.name}): {s.reason}")
+    for k, step in enumerate(partition(model, devices)):
+        _write(f"  step {k} on {step.device.name}: operations {', '.join(map(str, step.operations))}")
 
 
 def _conformance(rest: list[str]) -> int:
@@ -173,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--executions", type=int, default=300)
     demo.add_argument("--deadline-ms", type=float, default=50.0, help="deadline per execution (0: none)")
     demo.add_argument("--no-qos", dest="qos", action="store_false", help="skip the priorities and deadlines phase")
-    sub.add_parser("devices", help="list devices and their measured capabilities")
+    devs = sub.add_parser("devices", help="list devices and their capabilities (and how a model is partitioned)")
+    devs.add_argument("--config", help="a TOML file of restricted devices to add ([devices.NAME])")
+    devs.add_argument("--model", help="a built-in model or a saved one: its support and partitions on the devices")
     sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
     sub.add_parser("simulate", help="replay a QoS scenario in virtual time (nnrt simulate --help)", add_help=False)
     sub.add_parser("bench", help="benchmark a .tflite/.onnx model against its reference runtime (nnrt bench --help)",

@@ -130,7 +130,12 @@ EXPERIMENTAL_FEATURE_LEVEL = 0
 
 
 class OperationType(enum.IntEnum):
-    """The 106 NNAPI operations (values 0 to 105) plus the experimental DENSIFY."""
+    """The 106 NNAPI operations (values 0 to 105) plus the experimental DENSIFY.
+
+    Each operation's inputs, outputs, operand types and parameters are in the operation
+    reference (``docs/operations.md``), generated from the signature tables that
+    ``Model.add_operation`` checks (``nnrt/model/_sig_nn.py``, ``_sig_tensor.py``).
+    """
 
     ADD = 0
     AVERAGE_POOL_2D = 1

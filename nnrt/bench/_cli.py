@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="fill an input with one value, e.g. a sample rate (repeatable)")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the reference runtime")
+    p.add_argument("--reference-spread", action="store_true",
+                   help="also run the reference's plainer path (LiteRT's reference kernels, ONNX Runtime unoptimized): "
+                        "how far two correct implementations differ on this model")
     p.add_argument("--profile", action="store_true", help="time per op type and per step")
     p.add_argument("--top", type=int, default=10, help="slowest steps shown by --profile")
     p.add_argument("--loop-timeout", type=float, default=None, metavar="S",
@@ -85,8 +88,8 @@ def main(argv: Sequence[str] | None = None, *, loop: str = "auto") -> int:
     if args.crash_test:
         return _crash_test(args, shapes, values)
     opts = BenchOptions(runs=args.runs, warmup=args.warmup, seed=args.seed, input_shapes=shapes, input_values=values,
-                        modes=modes, reference=args.reference, profile=args.profile, loop_timeout=args.loop_timeout,
-                        progress=TerminalProgress(sys.stdout))
+                        modes=modes, reference=args.reference, reference_spread=args.reference_spread, profile=args.profile,
+                        loop_timeout=args.loop_timeout, progress=TerminalProgress(sys.stdout))
     from nnrt.cli import run_async
 
     async def go() -> Any:

@@ -5,7 +5,8 @@
 well as on imported ones. ``make_inputs`` draws one seeded value per model input, respecting
 its type: normal floats, integers over the full range of 8-bit quantized types (so both ends
 of the quantized scale are exercised), small non-negative integers for plain integer tensors
-(they are often indices or lengths), booleans. Dynamic dimensions must be fixed, either when
+(they are often indices or lengths), booleans; state inputs an importer made explicit start at
+their initial values (``with_initial_state``). Dynamic dimensions must be fixed, either when
 the file is loaded (``input_shapes``) or here; a value given with ``--input-value`` fills an
 input whose content matters (a sample rate, a flag).
 """
@@ -20,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from nnrt.errors import InvalidArgumentError
-from nnrt.importers import load, sniff_format
+from nnrt.importers import load, sniff_format, state_variables
 from nnrt.model import Model, Operand
 from nnrt.model._serialize import MAGIC
 from nnrt.types import OperandType
 
-__all__ = ["InputSpec", "LoadedModel", "input_specs", "make_inputs", "open_model", "parse_shape_options", "parse_value_options"]
+__all__ = ["InputSpec", "LoadedModel", "input_specs", "make_inputs", "open_model", "parse_shape_options", "parse_value_options",
+           "with_initial_state"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,15 @@ def _concrete_shape(op: Operand, name: str, given: Sequence[int] | None) -> tupl
             f"input {name!r} has dynamic dimensions ({shown}, 0 = unknown): give them with --input-shape {name}=D1,D2,..."
         )
     return dims
+
+
+def with_initial_state(model: Model, inputs: list[Any]) -> list[Any]:
+    """``inputs`` with the state inputs an importer made explicit (``nnrt.importers.state_variables``)
+    set to their initial values, as at the start of a stream."""
+    out = list(inputs)
+    for var in state_variables(model):
+        out[var.input] = np.array(var.initial, dtype=np.asarray(out[var.input]).dtype).reshape(np.shape(out[var.input]))
+    return out
 
 
 def make_inputs(specs: Sequence[InputSpec], *, seed: int = 0, values: Mapping[str, float] | None = None) -> list[Any]:

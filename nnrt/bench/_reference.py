@@ -38,26 +38,33 @@ class Reference(Protocol):
         ...
 
 
-def open_reference(path: str, fmt: str, shapes: Mapping[str, Sequence[int]]) -> Reference:
-    """A one-thread session of the reference runtime for ``fmt`` ("tflite" or "onnx")."""
+def open_reference(path: str, fmt: str, shapes: Mapping[str, Sequence[int]], *, plain: bool = False) -> Reference:
+    """A one-thread session of the reference runtime for ``fmt`` ("tflite" or "onnx").
+
+    ``plain=True`` opens the runtime's other, plainer path instead: LiteRT's reference kernels
+    (no XNNPACK), ONNX Runtime without graph optimizations (no fusions). Two correct
+    implementations still differ by rounding; how much, on a given model, is the noise floor
+    against which nnrt's error is judged (``BenchReport.reference_spread``).
+    """
     if fmt == "tflite":
-        return _LiteRT(path, shapes)
+        return _LiteRT(path, shapes, plain)
     if fmt == "onnx":
-        return _OnnxRuntime(path)
+        return _OnnxRuntime(path, plain)
     raise ReferenceUnavailable(f"no reference runtime for {fmt} models")
 
 
 class _LiteRT:
-    def __init__(self, path: str, shapes: Mapping[str, Sequence[int]]) -> None:
+    def __init__(self, path: str, shapes: Mapping[str, Sequence[int]], plain: bool) -> None:
         try:
             import ai_edge_litert
-            from ai_edge_litert.interpreter import Interpreter
+            from ai_edge_litert.interpreter import Interpreter, OpResolverType
         except ImportError:
             raise ReferenceUnavailable(
                 "LiteRT is not installed: pip install ai-edge-litert (or pip install 'nnrt[bench]')"
             ) from None
         try:
-            self._it = Interpreter(model_path=path, num_threads=1)
+            resolver = OpResolverType.BUILTIN_REF if plain else OpResolverType.AUTO
+            self._it = Interpreter(model_path=path, num_threads=1, experimental_op_resolver_type=resolver)
             details = self._it.get_input_details()
             for d in details:
                 if d["name"] in shapes and list(d["shape"]) != list(shapes[d["name"]]):
@@ -65,7 +72,7 @@ class _LiteRT:
             self._it.allocate_tensors()
         except (RuntimeError, ValueError) as err:
             raise ReferenceUnavailable(f"LiteRT cannot run this model: {str(err).splitlines()[0]}") from None
-        self.name = f"LiteRT {getattr(ai_edge_litert, '__version__', '')}".strip()
+        self.name = f"LiteRT {getattr(ai_edge_litert, '__version__', '')}".strip() + (" reference kernels" if plain else "")
         self._inputs = [(d["name"], d["index"], np.dtype(d["dtype"])) for d in self._it.get_input_details()]
         self._outputs = [d["index"] for d in self._it.get_output_details()]
         self.input_names = [n for n, _, _ in self._inputs]
@@ -86,7 +93,7 @@ _ORT_TYPES = {
 
 
 class _OnnxRuntime:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, plain: bool) -> None:
         try:
             import onnxruntime as ort
         except ImportError:
@@ -98,11 +105,13 @@ class _OnnxRuntime:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3
+        if plain:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
             self._session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
             raise ReferenceUnavailable(f"ONNX Runtime cannot run this model: {str(err).splitlines()[0]}") from None
-        self.name = f"ONNX Runtime {ort.__version__}"
+        self.name = f"ONNX Runtime {ort.__version__}" + (" unoptimized" if plain else "")
         self._inputs = [(i.name, _ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()]
         self.input_names = [n for n, _ in self._inputs]
         self.output_names = [o.name for o in self._session.get_outputs()]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from nnrt.bench._run import BenchReport
-from nnrt.bench._stats import ATOL, MAX_UNITS, RTOL
+from nnrt.bench._stats import ATOL, MAX_UNITS, RTOL, Accuracy
 
 __all__ = ["TerminalProgress", "format_report"]
 
@@ -26,6 +26,14 @@ def _ops_line(op_types: dict[str, int], limit: int = 8) -> str:
     ranked = sorted(op_types.items(), key=lambda kv: (-kv[1], kv[0]))
     shown = ", ".join(f"{k} {v}" for k, v in ranked[:limit])
     return shown + (f", ... ({len(ranked) - limit} more types)" if len(ranked) > limit else "")
+
+
+def _verdict(a: Accuracy) -> str:
+    if a.problem:
+        return f"NO: {a.problem}"
+    if a.quant_units is not None:
+        return f"{'yes' if a.ok else 'NO'} ({a.quant_units} quantized unit(s))"
+    return f"{'yes' if a.ok else 'NO'} (tolerance used {a.tolerance_used:.3g})"
 
 
 def format_report(r: BenchReport, *, top: int = 10) -> str:
@@ -56,13 +64,12 @@ def format_report(r: BenchReport, *, top: int = 10) -> str:
         width = max(12, *(len(a.output) + 2 for a in r.accuracy))
         lines.append(f"  {'output':<{width}}{'shape':<18}{'max abs':>11}{'max rel':>11}  within tolerance")
         for a in r.accuracy:
-            if a.problem:
-                verdict = f"NO: {a.problem}"
-            elif a.quant_units is not None:
-                verdict = f"{'yes' if a.ok else 'NO'} ({a.quant_units} quantized unit(s))"
-            else:
-                verdict = f"{'yes' if a.ok else 'NO'} (tolerance used {a.tolerance_used:.3g})"
-            lines.append(f"  {a.output:<{width}}{list(a.shape)!s:<18}{a.max_abs:>11.3g}{a.max_rel:>11.3g}  {verdict}")
+            lines.append(f"  {a.output:<{width}}{list(a.shape)!s:<18}{a.max_abs:>11.3g}{a.max_rel:>11.3g}  {_verdict(a)}")
+        if r.reference_spread:
+            lines.append("  noise floor: the reference's plainer path (LiteRT: reference kernels; ONNX Runtime: no graph "
+                         "optimizations) against its default one:")
+            for a in r.reference_spread:
+                lines.append(f"  {a.output:<{width}}{list(a.shape)!s:<18}{a.max_abs:>11.3g}{a.max_rel:>11.3g}  {_verdict(a)}")
     if r.profile is not None:
         p = r.profile
         lines.append(f"profile ({p.runs} runs, the kernels on this thread, no scheduler): {p.total_ms:.3f} ms per execution = "

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.bench._inputs import InputSpec, input_specs, make_inputs, open_model
+from nnrt.bench._inputs import InputSpec, input_specs, make_inputs, open_model, with_initial_state
 from nnrt.bench._profile import Profile, profile_plan
 from nnrt.bench._reference import Reference, ReferenceUnavailable, feeds_for, open_reference, pair_outputs
 from nnrt.bench._stats import Accuracy, Latency, compare, summarize
@@ -54,6 +54,8 @@ class BenchOptions:
     input_values: Mapping[str, float] = field(default_factory=dict)
     modes: Sequence[str] = MODES
     reference: bool = True
+    #: Also run the reference's plainer path and report how far it is from the default one.
+    reference_spread: bool = False
     profile: bool = False
     loop_timeout: float | None = None
     progress: Tick = _no_progress
@@ -77,6 +79,8 @@ class BenchReport:
     reference_note: str = ""
     reference_latency: Latency | None = None
     accuracy: list[Accuracy] = field(default_factory=list)
+    #: The reference's plainer path against its default one, per output (the noise floor).
+    reference_spread: list[Accuracy] = field(default_factory=list)
     profile: Profile | None = None
 
     @property
@@ -105,6 +109,7 @@ class BenchReport:
                 "ratio": self.ratio,
                 "accuracy": [a.as_dict() for a in self.accuracy],
                 "accurate": self.accurate,
+                "spread": [a.as_dict() for a in self.reference_spread],
             },
             "reference_note": self.reference_note,
             "profile": self.profile.as_dict() if self.profile else None,
@@ -180,7 +185,7 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     load_ms = (time.perf_counter() - t) * 1e3
     model = loaded.model
     specs = input_specs(model, opts.input_shapes)
-    inputs = make_inputs(specs, seed=opts.seed, values=opts.input_values)
+    inputs = with_initial_state(model, make_inputs(specs, seed=opts.seed, values=opts.input_values))
     out_names = [model.operands[i].name or f"output{k}" for k, i in enumerate(model.output_indexes)]
     report = BenchReport(loaded.path, loaded.format, loaded.size, len(model.operations), dict(_count_ops(model)),
                          load_ms, 0.0, specs, out_names)
@@ -202,10 +207,12 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
         if ref is not None:
             feeds = feeds_for(ref, [s.name for s in specs], inputs)
             ref_out = ref.run(feeds)
-            for ours, theirs in pair_outputs(ref, out_names):
-                operand = model.operands[model.output_indexes[ours]]
-                quantized = operand.type.is_quantized
+            pairs = pair_outputs(ref, out_names)
+            for ours, theirs in pairs:
+                quantized = model.operands[model.output_indexes[ours]].type.is_quantized
                 report.accuracy.append(compare(out_names[ours], baseline[ours], ref_out[theirs], quantized=quantized))
+            if opts.reference_spread:
+                _spread(report, path, specs, feeds, ref_out, pairs)
             beside = lambda: ref.run(feeds)  # noqa: E731
         await _run_modes(report, prepared, inputs, baseline, opts, beside)
         if opts.profile:
@@ -215,6 +222,19 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     finally:
         device.close()
     return report
+
+
+def _spread(report: BenchReport, path: str, specs: Sequence[InputSpec], feeds: dict[str, np.ndarray],
+            ref_out: list[Any], pairs: list[tuple[int, int]]) -> None:
+    try:
+        plain = open_reference(path, report.format, {s.name: s.shape for s in specs}, plain=True)
+        plain_out = plain.run(feeds)
+    except ReferenceUnavailable as err:
+        report.reference_note = f"no spread: {err}"
+        return
+    for acc, (_ours, theirs) in zip(report.accuracy, pairs):
+        quantized = acc.quant_units is not None
+        report.reference_spread.append(compare(acc.output, plain_out[theirs], ref_out[theirs], quantized=quantized))
 
 
 async def _run_modes(report: BenchReport, prepared: PreparedModel, inputs: list[Any], baseline: list[Any],

@@ -2,7 +2,9 @@
 
 Options: ``--op NAME`` (repeatable) keeps cases using that operation, ``--spec TEXT`` keeps
 specs whose name contains TEXT, ``--failures N`` prints up to N failing cases (default 20),
-``--json FILE`` writes every case's result. Exits 1 when any supported case fails.
+``--json FILE`` writes every case's result. Exits 1 when any supported case fails, 2 when
+an ``--op`` names no operation or the selection matches no case. On a terminal, a progress
+line on stderr shows the spec being run.
 """
 
 from __future__ import annotations
@@ -15,23 +17,29 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import TextIO
 
+from nnrt._progress import Progress, progress_stream
 from nnrt.conformance._cts import CaseResult, case_ops, iter_specs, load_spec, run_case
 from nnrt.devices import CpuDevice
+from nnrt.types import OperationType
 
 
-async def run_conformance(ops: Sequence[str] = (), spec_filter: str = "") -> list[CaseResult]:
+async def run_conformance(ops: Sequence[str] = (), spec_filter: str = "", *, progress: TextIO | None = None) -> list[CaseResult]:
+    """Run the selected cases on a fresh CPU device; ``progress``: a stream for a progress line."""
     device = CpuDevice(name="nnrt-cpu-conformance")
     results: list[CaseResult] = []
+    specs = [spec for spec in iter_specs() if not spec_filter or spec_filter in spec]
+    bar = Progress("conformance", len(specs), progress)
     try:
-        for spec in iter_specs():
-            if spec_filter and spec_filter not in spec:
-                continue
+        for k, spec in enumerate(specs):
+            bar.update(k, f"{len(results)} cases, {spec}")
             for case in load_spec(spec):
                 if ops and not set(ops) & set(case_ops(case)):
                     continue
                 results.append(await run_case(case, device))
     finally:
+        bar.close()
         device.close()
     return results
 
@@ -57,9 +65,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--failures", type=int, default=20, help="failing cases to list")
     parser.add_argument("--json", help="write every case's result to this file")
     args = parser.parse_args(argv)
+    unknown = [op for op in args.op if op not in OperationType.__members__]
+    if unknown:
+        parser.error(f"--op {unknown[0]}: no such operation (names are OperationType's, e.g. CONV_2D)")
     t = time.perf_counter()
-    results = asyncio.run(run_conformance(args.op, args.spec))
+    results = asyncio.run(run_conformance(args.op, args.spec, progress=progress_stream()))
     took = time.perf_counter() - t
+    if not results:
+        sys.stderr.write("python -m nnrt.conformance: the selection matches no case\n")
+        return 2
     out = sys.stdout
     out.write(_table(results) + "\n")
     failed = [r for r in results if r.status == "fail"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from nnrt.devices._config import devices_from_config
 from nnrt.devices._cpu import CpuDevice
 from nnrt.devices._device import Device, DeviceType, OperationSupport, Restrictions, feature_level_reason
 from nnrt.devices._restricted import RestrictedDevice, capabilities_from
@@ -23,6 +24,7 @@ __all__ = [
     "RestrictedDevice",
     "Restrictions",
     "capabilities_from",
+    "devices_from_config",
     "feature_level_reason",
     "get_devices",
     "register_device",

@@ -4,11 +4,7 @@ Kernels never stall the event loop: a plan whose calibrated cost is small (or a 
 a larger plan) runs inline on the loop thread, where a thread hop would cost more than the
 work (about 60-100 µs on the reference machine); anything heavier, and every plan with
 control flow (whose cost is unbounded), continues on the device's worker threads, one per
-compute unit. BLAS is pinned to one thread per worker, since oversubscribing two cores ruins
-latency; for the same reason the interpreter's GIL switch interval is shortened to 0.5 ms, and
-glibc is asked to keep freed multi-MB blocks mapped (each execution re-allocates its
-intermediates; page faults on fresh mmaps cost a quarter of a convolution network's time).
-Preparation compiles the plan in a thread, then calibrates it: one run on zero
+compute unit. Preparation compiles the plan in a thread, then calibrates it: one run on zero
 inputs measures each step, and those measurements replace the first estimates.
 
 NNAPI priority can also reach the operating system (``low_priority_nice``, off by default,
@@ -20,6 +16,16 @@ the loop thread fell to 0.22-0.59x (4.1 -> 0.9 ms in one run), of one run on a w
 0.85-1.04x. But a HIGH execution waiting *behind* LOW ones (every unit held by LOW work) waits
 longer, since the niced LOW executions run slower (priority inversion; unprivileged threads
 cannot raise their priority back): HIGH p50 1.01-1.19x, p99 up to 1.29x.
+
+Process-wide settings are opt-in (``tune_process=True``, or each one on its own), because
+they change the whole process, not just nnrt: BLAS pinned to one thread (``blas_threads``;
+oversubscribing the cores with BLAS threads beside nnrt's workers ruins latency), the
+interpreter's GIL switch interval shortened to 0.5 ms (``switch_interval_s``; while a worker
+runs Python-level kernel code the event loop thread otherwise waits up to 5 ms for the GIL),
+and glibc asked to keep freed multi-MB blocks mapped (``tune_malloc``; each execution
+re-allocates its intermediates, and page faults on fresh mmaps cost a quarter of a
+convolution network's time). ``benchmarks/settings.py`` measures what each one buys. nnrt's
+own commands (``nnrt demo``, the simulator's real runs and calibration) opt in.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ _Gen = Generator[int, None, list[Any]]
 
 #: nnrt's version string, reported as the device version.
 VERSION = "0.1.0"
+#: The GIL switch interval ``tune_process=True`` sets (the interpreter's default is 5 ms).
+LATENCY_SWITCH_INTERVAL_S = 0.0005
 
 
 def _init_worker() -> None:
@@ -93,7 +101,7 @@ def _resume(gen: _Gen) -> tuple[bool, Any, int]:
 
 
 class CpuDevice(Device):
-    """The reference CPU device (numpy kernels)."""
+    """The reference CPU device (numpy kernels); ``nnrt.get_devices()`` makes one with the defaults."""
 
     #: What the device accepts, when it stands for a driver with limits (``RestrictedDevice``,
     #: a simulated device); None: every operation it has a kernel for (the reference device).
@@ -105,7 +113,7 @@ class CpuDevice(Device):
         *,
         clock: Clock | None = None,
         compute_units: int | None = None,
-        blas_threads: int | None = 1,
+        blas_threads: int | None = None,
         inline_limit_ns: float = DEFAULT_INLINE_LIMIT_NS,
         calibrate: bool = True,
         fairness: Literal["round_robin", "weighted"] = "weighted",
@@ -115,10 +123,36 @@ class CpuDevice(Device):
         max_queued_per_app: int = 256,
         memory_budget: int | None = None,
         app_memory_limit: int | None = None,
-        switch_interval_s: float | None = 0.0005,
-        tune_malloc: bool = True,
+        switch_interval_s: float | None = None,
+        tune_malloc: bool = False,
         low_priority_nice: int | None = None,
+        tune_process: bool = False,
     ) -> None:
+        """Create a CPU device; it starts its worker threads on first use (``close()`` stops them).
+
+        ``compute_units`` (default: CPUs - 1, 1 to 4) bounds concurrent executions;
+        ``fairness``/``app_weights`` share the device across apps; ``aging_s`` is how long a
+        waiting class takes to climb one priority level; ``max_queued_per_app`` bounds each
+        app's queue (RESOURCE_EXHAUSTED_TRANSIENT beyond); ``memory_budget`` and
+        ``app_memory_limit`` bound what prepared models hold, in bytes; ``low_priority_nice``
+        runs LOW executions on threads of lower OS priority (Linux; see the module docstring).
+
+        Process-wide settings, all off unless asked for: ``blas_threads`` (limit BLAS to that
+        many threads), ``switch_interval_s`` (shorten ``sys.setswitchinterval`` to it),
+        ``tune_malloc`` (glibc keeps large freed blocks mapped). ``tune_process=True`` applies
+        the recommended latency settings for those not given: one BLAS thread, 0.5 ms, malloc
+        tuned. Each is applied once per process and never undone. Bad values raise
+        ``InvalidArgumentError``.
+        """
+        if blas_threads is not None and (isinstance(blas_threads, bool) or not isinstance(blas_threads, int) or blas_threads < 1):
+            raise InvalidArgumentError(f"blas_threads: must be a positive int or None, not {blas_threads!r}")
+        if switch_interval_s is not None and (not isinstance(switch_interval_s, int | float) or not switch_interval_s > 0):
+            raise InvalidArgumentError(f"switch_interval_s: must be a positive number of seconds or None, "
+                                       f"not {switch_interval_s!r}")
+        if tune_process:
+            blas_threads = 1 if blas_threads is None else blas_threads
+            switch_interval_s = LATENCY_SWITCH_INTERVAL_S if switch_interval_s is None else switch_interval_s
+            tune_malloc = True
         self.name = name
         self.type = DeviceType.CPU
         self.version = VERSION
@@ -159,7 +193,7 @@ class CpuDevice(Device):
         if switch_interval_s is not None and sys.getswitchinterval() > switch_interval_s:
             # While a worker runs Python-level kernel code, the event loop thread waits for the
             # GIL up to the switch interval (5 ms by default): too long for timers, hand-offs
-            # and preemption. Like BLAS pinning, this is process-wide; None leaves it alone.
+            # and preemption. Process-wide, hence opt-in.
             sys.setswitchinterval(switch_interval_s)
 
     def statistics(self) -> SchedulerStatistics:
@@ -243,9 +277,10 @@ class CpuDevice(Device):
         cache_dir: str | os.PathLike[str] | None = None,
         token: bytes | None = None,
     ) -> PreparedModel:
-        """Prepare ``model``; with ``cache_dir`` and a 32-byte ``token``, through the compilation
-        cache (``nnrt.cache``): a valid entry is loaded, else the model is prepared in full and
-        the entry (re)written."""
+        """Prepare ``model`` (see ``Device.prepare_model`` for the arguments and errors); with
+        ``cache_dir`` and a 32-byte ``token``, through the compilation cache (``nnrt.cache``):
+        a valid entry is loaded, else the model is prepared in full and the entry (re)written.
+        Compilation and calibration run on a thread, not on the event loop."""
         self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
         if deadline is not None and self.clock.now() >= deadline:

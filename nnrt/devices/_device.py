@@ -181,7 +181,20 @@ class Device(ABC):
         deadline: float | None = None,
         app: str = "default",
     ) -> PreparedModel:
-        """Prepare ``model`` for execution on this device."""
+        """Prepare ``model`` for execution on this device and return its ``PreparedModel``.
+
+        Preparation validates the model for this device (signatures, shapes, parameter
+        values), compiles its plan and measures its cost; the model must be finished and
+        must not change afterwards. ``priority`` orders executions within ``app``;
+        ``deadline`` (absolute, device clock) bounds the preparation itself.
+
+        Raises ``InvalidArgumentError`` (INVALID_ARGUMENT) for a model that is not finished
+        or that the device cannot run (the message names the operation and what is wrong),
+        or a bad ``preference``/``priority``; ``MissedDeadlineError``
+        (MISSED_DEADLINE_PERSISTENT) when ``deadline`` had already passed;
+        ``ResourceExhaustedError`` when the device's memory budget cannot hold the model
+        (PERSISTENT if it never could, TRANSIENT while other prepared models hold it).
+        """
 
     def allocate(
         self,

@@ -359,12 +359,26 @@ async def execute_fenced(
     loop_timeout: float | None = None,
     timeout_after_fence: float | None = None,
 ) -> tuple[SyncFence, FencedExecutionCallback]:
-    """Start an execution once every fence in ``wait_for`` has signaled (``PreparedModel.execute_fenced``).
+    """Start an execution once every fence in ``wait_for`` has signaled; returns ``(fence, callback)``.
 
-    Returns at once with ``(fence, callback)``: ``await fence`` waits for the outputs
-    (written into ``outputs`` when given, else ``callback.result.outputs``). The request is
-    validated now; ``deadline`` is absolute on the device clock, ``timeout_after_fence``
-    counts from the moment the fences signal. See ``nnrt.execution._fenced`` for the rules.
+    The call returns without waiting for the fences: ``await fence`` waits for the outputs
+    (written into ``outputs`` when given, else ``callback.result.outputs``), and
+    ``callback.get_execution_info()`` then gives the status and the two timings (launched:
+    from the call; fenced: from the moment the fences signaled). Inputs are read, and outputs
+    written, only after every wait-for fence has signaled, so an earlier stage may still be
+    producing them at the call; keep them alive and unchanged until ``fence`` signals. A
+    stage whose fences had all signaled may run before the call returns.
+
+    At the call (raised here, nothing started): INVALID_ARGUMENT for a bad request, an output
+    whose size the model does not fix and no buffer was given, a wait-for fence already in
+    error, or a negative ``timeout_after_fence``; MISSED_DEADLINE_PERSISTENT when
+    ``deadline`` (absolute, on the device clock) has already passed.
+
+    Later (the fence goes into error, ``callback.get_execution_info()`` tells the status): a
+    wait-for fence that fails gives GENERAL_FAILURE without running the model; the deadline,
+    or ``timeout_after_fence`` counted from the moment the fences signal, passing gives
+    MISSED_DEADLINE_TRANSIENT; ``callback.cancel()`` fails the fence; the other statuses are
+    those of ``execute``. An execution holds no compute unit while it waits.
     """
     t_call = perf_ns() if measure_timing else 0
     args, bufs = prepared._validate_request(inputs, outputs)

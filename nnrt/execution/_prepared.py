@@ -180,8 +180,27 @@ class PreparedModel:
     ) -> ExecutionResult:
         """Run the model on ``inputs`` (model order; ``None`` for an omitted optional input).
 
-        ``outputs``, when given, are arrays written in place (``None`` entries are allocated).
-        ``deadline`` is an absolute time on the device clock (``nnrt.deadline_after``).
+        ``inputs`` are numpy arrays of each input's dtype and shape (or ``MemoryLocation`` /
+        ``DeviceBuffer`` views); they are validated at the call and read while the execution
+        runs, so do not change them until it returns. ``outputs``, when given, are arrays
+        written in place (``None`` entries are allocated) before the call returns; on failure
+        their contents are unspecified. ``deadline`` is an absolute time on the device clock
+        (``nnrt.deadline_after``); ``loop_timeout`` bounds each WHILE loop (default 2 s,
+        at most 15 s); ``measure_timing`` fills ``ExecutionResult.timing``.
+
+        Raises (every one an ``NnrtError`` with ``.status``):
+
+        - ``InvalidArgumentError`` (INVALID_ARGUMENT): wrong number of inputs or outputs, a
+          wrong dtype or shape (named by position), a bad deadline or loop timeout; nothing ran.
+        - ``OutputInsufficientSizeError`` (OUTPUT_INSUFFICIENT_SIZE): an output buffer too
+          small for the result; ``.output_shapes`` gives the sizes needed.
+        - ``MissedDeadlineError``: PERSISTENT when the deadline had passed at the call or cannot
+          be met even on an idle device (no compute spent); TRANSIENT when refused because of
+          work ahead, expired while queued, aborted at an operation boundary, or a WHILE loop
+          ran past ``loop_timeout``.
+        - ``ResourceExhaustedError`` (RESOURCE_EXHAUSTED_TRANSIENT): the app's queue is full.
+        - ``GeneralFailureError`` (GENERAL_FAILURE): a kernel failed at run time, or an input
+          device buffer was never written; ``DeadObjectError`` once the device is closed.
         """
         t0 = perf_ns() if measure_timing else 0
         try:
@@ -268,10 +287,14 @@ class PreparedModel:
         task.add_done_callback(self._tasks.discard)
 
     def burst(self, *, max_in_flight: int = 64, polling_window: float | None = None) -> Burst:
-        """A burst of executions of this model (``async with prepared.burst() as b``; see ``nnrt.burst``).
+        """A burst of executions of this model: ``async with prepared.burst() as b: await b.execute(...)``.
 
-        ``max_in_flight`` bounds the request channel; ``polling_window`` is how long the server
-        polls for the next request before parking (default 50 us, 0 for LOW_POWER).
+        A burst runs one execution at a time, in order, and caches memory pools by slot
+        (``Burst.register_memory``). ``max_in_flight`` bounds the request channel (a full
+        channel makes ``submit`` wait); ``polling_window`` is how long the server polls for
+        the next request before parking (default 50 us, 0 for LOW_POWER). Errors are those of
+        ``execute``, plus INVALID_ARGUMENT for an unknown or released slot (no shapes, no
+        timing) and DEAD_OBJECT for requests still queued when the burst closes.
         """
         from nnrt.burst import Burst  # the burst layer sits above this one
 
@@ -295,7 +318,7 @@ class PreparedModel:
         waiting would deadlock) it runs here, outside the scheduler: only the idle-device
         admission test applies, and it neither waits for nor holds a compute unit. Either way
         the deadline is checked before each operation and after the last one, so it never
-        succeeds after its deadline.
+        succeeds after its deadline. Arguments, results and errors are those of ``execute``.
         """
         loop = self._loop
         if loop is not None and loop.is_running() and asyncio._get_running_loop() is None:

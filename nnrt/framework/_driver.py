@@ -11,10 +11,13 @@ the outputs go back into the plan's slots, where the next step reads them. So:
 * intermediates pass between steps as the arrays the kernels produced (no copy, no
   re-validation), and temporaries are freed after their last reading step, as in any plan;
 * dynamic output shapes propagate: a step's output has the shape its kernel gave it;
-* one deadline covers the whole execution (every step's context carries it; the interpreter
-  checks it again between steps); the times the steps spend computing add up into ``Timing``;
-* each entry point of the ``Driver`` protocol maps onto the same entry point of every step's
-  driver: ``run_now`` (the inline fast path, only when every step may run inline now),
+* one deadline covers the whole execution: refused at once (MISSED_DEADLINE_PERSISTENT, no
+  step run) when the steps' cost estimates together cannot fit, then carried by every step's
+  context (each device admits its step against it) and checked by the interpreter between
+  steps; the times the steps spend computing add up into ``Timing``;
+* each hook of the ``Driver`` protocol maps onto the same hook of every step's driver:
+  ``run_now`` (the inline fast path, only when every step may run now; and ``execute_sync``
+  outside the scheduler),
   ``drive`` (each step awaited on its device's scheduler).
 
 A fenced execution of a partitioned model is one fenced execution: it waits for its fences,
@@ -29,11 +32,12 @@ from collections.abc import Generator, Hashable, Sequence
 from typing import Any
 
 from nnrt.clock import Clock
+from nnrt.errors import MissedDeadlineError
 from nnrt.execution import DELEGATED, ExecContext, Plan, PreparedModel, Step, run_plan
 from nnrt.execution._plan import _fetcher
 from nnrt.framework._partition import PlannedStep
 from nnrt.model import Model
-from nnrt.types import ExecutionPreference, OperationType, Partition, Priority
+from nnrt.types import ErrorStatus, ExecutionPreference, OperationType, Partition, Priority
 
 __all__ = ["PartitionedDriver", "build_plan", "device_name", "partitioned_model"]
 
@@ -101,14 +105,34 @@ class PartitionedDriver:
     def runs_inline(self, plan: Plan) -> bool:
         return all(p._driver.runs_inline(p.plan) for p in self._steps)
 
+    def refuse_if_late(self, deadline: float) -> None:
+        """The idle-device admission test over the whole execution: MISSED_DEADLINE_PERSISTENT,
+        before any step runs, when the steps' admission costs together do not fit before
+        ``deadline`` (each step's device then tests its own step again)."""
+        cost_s = sum(p.plan.admission_cost_ns for p in self._steps) / 1e9
+        if cost_s > deadline - self.clock.now():
+            for p in self._steps:
+                p.plan.refused()
+            raise MissedDeadlineError(
+                f"the execution's {len(self._steps)} steps need about {cost_s * 1e3:.3f} ms, more than is left "
+                "before its deadline", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+            )
+
     def run_now(
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
     ) -> tuple[list[Any], int]:
         total = 0
         try:
+            if ctx.deadline is not None:
+                self.refuse_if_late(ctx.deadline)
+            # ``_next_step`` inlined, one context for every step: each runs to its end here,
+            # where nothing can interrupt it (the inline path's cost per step boundary).
+            sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
             while True:
-                p, step_gen, sub = _next_step(gen, ctx)
-                ctx.handoff, ns = p._driver.run_now(step_gen, sub, p.plan, app, priority)
+                next(gen)
+                step, args = ctx.handoff
+                p: PreparedModel = step.target
+                ctx.handoff, ns = p._driver.run_now(run_plan(p.plan, args, sub), sub, p.plan, app, priority)
                 total += ns
         except StopIteration as stop:
             return stop.value, total
@@ -120,6 +144,8 @@ class PartitionedDriver:
     ) -> tuple[list[Any], int]:
         total = 0
         try:
+            if ctx.deadline is not None:
+                self.refuse_if_late(ctx.deadline)
             while True:
                 p, step_gen, sub = _next_step(gen, ctx)
                 ctx.handoff, ns = await p._driver.drive(step_gen, sub, p.plan, app, priority)
@@ -139,7 +165,7 @@ def _next_step(gen: _Gen, ctx: ExecContext) -> tuple[PreparedModel, _Gen, ExecCo
     step, args = ctx.handoff
     p: PreparedModel = step.target
     sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
-    return p, run_plan(p.plan, list(args), sub), sub
+    return p, run_plan(p.plan, args, sub), sub
 
 
 def device_name(prepared: PreparedModel) -> str:

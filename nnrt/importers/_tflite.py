@@ -26,7 +26,7 @@ UNPACK (SPLIT+SQUEEZE), SPLIT, SPLIT_V (SLICE), PAD, PADV2, MIRROR_PAD, SLICE, S
 GATHER, TRANSPOSE, TILE, RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR, MEAN, SUM PROD REDUCE_MAX
 REDUCE_MIN REDUCE_ANY REDUCE_ALL, ARG_MAX ARG_MIN (int32 output), SPACE_TO_DEPTH,
 DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND (no crops), EMBEDDING_LOOKUP, FILL,
-DENSIFY, RNN, UNIDIRECTIONAL_SEQUENCE_RNN, UNIDIRECTIONAL_SEQUENCE_LSTM, LSTM (full kernel),
+DENSIFY, RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN, UNIDIRECTIONAL_SEQUENCE_LSTM, LSTM (full kernel),
 IF, WHILE, VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE CALL_ONCE (as state inputs and outputs).
 Everything else, custom ops included, is rejected with the reason.
 """
@@ -51,6 +51,8 @@ __all__ = ["load_tflite"]
 # The op mapper modules register themselves with ``MAPPERS`` when imported.
 _MAPPER_MODULES = (_tflite_control, _tflite_ops_elementwise, _tflite_ops_nn, _tflite_ops_rnn, _tflite_ops_shape)
 _CUSTOM = 32
+#: Control flow nested deeper than this is refused (a hostile file could nest thousands).
+_MAX_NESTING = 32
 
 
 def load_tflite(data: memoryview, *, name: str, input_shapes: Mapping[str, tuple[int, ...]]) -> Model:
@@ -88,6 +90,8 @@ class _Importer:
             raise Unsupported(f"subgraph index {index} is not a subgraph other than the main one")
         if index in self.building:
             raise Unsupported(f"subgraph {index} refers to itself (recursion has no NNAPI form)")
+        if len(self.building) >= _MAX_NESTING:
+            raise Unsupported(f"subgraphs nested more than {_MAX_NESTING} deep")
         if index not in self.models:
             before = len(self.rejections.items)
             model = self._build(index, None, {})
@@ -141,6 +145,8 @@ class _Importer:
                 return
             except (Unsupported, InvalidArgumentError) as err:
                 reason = str(err)
+            except (IndexError, ValueError) as err:  # too few inputs/outputs, a vector of the wrong length
+                reason = f"malformed {op.name} node ({len(op.inputs)} inputs, {len(op.outputs)} outputs): {err}"
         g.discard()
         self.rejections.add(node, op.name, reason)
         for ti in op.outputs:  # placeholders, so later nodes are still checked

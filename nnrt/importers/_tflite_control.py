@@ -19,6 +19,7 @@ stream feeds each execution's ``state_out`` to the next one's ``state_in``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import weakref
 
 import numpy as np
@@ -121,7 +122,11 @@ class State:
             init = self.initial.get(var.key, var.initial)
             if init is None:
                 init = np.zeros(sin.dimensions, sin.type.dtype)
-            init = np.asarray(init, sin.type.dtype).reshape(sin.dimensions)
+            init = np.asarray(init, sin.type.dtype)
+            if init.size != math.prod(sin.dimensions):
+                raise Unsupported(f"state {var.key!r}: initial value of {init.size} elements for dimensions "
+                                  f"{list(sin.dimensions)}")
+            init = init.reshape(sin.dimensions)
             inputs.append(var.state_in)
             outputs.append(out)
             found.append(StateVariable(var.key, len(inputs) - 1, len(outputs) - 1, init))

@@ -18,6 +18,7 @@ of 0 on a quantized tensor becomes 1 (as the delegate does). Rank-0 tensors beco
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -147,6 +148,15 @@ class Graph:
         else:
             raise Unsupported(f"{t.label()} is read but no op writes it and it is not a constant or an input")
         self.operand[ti] = idx
+        return idx
+
+    def per_channel_const(self, t: TflTensor, dims: tuple[int, ...]) -> int:
+        """Per-channel int8 constant ``t`` viewed with ``dims`` (same channel count on axis 0)."""
+        assert t.data is not None
+        idx = self._add(dataclasses.replace(t, shape=dims, quantized_dimension=0), T.TENSOR_QUANT8_SYMM_PER_CHANNEL,
+                        0.0, 0, dims)
+        data = t.data.reshape(dims)
+        self.model.set_operand_value_from_memory(idx, _Pool(data), 0, data.nbytes)
         return idx
 
     def has_input(self, op: TflOp, k: int) -> bool:

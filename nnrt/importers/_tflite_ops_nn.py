@@ -160,29 +160,42 @@ def _fully_connected(g: Graph, op: TflOp) -> None:
     if fmt != 0:
         raise Unsupported(f"weights format {fmt} (only DEFAULT is expressible)")
     wt = g.tensor(op.inputs[1])
-    if wt.per_channel:
-        raise Unsupported("per-channel weights (NNAPI's FULLY_CONNECTED takes per-tensor weights only)")
-    x, w = _weighted(g, op, 0, 1)
-    if g.type_of(x).is_quantized and g.type_of(w) is not g.type_of(x):
+    x = g.input(op.inputs[0])
+    per_channel = g.type_of(x).is_quantized and wt.per_channel
+    if per_channel:
+        # NNAPI's FULLY_CONNECTED takes per-tensor weights only; a 1x1 CONV_2D over [rows, 1, 1, k]
+        # with the weights as its [units, 1, 1, k] filter takes per-channel ones.
+        if wt.data is None or len(wt.shape) != 2 or wt.type != TT.INT8:
+            raise Unsupported(f"per-channel weights {wt.label()} must be a constant int8 matrix")
+        w = g.per_channel_const(wt, (wt.shape[0], 1, 1, wt.shape[1]))
+    else:
+        x, w = _weighted(g, op, 0, 1)
+    if g.type_of(x).is_quantized and g.type_of(w) is not g.type_of(x) and not per_channel:
         raise Unsupported(f"weights of type {g.type_of(w).name} with a {g.type_of(x).name} input")
     wd, xd = _dims(g, w), _dims(g, x)
-    n_out = wd[0] if len(wd) == 2 else 0
+    if len(wd) not in (2, 4):
+        raise Unsupported(f"weights of rank {len(wd)}; expected 2 [units, input size]")
+    n_out, k = wd[0], wd[-1]
     b = _bias(g, op, 2, x, w, n_out)
     out_t = g.tensor(op.outputs[0])
-    if keep and len(xd) > 2:
-        fuse = g.i32(act) if act in (0, 1, 2, 3) else None
-        if fuse is None:
-            raise Unsupported(f"fused activation {act} with keep_num_dims")
-        y = g.out(op.outputs[0])
-        flat = g.temp(y, dims=[0, n_out])
-        g.op(Op.FULLY_CONNECTED, [x, w, b, fuse], [flat])
-        target = [d if d > 0 else -1 for d in g.dims(out_t)]
-        if target.count(-1) > 1:
-            raise Unsupported(f"keep_num_dims output {target} has more than one unknown dimension")
-        g.op(Op.RESHAPE, [flat, g.ints(target)], [y])
+    reshaped = (keep and len(xd) > 2) or per_channel
+    if not reshaped:
+        fuse, y = g.fused(act, op.outputs[0])
+        g.op(Op.FULLY_CONNECTED, [x, w, b, fuse], [y])
         return
     fuse, y = g.fused(act, op.outputs[0])
-    g.op(Op.FULLY_CONNECTED, [x, w, b, fuse], [y])
+    target = [d if d > 0 else -1 for d in g.dims(out_t)] if keep else [-1, n_out]
+    if target.count(-1) > 1:
+        raise Unsupported(f"output {target} has more than one unknown dimension")
+    if per_channel:
+        rows = g.temp(x, dims=[0, 1, 1, k])
+        g.op(Op.RESHAPE, [x, g.ints([-1, 1, 1, k])], [rows])
+        flat = g.temp(y, dims=[0, 1, 1, n_out])
+        g.op(Op.CONV_2D, [rows, w, b, g.i32(2), g.i32(1), g.i32(1), fuse], [flat])
+    else:
+        flat = g.temp(y, dims=[0, n_out])
+        g.op(Op.FULLY_CONNECTED, [x, w, b, fuse], [flat])
+    g.op(Op.RESHAPE, [flat, g.ints(target)], [y])
 
 
 @mapper(_AVG, _MAX, _L2)

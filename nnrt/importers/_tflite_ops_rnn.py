@@ -1,4 +1,4 @@
-"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN,
+"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN, SVDF,
 UNIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel), UNIDIRECTIONAL_SEQUENCE_LSTM, and DENSIFY.
 
 TFLite keeps a recurrent op's state in variable tensors it updates in place; NNAPI's ops take
@@ -23,7 +23,7 @@ from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
 
-_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY = 24, 35, 16, 44, 124
+_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY, _SVDF = 24, 35, 16, 44, 124, 27
 _RNN_ACTS, _LSTM_ACTS = (0, 1, 2, 3), (0, 1, 2, 3, 4, 6)
 
 
@@ -167,7 +167,7 @@ def _densify(g: Graph, op: TflOp) -> None:
     typ, scale, zp = g.nn_type(t)
     values = g.const(t.data.reshape(-1), typ, scale, zp)
     ins = [values, g.ints(order), g.ints(block_map) if block_map else _omitted(g, T.TENSOR_INT32), g.ints(formats), g.ints(dims)]
-    ins += [g.ints(a.tolist()) if a is not None else _omitted(g, T.TENSOR_INT32) for a in arrays]
+    ins += [g.const(a, T.TENSOR_INT32) if a is not None else _omitted(g, T.TENSOR_INT32) for a in arrays]
     g.op(Op.DENSIFY, ins, [g.out(op.outputs[0])])
 
 
@@ -176,3 +176,15 @@ def _omitted(g: Graph, typ: T) -> int:
     empty = g.model.add_operand(typ)
     g.model.set_operand_value(empty, None)
     return empty
+
+
+@mapper(_SVDF)
+def _svdf(g: Graph, op: TflOp) -> None:
+    x, wf, wt, b = _float_inputs(g, op, range(4))
+    state = _state_tensor(g, op, 4)
+    o = op.options
+    rank = o.num(0) if o is not None else 0
+    y = g.out(op.outputs[0])
+    state_out = g.temp(state)
+    g.op(Op.SVDF, [x, wf, wt, b, state, g.i32(rank), g.i32(_act(o, 1, _RNN_ACTS))], [state_out, y])
+    _assign(g, op, 4, state_out)

@@ -69,7 +69,21 @@ def _attach(name: str) -> _Segment:
 
 
 class Memory:
-    """A memory pool: an array, bytes, a shared-memory segment or a mapped file (no copy)."""
+    """A memory pool: an array, bytes, a shared-memory segment or a mapped file (no copy).
+
+    Make one with ``Memory(array_or_bytes)``, ``Memory.from_array``,
+    ``Memory.from_shared_memory`` or ``Memory.from_file``; use it for constants
+    (``Model.set_operand_value_from_memory``, kept by reference) and for execution inputs
+    and outputs (``MemoryLocation(memory, offset, length)``, or ``Burst.register_memory``).
+    An execution reads an input location while it runs and writes an output location before
+    it completes (for ``execute_fenced``: after its fences signal); the views it takes keep
+    the pages mapped even if the pool is closed meanwhile. Every bad argument (a
+    non-contiguous array, a size outside the pool or file, an unknown segment) raises
+    ``InvalidArgumentError`` naming the call, and so does a location in a pool already
+    closed (it has no bytes left). ``close()`` releases the mapping
+    (``with Memory.from_file(...) as m:`` closes it on exit); the creator of a shared-memory
+    segment also ``unlink()``s its name.
+    """
 
     __slots__ = ("__weakref__", "_buffer", "_kind", "_map", "_owner", "_segment", "_unlinked")
 

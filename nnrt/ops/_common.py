@@ -142,17 +142,28 @@ def to_real(x: np.ndarray, operand: Operand, dtype: type[np.floating] = np.float
     return x.astype(dtype)
 
 
-def from_real(real: np.ndarray, operand: Operand, act: int = ACT_NONE) -> np.ndarray:
+def from_real(real: np.ndarray, operand: Operand, act: int = ACT_NONE, *, owned: bool = False) -> np.ndarray:
     """Values of ``operand``'s type from real values, with a fused activation applied.
 
-    ``real`` may be modified in place.
+    ``real`` may be modified in place. With ``owned`` (a float array the caller made and will
+    not read again) quantizing works in it: no temporaries beyond one, which matters on large
+    tensors (each fresh temporary of a few hundred KiB costs its page faults).
     """
     t = operand.type
     if t.is_quantized:
+        lo, hi = quant_range(act, operand.scale, operand.zero_point, t)
+        if owned and real.dtype.kind == "f" and real.flags.writeable:
+            q = np.divide(real, real.dtype.type(operand.scale), out=real)
+            np.add(q, np.copysign(real.dtype.type(0.5), q), out=q)
+            np.trunc(q, out=q)
+            if operand.zero_point:
+                q += operand.zero_point
+            np.clip(q, lo, hi, out=q)
+            quantized: np.ndarray = q.astype(t.dtype)
+            return quantized
         scale = np.float64(operand.scale) if real.dtype == np.float64 else np.float32(operand.scale)
         q = round_half_away(real / scale)
         q += operand.zero_point
-        lo, hi = quant_range(act, operand.scale, operand.zero_point, t)
         result: np.ndarray = np.clip(q, lo, hi).astype(t.dtype)
         return result
     if t is T.TENSOR_INT32:

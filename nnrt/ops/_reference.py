@@ -76,7 +76,7 @@ def _table(args: tuple[Arg, ...]) -> list[str]:
 
 def _variant(sig: Signature, v: Variant) -> list[str]:
     title = f"**{v.label.capitalize()}**: " if v.label else ""
-    lines = [f"{title}{sig.op.name}({v.render('inputs')}) → {v.render('outputs')}", ""]
+    lines = [f"{title}`{sig.op.name}({v.render('inputs')}) → {v.render('outputs')}`", ""]
     lines += ["Inputs:", "", *_table(v.inputs), "", "Outputs:", "", *_table(v.outputs), ""]
     return lines
 

@@ -20,7 +20,6 @@ block of output rows at a time so the accumulator stays in cache, fused activati
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,6 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import (
-    ACT_NONE,
     apply_activation,
     check_activation,
     check_padding_scheme,
@@ -38,6 +36,15 @@ from nnrt.ops._common import (
     int_param,
     to_nchw,
     to_real,
+)
+from nnrt.ops._conv_core import (
+    Geometry,
+    TiledTaps,
+    depthwise_direct,
+    depthwise_sums,
+    exact_in_float32,
+    im2col,
+    padded,
 )
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
@@ -58,10 +65,10 @@ __all__ = [
     "real_filter",
 ]
 
-#: Input channels up to which CONV_2D gathers taps as per-channel planes rather than im2col rows.
+#: Input channels up to which CONV_2D gathers taps as per-channel planes rather than im2col rows
+#: (one copy per tap: for few taps only; a 1x256 filter over a signal takes im2col's one copy).
 _PLANES_MAX_CHANNELS = 4
-#: Output rows (times batch) the depthwise kernel accumulates at a time (~L2-sized blocks).
-_DW_BLOCK_ELEMENTS = 1 << 16
+_PLANES_MAX_TAPS = 25
 
 
 # -- signatures -----------------------------------------------------------------------------
@@ -120,25 +127,6 @@ def conv_signature(call: OpCall, first: int, extra: bool, layout_required: bool,
         layout=base if n > base else None,
         dilation=base + 1 if n > base + 1 else None,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Geometry:
-    """Padding, strides, dilations and output size of one run (all in NHWC terms)."""
-
-    top: int
-    bottom: int
-    left: int
-    right: int
-    stride_h: int
-    stride_w: int
-    dil_h: int
-    dil_w: int
-    out_h: int
-    out_w: int
-    nchw: bool
-    act: int
-    extra: int
 
 
 def geometry(
@@ -269,7 +257,7 @@ def finish_output(call: OpCall, out: np.ndarray, g: Geometry, in_layout: bool = 
     if op.type is T.TENSOR_FLOAT32:
         res = apply_activation(out.astype(np.float32, copy=False), g.act)
     else:
-        res = from_real(out, op, g.act)
+        res = from_real(out, op, g.act, owned=True)
     return np.ascontiguousarray(to_nchw(res)) if g.nchw and not in_layout else res
 
 
@@ -279,19 +267,6 @@ def empty_output(call: OpCall, n: int, c: int, g: Geometry) -> np.ndarray:
 
 
 # -- the compute cores ----------------------------------------------------------------------
-
-
-def _padded(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
-    """``x`` (NHWC) zero-padded to exactly the extent the taps read."""
-    n, h, w, c = x.shape
-    need_h = (g.out_h - 1) * g.stride_h + (k_h - 1) * g.dil_h + 1
-    need_w = (g.out_w - 1) * g.stride_w + (k_w - 1) * g.dil_w + 1
-    if g.top == 0 and g.left == 0 and need_h <= h and need_w <= w:
-        return x
-    xp = np.zeros((n, need_h, need_w, c), dtype=x.dtype)
-    hh, ww = min(h, need_h - g.top), min(w, need_w - g.left)
-    xp[:, g.top : g.top + hh, g.left : g.left + ww] = x[:, :hh, :ww]
-    return xp
 
 
 def conv_nhwc(
@@ -315,16 +290,16 @@ def conv_nhwc(
         res += waug[k][:, None]
         return res.reshape(n, cout, oh, ow), True
     if k_h == 1 and k_w == 1:
-        xp = _padded(x, g, 1, 1)
+        xp = padded(x, g, 1, 1)
         src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
         out: np.ndarray = np.matmul(src.reshape(p, c), waug[:k])
-        out += waug[k]
+        _add_row(out, waug[k])
         return out.reshape(n, oh, ow, cout), False
-    rows_h = [slice(i * g.dil_h, i * g.dil_h + (oh - 1) * sh + 1, sh) for i in range(k_h)]
-    cols_w = [slice(j * g.dil_w, j * g.dil_w + (ow - 1) * sw + 1, sw) for j in range(k_w)]
-    if c <= _PLANES_MAX_CHANNELS:
+    if c <= _PLANES_MAX_CHANNELS and k_h * k_w <= _PLANES_MAX_TAPS:
         # Channel-major padded copy, then one [C, N, OH, OW] block per tap; BLAS multiplies
         # the [K+1, P] planes through a transposed view.
+        rows_h = [slice(i * g.dil_h, i * g.dil_h + (oh - 1) * sh + 1, sh) for i in range(k_h)]
+        cols_w = [slice(j * g.dil_w, j * g.dil_w + (ow - 1) * sw + 1, sw) for j in range(k_w)]
         xc = _padded_cnhw(x, g, k_h, k_w)
         planes = np.empty((k + 1, n, oh, ow), dtype=x.dtype)
         for i, rs in enumerate(rows_h):
@@ -337,15 +312,18 @@ def conv_nhwc(
             return out.reshape(1, cout, oh, ow), True
         out = np.matmul(planes.reshape(k + 1, p).T, waug)
     else:
-        xp = _padded(x, g, k_h, k_w)
-        cols = np.empty((p, k + 1), dtype=x.dtype)
-        taps = cols[:, :k].reshape(n, oh, ow, k_h * k_w, c)
-        for i, rs in enumerate(rows_h):
-            for j, cs in enumerate(cols_w):
-                taps[:, :, :, i * k_w + j] = xp[:, rs, cs]
-        cols[:, k] = 1
-        out = np.matmul(cols, waug)
+        # im2col in one copy from a strided window view, a column of ones for the bias row.
+        out = np.matmul(im2col(padded(x, g, k_h, k_w), g, k_h, k_w, ones=True), waug)
     return out.reshape(n, oh, ow, cout), False
+
+
+def _add_row(out: np.ndarray, row: np.ndarray) -> None:
+    """``out += row`` for a C-contiguous [P, C] ``out``, over rows of up to 16 * C elements
+    (a short broadcast row makes numpy's inner loop short: about 1.5x slower)."""
+    p, c = out.shape
+    r = next(r for r in (16, 8, 4, 2, 1) if p % r == 0) if out.size >= 1 << 14 else 1
+    flat = out.reshape(p // r, r * c)
+    flat += np.tile(row, r) if r > 1 else row
 
 
 def _padded_cnhw(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
@@ -356,64 +334,6 @@ def _padded_cnhw(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
     xc = np.zeros((c, n, need_h, need_w), dtype=x.dtype)
     xc[:, :, g.top : g.top + h, g.left : g.left + w] = x.transpose(3, 0, 1, 2)
     return xc
-
-
-def depthwise_nhwc(
-    x: np.ndarray, rows: Callable[[int], np.ndarray], bias: np.ndarray, k_h: int, k_w: int, g: Geometry, act: int
-) -> np.ndarray:
-    """Depthwise convolution of real NHWC ``x`` (channels already repeated by the multiplier).
-
-    ``rows(out_w)`` gives the per-tap weights tiled to a full output row, [k_h*k_w, out_w*C];
-    ``bias`` is [C]. Returns a fresh [N, out_h, out_w, C] array with the bias added and the
-    fused activation ``act`` applied (pass ACT_NONE when requantizing applies it later).
-    """
-    x = np.ascontiguousarray(x)
-    n, h, w, c = x.shape
-    oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
-    wrows = rows(ow)
-    brow = np.tile(bias.astype(x.dtype, copy=False), ow)
-    rowlen = ow * c
-    # No padded copy: each tap touches only the output columns/rows whose input is real.
-    cols: list[tuple[int, int, np.ndarray] | None] = []
-    for j in range(k_w):
-        off = j * g.dil_w - g.left
-        c_lo, c_hi = _valid_range(ow, w, sw, off)
-        if c_lo >= c_hi:
-            cols.append(None)
-        elif sw == 1:
-            cols.append((c_lo * c, c_hi * c, x.reshape(n, h, w * c)[:, :, (c_lo + off) * c : (c_hi + off) * c]))
-        else:
-            src = x[:, :, c_lo * sw + off : (c_hi - 1) * sw + off + 1 : sw]
-            cols.append((c_lo * c, c_hi * c, np.ascontiguousarray(src).reshape(n, h, (c_hi - c_lo) * c)))
-    row_ranges = [(i * g.dil_h - g.top, *_valid_range(oh, h, sh, i * g.dil_h - g.top)) for i in range(k_h)]
-    out = np.empty((n, oh, rowlen), dtype=x.dtype)
-    block = max(1, _DW_BLOCK_ELEMENTS // max(rowlen, 1))
-    tmp = np.empty((min(block, oh), rowlen), dtype=x.dtype)
-    for b in range(n):
-        for r0 in range(0, oh, block):
-            r1 = min(oh, r0 + block)
-            acc = out[b, r0:r1]
-            np.copyto(acc, brow)
-            for i, (off, r_lo, r_hi) in enumerate(row_ranges):
-                lo_r, hi_r = max(r0, r_lo), min(r1, r_hi)
-                if lo_r >= hi_r:
-                    continue
-                h0, h1 = lo_r * sh + off, (hi_r - 1) * sh + off + 1
-                for j, col in enumerate(cols):
-                    if col is None:
-                        continue
-                    lo, hi, src = col
-                    t = tmp[: hi_r - lo_r, lo:hi]
-                    np.multiply(src[b, h0:h1:sh], wrows[i * k_w + j, lo:hi], out=t)
-                    dst = acc[lo_r - r0 : hi_r - r0, lo:hi]
-                    np.add(dst, t, out=dst)
-            apply_activation(acc, act)
-    return out.reshape(n, oh, ow, c)
-
-
-def _valid_range(out_n: int, in_n: int, stride: int, offset: int) -> tuple[int, int]:
-    """Output positions ``o`` in [0, out_n) whose input ``o * stride + offset`` is in [0, in_n)."""
-    return max(0, (stride - 1 - offset) // stride), min(out_n, (in_n - 1 - offset) // stride + 1)
 
 
 # -- CONV_2D --------------------------------------------------------------------------------
@@ -441,9 +361,10 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             call.fail(f"filter has {fd[3]} input channels, the input has {cin}")
 
     const_w, const_b = call.const(1), call.const(2)
-    wmat0 = None
+    mat0 = None
     if const_w is not None and const_b is not None:
-        wmat0 = relaid(call, "wmat", lambda: _conv_matrix(real_filter(const_w, call, types), real_bias(const_b, call, types)))
+        mat0 = _conv_matrices(call, types, const_w, const_b, cached=True)
+    zero = call.inputs[0].zero_point if types.quantized else 0
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         g, cin = _run_geometry(call, sig, (x, w, b, *params))
@@ -451,14 +372,44 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
-        if wmat0 is not None:
-            wmat = wmat0
-        else:
-            wmat = _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
-        out, in_layout = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g, g.nchw)
-        return finish_output(call, out, g, in_layout)
+        wmat, scales = mat0 if mat0 is not None else _conv_matrices(call, types, w, b, cached=False)
+        if scales is None:
+            out, in_layout = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g, g.nchw)
+            return finish_output(call, out, g, in_layout)
+        xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
+        if zero:
+            xc -= wmat.dtype.type(zero)
+        sums = conv_nhwc(xc, wmat, w.shape[1], w.shape[2], g)[0]
+        return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     return run
+
+
+def _conv_matrices(
+    call: OpCall, types: ConvTypes, w: np.ndarray, b: np.ndarray, cached: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The GEMM matrix of a CONV_2D filter and bias (``_conv_matrix``) and, for quantized
+    filters, the real scale of each output channel (else None).
+
+    A quantized filter keeps its zero-point-centred integers and the bias its int32 values,
+    so the product of centred integer inputs sums exactly (float32 when every sum stays below
+    2**24, else float64); one multiplication by the scales gives real values."""
+    scales = None
+    if not types.quantized:
+
+        def make() -> np.ndarray:
+            return _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
+
+    else:
+        centred, scales = centred_filter(call, w, 0)
+        bound = w[0].size * 255 * 255 + int(np.abs(b.astype(np.int64)).max(initial=0))
+        dtype = np.float32 if bound < 1 << 24 else np.float64
+
+        def make() -> np.ndarray:
+            return _conv_matrix(centred.astype(dtype), b.astype(dtype))
+
+    key = "wmat_int" if types.quantized else "wmat"
+    return (relaid(call, key, make) if cached else make()), scales
 
 
 def _run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tuple[Geometry, int]:
@@ -473,22 +424,6 @@ def _run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tu
 
 
 # -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------
-
-
-def _tiled_rows(w: np.ndarray) -> Callable[[int], np.ndarray]:
-    """Real filter [1, KH, KW, C] -> ``rows(out_w)``: [KH*KW, out_w*C], cached per width."""
-    taps = np.ascontiguousarray(w.reshape(-1, w.shape[3]))
-    cache: dict[int, np.ndarray] = {}
-
-    def rows(ow: int) -> np.ndarray:
-        r = cache.get(ow)
-        if r is None:
-            r = np.tile(taps, (1, ow))
-            if len(cache) < 8:
-                cache[ow] = r
-        return r
-
-    return rows
 
 
 @kernel(Op.DEPTHWISE_CONV_2D)
@@ -507,10 +442,11 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
         if fd[3] and cin and fd[3] != cin * mult_const:
             call.fail(f"filter has {fd[3]} channels; input channels {cin} x depth multiplier {mult_const} expected")
 
+    in_op = call.inputs[0]
+    zero = float(in_op.zero_point) if types.quantized else 0.0
     const_w, const_b = call.const(1), call.const(2)
-    rows0 = _tiled_rows(real_filter(const_w, call, types)) if const_w is not None else None
-    fused = types.input is T.TENSOR_FLOAT32  # activation applied per block, in cache
-    bias0 = real_bias(const_b, call, types) if const_b is not None else None
+    filt0 = _depthwise_filter(call, types, const_w) if const_w is not None else None
+    bias0 = _depthwise_bias(call, types, const_b) if const_b is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         g, cin = _run_geometry(call, sig, (x, w, b, *params))
@@ -520,20 +456,67 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
                 f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels "
                 f"x depth multiplier {g.extra}"
             )
-        if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
-            return empty_output(call, x.shape[0], cout, g)
-        rows = rows0 if rows0 is not None else _tiled_rows(real_filter(w, call, types))
-        bias = bias0 if bias0 is not None else real_bias(b, call, types)
-        xr = input_nhwc(call, x, g, types)
+        n, kh, kw = x.shape[0], w.shape[1], w.shape[2]
+        if n == 0 or g.out_h == 0 or g.out_w == 0:
+            return empty_output(call, n, cout, g)
+        taps, dtype, scales = filt0 if filt0 is not None else _depthwise_filter(call, types, w)
+        bias = bias0 if bias0 is not None else _depthwise_bias(call, types, b)
+        xin = from_nchw(x) if g.nchw else x
         if g.extra > 1:
-            xr = np.repeat(xr, g.extra, axis=3)
-        if fused:
-            out = depthwise_nhwc(xr, rows, bias, w.shape[1], w.shape[2], g, g.act)
-            return np.ascontiguousarray(to_nchw(out)) if g.nchw else out
-        out = depthwise_nhwc(xr, rows, bias, w.shape[1], w.shape[2], g, ACT_NONE)
-        return finish_output(call, out, g)
+            xin = np.repeat(xin, g.extra, axis=3)
+        oh, ow = g.out_h, g.out_w
+        if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
+            xc = xin.astype(dtype)
+            if zero:
+                xc -= dtype(zero)
+            sums = depthwise_direct(xc, taps.taps.reshape(kh, kw, cout), g).reshape(n, oh, ow * cout)
+        else:
+            sums = depthwise_sums(xin, taps, kh, kw, g, dtype, zero)
+        if types.input is T.TENSOR_FLOAT32:
+            out = np.add(sums, bias.tiled(ow)[0], out=sums)
+            res = apply_activation(out, g.act).reshape(n, oh, ow, cout)
+            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
+        real = np.add(sums, bias.tiled(ow)[0], dtype=np.float64 if types.quantized else np.float32)
+        if scales is not None:
+            real *= scales.tiled(ow)[0]
+        return finish_output(call, real.reshape(n, oh, ow, cout), g)
 
     return run
+
+
+#: Depthwise outputs (batch x rows x columns) up to which one contraction beats the tap loop.
+_DIRECT_MAX_OUTPUTS = 32
+
+
+def _depthwise_filter(
+    call: OpCall, types: ConvTypes, w: np.ndarray
+) -> tuple[TiledTaps, type[np.floating], TiledTaps | None]:
+    """A depthwise filter [1, KH, KW, C] as tiled taps, the dtype the taps are summed in and,
+    for quantized filters, the real scale of each channel's integer sums (else None)."""
+    if not types.quantized:
+        return TiledTaps(real_filter(w, call, types)[0]), np.float32, None
+    centred, scales = centred_filter(call, w, 3)
+    dtype: type[np.floating] = np.float32 if exact_in_float32(w.shape[1] * w.shape[2]) else np.float64
+    return TiledTaps(centred[0].astype(dtype)), dtype, TiledTaps(scales[None, :])
+
+
+def centred_filter(call: OpCall, w: np.ndarray, channel_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A quantized filter's zero-point-centred integer values (float64) and the real scale of
+    each output channel's sums of products with centred inputs: input scale x filter scale."""
+    f = call.inputs[1]
+    cq = f.channel_quant
+    in_scale = np.float64(call.inputs[0].scale)
+    if f.type is T.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq is not None:
+        return w.astype(np.float64), np.asarray(cq.scales, dtype=np.float64) * in_scale
+    return w.astype(np.float64) - f.zero_point, np.full(w.shape[channel_dim], np.float64(f.scale) * in_scale)
+
+
+def _depthwise_bias(call: OpCall, types: ConvTypes, b: np.ndarray) -> TiledTaps:
+    """The bias as a tiled row: real values (float), or the int32 values themselves (quantized:
+    they share the integer sums' scale)."""
+    if types.quantized:
+        return TiledTaps(b.astype(np.float64)[None, :])
+    return TiledTaps(real_bias(b, call, types)[None, :])
 
 
 # -- GROUPED_CONV_2D ------------------------------------------------------------------------

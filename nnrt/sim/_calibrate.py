@@ -57,10 +57,12 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import numpy as np
 
 from nnrt._log import get_logger
+from nnrt._progress import Progress
 from nnrt.sim._arrivals import expected_rate
 from nnrt.sim._models import SimModel, cost_cache
 from nnrt.sim._overhead import HostModel, HostSamples
@@ -218,9 +220,11 @@ def _digest(calibs: Sequence[Scenario], models: Iterable[SimModel]) -> str:
     return hashlib.sha256(what.encode()).hexdigest()[:16]
 
 
-def scenario_hosts(scenario: Scenario, models: dict[str, SimModel], seconds: float = CALIBRATION_S) -> dict[str, HostModel]:
+def scenario_hosts(scenario: Scenario, models: dict[str, SimModel], seconds: float = CALIBRATION_S, *,
+                   progress: TextIO | None = None) -> dict[str, HostModel]:
     """Each model's host model calibrated on ``scenario`` (module docstring): cached, or
-    measured by a real-clock run of its calibration window (``seconds`` long)."""
+    measured by a real-clock run of its calibration window (``seconds`` long). ``progress``:
+    a stream for a status line while the calibration runs."""
     from nnrt.sim._real import check_real
 
     check_real(scenario)
@@ -233,7 +237,14 @@ def scenario_hosts(scenario: Scenario, models: dict[str, SimModel], seconds: flo
         hosts = {n: cache.cached_host(_key(models[n], digest), len(models[n].base_costs_ns)) for n in used}
         if all(h is not None for h in hosts.values()):
             return {n: h for n, h in hosts.items() if h is not None}
-        built = build_hosts(calibs[0], models, *(record(calib, models) for calib in calibs))
+        bar = Progress("nnrt simulate", 0, progress)
+        recordings = []
+        for k, calib in enumerate(calibs):
+            bar.note(f"calibrating on the scenario: real-clock run {k + 1}/{len(calibs)} of {calib.duration_s:g} s "
+                     "(once, then cached)...")
+            recordings.append(record(calib, models))
+        bar.close()
+        built = build_hosts(calibs[0], models, *recordings)
         return {n: cache.put_host(_key(models[n], digest), built[n], len(models[n].base_costs_ns)) for n in used}
     finally:
         cache.save()

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from nnrt._progress import Progress
 from nnrt.clock import perf_ns
 from nnrt.errors import NnrtError, error_for
 from nnrt.execution import FencedExecutionCallback, PreparedModel
@@ -147,18 +148,19 @@ def simulate(
         raise ScenarioError(f"--overheads: unknown host model {overheads!r} (choose from probe, scenario)")
     seed = scenario.seed if seed is None else seed
     mode = "" if real or not overheads else ("scenario" if overheads == "scenario" else "probe")
-    models = _models(scenario, overheads=mode == "probe")
-    if mode == "scenario":
-        from nnrt.sim._calibrate import scenario_hosts
-
-        for name, host in scenario_hosts(scenario, models, calibration_s).items():
-            models[name].host = host
     stream: TextIO | None
     if progress is None or progress is True:
         stream = sys.stderr if (progress is True or sys.stderr.isatty()) else None
     else:
         stream = progress or None
+    models = _models(scenario, overheads=mode == "probe", progress=stream)
+    if mode == "scenario":
+        from nnrt.sim._calibrate import scenario_hosts
+
+        for name, host in scenario_hosts(scenario, models, calibration_s, progress=stream).items():
+            models[name].host = host
     if real:
+        Progress("nnrt simulate", 0, stream).note(f"running on the real clock for {scenario.duration_s:g} s...")
         stream = None
     result = SimulationResult([], [], [])
     for policy in policies:
@@ -170,12 +172,13 @@ def simulate(
     return result
 
 
-def _models(scenario: Scenario, *, overheads: bool = False) -> dict[str, SimModel]:
+def _models(scenario: Scenario, *, overheads: bool = False, progress: TextIO | None = None) -> dict[str, SimModel]:
     specs = {m.name: m for m in scenario.models}
     for w in scenario.workloads:
         for name in w.models:
             specs.setdefault(name, ModelSpec(name, builtin=name))
-    return load_models(specs, overheads=overheads, neighbours=_neighbours(scenario) if overheads else None)
+    return load_models(specs, overheads=overheads, neighbours=_neighbours(scenario) if overheads else None,
+                       progress=progress)
 
 
 def _neighbours(scenario: Scenario) -> dict[str, dict[str, float]]:

@@ -23,14 +23,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from nnrt import zoo
+from nnrt._progress import Progress
 from nnrt.errors import NnrtError
 from nnrt.execution import ExecContext, Plan, Step, compile_plan, run_plan
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
@@ -97,21 +98,27 @@ def cost_cache() -> _CostCache:
 
 
 def load_models(specs: dict[str, ModelSpec], *, overheads: bool = False,
-                neighbours: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, SimModel]:
+                neighbours: Mapping[str, Mapping[str, float]] | None = None,
+                progress: TextIO | None = None) -> dict[str, SimModel]:
     """Build every model in ``specs`` (name -> spec); built-in names need no spec. ``overheads``:
     with each model's host model (measured once, then cached), measured beside the costliest
     of the models ``neighbours`` gives for it (name -> idle gap in seconds between its
-    executions; none: alone only)."""
+    executions; none: alone only). ``progress``: a stream for a status line while measuring."""
     cache = _CostCache(cost_cache_path())
+    bar = Progress("nnrt simulate", 0, progress)
     try:
         out = {name: _load(name, spec, cache) for name, spec in specs.items()}
         if overheads:
-            for name, sim in out.items():
+            for k, (name, sim) in enumerate(out.items()):
                 gaps = (neighbours or {}).get(name, {})
                 others = [out[o] for o in gaps if o in out]
                 other = max(others, key=lambda o: (o.cost_ns, o.name), default=None)
-                sim.host = cache.host(sim, None if other is None else (other, gaps[other.name]))
+                beside = f" beside {other.name}" if other is not None else ""
+                note = (f"model {k + 1}/{len(out)}: measuring this host's overheads for {name}{beside} "
+                        "(once, then cached; can take tens of seconds)...")
+                sim.host = cache.host(sim, None if other is None else (other, gaps[other.name]), note=bar.note, text=note)
     finally:
+        bar.close()
         cache.save()
     return out
 
@@ -201,7 +208,7 @@ class _CostCache:
             return [float(c) for c in costs]
         from nnrt.devices import CpuDevice
 
-        device = CpuDevice(name="nnrt-sim-calibration", compute_units=1)  # BLAS pinned, as in real runs
+        device = CpuDevice(name="nnrt-sim-calibration", compute_units=1, tune_process=True)  # as in real runs
         try:
             plan = device._compile(model)
         finally:
@@ -211,9 +218,10 @@ class _CostCache:
         self.dirty = True
         return costs
 
-    def host(self, sim: SimModel, neighbour: tuple[SimModel, float] | None) -> HostModel:
+    def host(self, sim: SimModel, neighbour: tuple[SimModel, float] | None, *,
+             note: Callable[[str], None] | None = None, text: str = "") -> HostModel:
         """``sim``'s host model beside ``neighbour`` (the model, its idle gap in seconds;
-        ``nnrt.sim._overhead``), measured if not cached."""
+        ``nnrt.sim._overhead``), measured if not cached (``note(text)`` first, to say so)."""
         n_steps = len(sim.base_costs_ns)
         key = f"{sim.cache_key}:host:-"
         if neighbour is not None:
@@ -222,6 +230,9 @@ class _CostCache:
         if cached is not None:
             return cached
         from nnrt.sim._overhead import measure_host
+
+        if note is not None:
+            note(text)
 
         other = None if neighbour is None else (neighbour[0].model, neighbour[0].inputs, neighbour[1])
         host = measure_host(sim.model, sim.inputs, other, costs_ns=sim.base_costs_ns)

@@ -172,7 +172,7 @@ def measure_host(model: Model, inputs: Sequence[Any], neighbour: tuple[Model, Se
     _Acc = tuple[list[float], list[float], list[list[float]], list[float]]
 
     async def run() -> HostModel:
-        device = CpuDevice(name="nnrt-sim-host", compute_units=2)
+        device = CpuDevice(name="nnrt-sim-host", compute_units=2, tune_process=True)
         try:
             prepared = await device.prepare_model(model)
             steps = list(walk_steps(prepared.plan))

@@ -122,7 +122,8 @@ class RealDevice(AccountingDevice):
 
     def __init__(self, spec: DeviceSpec, clock: Clock, policy: Policy, *, timeline: bool = False) -> None:
         super().__init__(f"nnrt-real-{spec.name}", clock=clock, compute_units=spec.compute_units,
-                         memory_budget=device_bytes(spec.memory_mb), app_memory_limit=device_bytes(spec.app_memory_mb))
+                         memory_budget=device_bytes(spec.memory_mb), app_memory_limit=device_bytes(spec.app_memory_mb),
+                         tune_process=True)
         self.name = spec.name
         self.scheduler = _TracingScheduler(clock, spec.compute_units)
         self.scheduler.policy = policy

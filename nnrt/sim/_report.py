@@ -31,6 +31,10 @@ __all__ = ["FAILURE_KEYS", "PERCENTILES", "ClassReport", "DeviceReport", "Report
 FAILURE_KEYS = ("MISSED_DEADLINE_TRANSIENT", "MISSED_DEADLINE_PERSISTENT", "RESOURCE_EXHAUSTED_TRANSIENT",
                 "RESOURCE_EXHAUSTED_PERSISTENT", "other")
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
+#: What the table's abbreviated columns mean (printed under every table).
+LEGEND = ("ok: succeeded; MD-T / MD-P: failed MISSED_DEADLINE_TRANSIENT / _PERSISTENT; RE-T / RE-P: failed "
+          "RESOURCE_EXHAUSTED_TRANSIENT / _PERSISTENT\n(queue or memory full); other: any other failure; "
+          "preempt: times an execution yielded to a more urgent one; queued: mean ms waiting for a compute unit")
 _SHORT = {"MISSED_DEADLINE_TRANSIENT": "MD-T", "MISSED_DEADLINE_PERSISTENT": "MD-P",
           "RESOURCE_EXHAUSTED_TRANSIENT": "RE-T", "RESOURCE_EXHAUSTED_PERSISTENT": "RE-P", "other": "other"}
 
@@ -145,7 +149,7 @@ def report_table(rep: Report) -> str:
     lines = [f"scenario {rep.scenario!r}, policy {rep.policy}, seed {rep.seed}: {rep.executions} executions over "
              f"{rep.simulated_s:.3f} s simulated", _grid(rows),
              "latencies and queued time in ms from the intended arrival; wasted: device s spent on executions that failed",
-             ""]
+             LEGEND, ""]
     for d in rep.devices:
         units = " ".join(f"{u:.1f}" for u in d.unit_utilisation_pct)
         lines.append(f"device {d.name}: {d.units} unit(s) at speed {d.speed:g}, utilisation {d.utilisation_pct:.1f}% "

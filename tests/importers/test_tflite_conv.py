@@ -161,3 +161,20 @@ def test_quantized_pool_and_transpose_conv(device: nnrt.CpuDevice) -> None:
          opts(S.TransposeConvOptionsT, padding=S.Padding.SAME, strideW=2, strideH=2))
     g.io([x], [y])
     compare(device, m.build(), [RNG.integers(-128, 128, (1, 4, 4, 2)).astype(np.int8)], units=2)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_int8_fully_connected_with_per_channel_weights(device: nnrt.CpuDevice, keep: bool) -> None:
+    """NNAPI's FULLY_CONNECTED has no per-channel weights: mapped to a 1x1 CONV_2D between reshapes."""
+    m = TflModel()
+    g = m.main
+    x = g.tensor([2, 3, 6], np.int8, name="x", scale=0.05, zp=-2)
+    scales = np.array([0.01, 0.02, 0.015, 0.03], np.float32)
+    w = g.const(RNG.integers(-127, 128, (4, 6)), np.int8, name="w", scale=scales, qdim=0)
+    b = g.const(RNG.integers(-300, 300, 4), np.int32, name="b", scale=np.float32(0.05) * scales)
+    y = g.tensor([2, 3, 4] if keep else [6, 4], np.int8, name="y", scale=0.08, zp=3)
+    g.op(BO.FULLY_CONNECTED, [x, w, b], [y], OPT.FullyConnectedOptions,
+         opts(S.FullyConnectedOptionsT, keepNumDims=keep, fusedActivationFunction=S.ActivationFunctionType.RELU))
+    g.io([x], [y])
+    out = compare(device, m.build(), [RNG.integers(-128, 128, (2, 3, 6)).astype(np.int8)])
+    assert out[0].shape == ((2, 3, 4) if keep else (6, 4))

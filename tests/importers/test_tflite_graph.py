@@ -209,3 +209,113 @@ def test_rejection_inside_a_subgraph_is_listed() -> None:
         load_bytes(m.build())
     kinds = [r.op_type for r in info.value.rejections]
     assert kinds == ["CUMSUM", "IF"], info.value
+
+
+def test_sequence_lstm_state_is_carried(device: nnrt.CpuDevice) -> None:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM: its two variable tensors become two state inputs/outputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    m = TflModel()
+    g = m.main
+    n_in, units, batch, steps = 3, 4, 2, 5
+    x = g.tensor([batch, steps, n_in], name="x")
+    ws = [g.const(RNG.standard_normal((units, n_in)) * 0.5, name=f"wi{k}") for k in range(4)]
+    rs = [g.const(RNG.standard_normal((units, units)) * 0.3, name=f"wr{k}") for k in range(4)]
+    bs = [g.const(RNG.standard_normal(units) * 0.1, name=f"b{k}") for k in range(4)]
+    h = g.tensor([batch, units], name="h", variable=True)
+    c = g.tensor([batch, units], name="c", variable=True)
+    y = g.tensor([batch, steps, units], name="y")
+    ins = [x, *ws, *rs, -1, -1, -1, *bs, -1, -1, h, c, -1, -1, -1, -1]
+    g.op(BO.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [y], OPT.UnidirectionalSequenceLSTMOptions,
+         opts(S.UnidirectionalSequenceLSTMOptionsT, fusedActivationFunction=S.ActivationFunctionType.TANH,
+              timeMajor=False))
+    g.io([x], [y])
+    data = m.build()
+    model = load_bytes(data)
+    assert [v.key for v in state_variables(model)] == ["h", "c"]
+    it = Interpreter(model_content=data, num_threads=1)
+    it.allocate_tensors()
+    prepared = device.prepare_model_sync(model)
+    state = [v.initial for v in state_variables(model)]
+    for _ in range(3):
+        xs = RNG.standard_normal((batch, steps, n_in)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], xs)
+        it.invoke()
+        out, *state = prepared.execute_sync([xs, *state]).outputs
+        np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)
+
+
+def _single(code: int, in_shapes: list[list[int]], out_shape: list[int], consts: list[tuple[object, object]] = (),
+            opt_type: int = 0, option: object = None, dtype: object = np.float32) -> bytes:  # type: ignore[assignment]
+    m = TflModel()
+    g = m.main
+    xs = [g.tensor(s, dtype, name=f"in{i}") for i, s in enumerate(in_shapes)]
+    cs = [g.const(v, t) for v, t in consts]
+    y = g.tensor(out_shape, dtype, name="out")
+    g.op(code, [*xs, *cs], [y], opt_type, option)
+    g.io(xs, [y])
+    return m.build()
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (_single(BO.STRIDED_SLICE, [[4, 4]], [4, 4], [([0, 0], np.int32), ([4, 4], np.int32), ([1, 1], np.int32)],
+             OPT.StridedSliceOptions, opts(S.StridedSliceOptionsT, ellipsisMask=1)), "ellipsis_mask"),
+    (_single(BO.GATHER, [[2, 4]], [2, 1], [([[1], [2]], np.int32)], OPT.GatherOptions,
+             opts(S.GatherOptionsT, axis=1, batchDims=1)), "batch_dims 1"),
+    (_single(BO.SELECT_V2, [[2, 1], [2, 3], [1, 3]], [2, 3]), "broadcasting"),
+    (_single(BO.MEAN, [[2, 3], [1]], [2], dtype=np.float32), "axes .* must be a constant"),
+    (_single(BO.SQUARED_DIFFERENCE, [[2, 3], [2, 3]], [2, 3], dtype=np.int8), "quantized SQUARE"),
+    (_single(BO.ADD, [[2], [2]], [2], dtype=np.int64), "INT64, which NNAPI has no operand type for"),
+])
+def test_unexpressible_variants_are_rejected(data: bytes, reason: str) -> None:
+    with pytest.raises(UnsupportedModelError, match=reason):
+        load_bytes(data)
+
+
+def test_hybrid_conv(device: nnrt.CpuDevice) -> None:
+    """A float CONV_2D reading per-channel int8 weights directly gets a DEQUANTIZE. LiteRT's
+    hybrid kernel quantizes the float input to int8 on the fly, so the two differ by that
+    rounding (compared at 2e-2); nnrt computes with the exact input."""
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 4, 4, 2], name="x")
+    w = g.const(RNG.integers(-127, 128, (3, 1, 1, 2)), np.int8, name="w", scale=[0.01, 0.02, 0.03], qdim=0)
+    y = g.tensor([1, 4, 4, 3], name="y")
+    g.op(BO.CONV_2D, [x, w, g.const(np.zeros(3), name="b")], [y], OPT.Conv2DOptions,
+         opts(S.Conv2DOptionsT, padding=S.Padding.SAME, strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1))
+    g.io([x], [y])
+    data = m.build()
+    model = load_bytes(data)
+    assert nnrt.OperationType.DEQUANTIZE in [op.type for op in model.operations]
+    x_in = RNG.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    np.testing.assert_allclose(run_nnrt(device, model, [x_in])[0], run_litert(data, [x_in])[0], atol=2e-2, rtol=2e-2)
+
+
+def test_svdf_state_is_carried(device: nnrt.CpuDevice) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    m = TflModel()
+    g = m.main
+    batch, n_in, units, rank, memory = 2, 3, 2, 2, 4
+    x = g.tensor([batch, n_in], name="x")
+    wf = g.const(RNG.standard_normal((units * rank, n_in)) * 0.5, name="wf")
+    wt = g.const(RNG.standard_normal((units * rank, memory)) * 0.5, name="wt")
+    b = g.const(RNG.standard_normal(units) * 0.1, name="b")
+    s = g.tensor([batch, memory * units * rank], name="svdf_state", variable=True)
+    y = g.tensor([batch, units], name="y")
+    g.op(BO.SVDF, [x, wf, wt, b, s], [y], OPT.SVDFOptions,
+         opts(S.SVDFOptionsT, rank=rank, fusedActivationFunction=S.ActivationFunctionType.RELU))
+    g.io([x], [y])
+    data = m.build()
+    model = load_bytes(data)
+    (var,) = state_variables(model)
+    it = Interpreter(model_content=data, num_threads=1)
+    it.allocate_tensors()
+    prepared = device.prepare_model_sync(model)
+    state = var.initial
+    for _ in range(4):
+        xs = RNG.standard_normal((batch, n_in)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], xs)
+        it.invoke()
+        out, state = prepared.execute_sync([xs, state]).outputs
+        np.testing.assert_allclose(out, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-4, rtol=1e-3)

@@ -96,3 +96,28 @@ def test_random_corruption_never_escapes() -> None:
         except nnrt.InvalidArgumentError:
             outcomes["rejected"] += 1
     assert outcomes["rejected"] > 0
+
+
+def test_a_node_with_too_few_inputs_is_a_listed_rejection() -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 4, 4, 2], name="x")
+    y = g.tensor([1, 4, 4, 2], name="y")
+    g.op(BO.CONV_2D, [x], [y], OPT.Conv2DOptions, opts(S.Conv2DOptionsT, strideW=1, strideH=1))
+    g.io([x], [y])
+    with pytest.raises(nnrt.importers.UnsupportedModelError, match=r"malformed CONV_2D node \(1 inputs, 1 outputs\)"):
+        load_bytes(m.build())
+
+
+def test_self_referencing_and_deeply_nested_subgraphs() -> None:
+    """WHILE whose body is the main graph's own caller, and a chain of 40 nested IFs: refused."""
+    m = TflModel()
+    subs = [m.main] + [m.subgraph() for _ in range(40)]
+    for k, g in enumerate(subs):
+        c, x = g.tensor([1], np.bool_, name=f"c{k}"), g.tensor([2], name=f"x{k}")
+        y = g.tensor([2], name=f"y{k}")
+        nxt = k + 1 if k + 1 < len(subs) else k  # the last one refers to itself
+        g.op(BO.IF, [c, c, x], [y], OPT.IfOptions, opts(S.IfOptionsT, thenSubgraphIndex=nxt, elseSubgraphIndex=nxt))
+        g.io([c, x], [y])
+    with pytest.raises(nnrt.importers.UnsupportedModelError, match="nested more than 32 deep"):
+        load_bytes(m.build())

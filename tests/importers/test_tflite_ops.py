@@ -237,3 +237,85 @@ def test_quantized_elementwise_chain(device: nnrt.CpuDevice) -> None:
     g.io([a, b], [mean, c])
     x1, x2 = (RNG.integers(0, 256, (1, 4, 4, 2)).astype(np.uint8) for _ in range(2))
     compare(device, m.build(), [x1, x2])
+
+
+def test_batch_matmul_by_a_constant_matrix(device: nnrt.CpuDevice) -> None:
+    """Rank 4 and rank 3 by a rank-2 constant: broadcast, done as a 1x1 CONV_2D."""
+    w = RNG.standard_normal((5, 3)).astype(np.float32)
+    for shape in ([2, 3, 4, 5], [2, 4, 5]):
+        compare(device, _one_op(BO.BATCH_MATMUL, [shape], [[*shape[:-1], 3]], OPT.BatchMatMulOptions,
+                                opts(S.BatchMatMulOptionsT), consts=[(w, np.float32)]), [_f(*shape)])
+
+
+def test_bool_reshape_dropping_unit_axes(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    a, b = g.tensor([1, 1, 3], name="a"), g.tensor([1, 1, 3], name="b")
+    c = g.tensor([1, 1, 3], np.bool_, name="c")
+    g.op(BO.GREATER, [a, b], [c])
+    y = g.tensor([3], np.bool_, name="y")
+    g.op(BO.RESHAPE, [c, g.const([3], np.int32)], [y])
+    g.io([a, b], [y])
+    compare(device, m.build(), [_f(1, 1, 3), _f(1, 1, 3)])
+
+
+def test_sparse_constant_densified(device: nnrt.CpuDevice) -> None:
+    """A CSR-sparse FULLY_CONNECTED weight: DENSIFY then FULLY_CONNECTED."""
+    dense = RNG.standard_normal((4, 6)).astype(np.float32) * (RNG.random((4, 6)) > 0.6)
+    segments = np.concatenate([[0], np.cumsum((dense != 0).sum(axis=1))]).astype(np.int32)
+    indices = np.nonzero(dense)[1].astype(np.int32)
+    m = TflModel()
+    g = m.main
+    x = g.tensor([2, 6], name="x")
+    values = dense[dense != 0]
+    sp = g.tensor([4, 6], np.float32, values, name="w_sparse")
+    row = opts(S.DimensionMetadataT, format=S.DimensionType.DENSE, denseSize=4)
+    col = opts(S.DimensionMetadataT, format=S.DimensionType.SPARSE_CSR,
+               arraySegmentsType=S.SparseIndexVector.Int32Vector, arraySegments=opts(S.Int32VectorT, values=segments),
+               arrayIndicesType=S.SparseIndexVector.Uint8Vector, arrayIndices=opts(S.Uint8VectorT, values=indices))
+    g.t.tensors[sp].sparsity = opts(S.SparsityParametersT, traversalOrder=[0, 1], dimMetadata=[row, col])
+    w = g.tensor([4, 6], name="w")
+    g.op(BO.DENSIFY, [sp], [w])
+    y = g.tensor([2, 4], name="y")
+    g.op(BO.FULLY_CONNECTED, [x, w, g.const(np.zeros(4), name="b")], [y], OPT.FullyConnectedOptions,
+         opts(S.FullyConnectedOptionsT))
+    g.io([x], [y])
+    compare(device, m.build(), [_f(2, 6)])
+
+
+def test_float16_conv_weights_and_hard_swish(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 5, 5, 2], name="x")
+    w16 = g.const(RNG.standard_normal((3, 3, 3, 2)), np.float16, name="w16")
+    w = g.tensor([3, 3, 3, 2], name="w")
+    g.op(BO.DEQUANTIZE, [w16], [w])
+    b16 = g.const(RNG.standard_normal(3), np.float16, name="b16")
+    b = g.tensor([3], name="b")
+    g.op(BO.DEQUANTIZE, [b16], [b])
+    c = g.tensor([1, 5, 5, 3], name="c")
+    g.op(BO.CONV_2D, [x, w, b], [c], OPT.Conv2DOptions,
+         opts(S.Conv2DOptionsT, padding=S.Padding.SAME, strideW=1, strideH=1, dilationWFactor=1, dilationHFactor=1))
+    y = g.tensor([1, 5, 5, 3], name="y")
+    g.op(BO.HARD_SWISH, [c], [y])
+    g.io([x], [y])
+    compare(device, m.build(), [_f(1, 5, 5, 2)])
+
+
+def test_l2_norm_lrn_cast_and_int64_indices(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.L2_NORMALIZATION, [[2, 5]], [[2, 5]], OPT.L2NormOptions, opts(S.L2NormOptionsT)),
+            [_f(2, 5)])
+    compare(device, _one_op(BO.LOCAL_RESPONSE_NORMALIZATION, [[1, 2, 2, 6]], [[1, 2, 2, 6]],
+                            OPT.LocalResponseNormalizationOptions,
+                            opts(S.LocalResponseNormalizationOptionsT, radius=2, bias=1.0, alpha=0.5, beta=0.75)),
+            [_f(1, 2, 2, 6)])
+    m = TflModel()
+    g = m.main
+    x = g.tensor([4, 3], name="x")
+    idx = g.const([2, 0, 3], np.int64)
+    gathered = g.tensor([3, 3], name="gathered")
+    g.op(BO.GATHER, [x, idx], [gathered], OPT.GatherOptions, opts(S.GatherOptionsT, axis=0))
+    y = g.tensor([3, 3], np.int32, name="y")
+    g.op(BO.CAST, [gathered], [y])
+    g.io([x], [y])
+    compare(device, m.build(), [_f(4, 3) * 10])

@@ -277,13 +277,16 @@ async def test_reference_comparison_with_onnx_runtime(tmp_path: Path, monkeypatc
     model = dynamic_add()
     monkeypatch.setattr("nnrt.bench._run.open_model",
                         lambda p, shapes: LoadedModel(model, str(p), "onnx", os.path.getsize(p)))
-    report = await run_bench(str(path), BenchOptions(runs=6, warmup=1, input_shapes={"a": [2, 3], "b": [2, 3]}))
+    report = await run_bench(str(path), BenchOptions(runs=6, warmup=1, input_shapes={"a": [2, 3], "b": [2, 3]},
+                                                     reference_spread=True))
     assert report.reference is not None and report.reference.startswith("ONNX Runtime ")
     assert report.reference_latency is not None and report.reference_latency.runs == 6
     assert report.ratio is not None and report.ratio > 0
     (acc,) = report.accuracy
     assert acc.output == "sum" and acc.shape == (2, 3) and acc.quant_units is None
     assert acc.ok is accurate and report.accurate is accurate
+    (spread,) = report.reference_spread  # ONNX Runtime without graph optimizations: the same sums
+    assert spread.output == "sum" and spread.ok and spread.max_abs == 0.0
     if accurate:
         assert acc.max_abs == 0.0
     else:
@@ -294,6 +297,8 @@ async def test_reference_comparison_with_onnx_runtime(tmp_path: Path, monkeypatc
     assert re.search(r"^  reference \(ONNX Runtime [\d.]+\)( +\d+\.\d+){5}$", text, re.M)
     assert re.search(r"ratio nnrt execute / reference \(p50\): \d+\.\d+x", text)
     assert ("yes (tolerance used 0)" if accurate else "NO (tolerance used") in text
+    assert "noise floor: the reference's plainer path (LiteRT: reference kernels; ONNX Runtime: no graph optimizations)" in text
+    assert report.as_dict()["reference"]["spread"][0]["max_abs"] == 0.0
 
 
 def test_reference_litert_runs_a_real_model_with_one_thread() -> None:

@@ -26,7 +26,8 @@ def test_execute_example() -> None:
 
 
 def test_fenced_pipeline_example() -> None:
-    rows = re.findall(r"^\s*(\d+)\s+([A-Z_]+)\s+\d+\.\d+\s+(\S+)$", run("02_fenced_pipeline.py"), re.MULTILINE)
+    # a frame that missed its deadline has no latency (nan): on a loaded machine that happens
+    rows = re.findall(r"^\s*(\d+)\s+([A-Z_]+)\s+(?:\d+\.\d+|nan)\s+(\S+)$", run("02_fenced_pipeline.py"), re.MULTILINE)
     assert [int(k) for k, _, _ in rows] == list(range(20))
     assert {status for _, status, _ in rows} <= {"NONE", "MISSED_DEADLINE_TRANSIENT", "MISSED_DEADLINE_PERSISTENT"}
 

@@ -93,6 +93,17 @@ async def test_no_fallback_after_a_missed_deadline(cpu: nnrt.CpuDevice, status: 
     assert info.value.status is status
 
 
+async def test_preparation_deadline_reaches_the_steps_without_fallback(vdevices: tuple[nnrt.CpuDevice,
+                                                                                     RestrictedDevice]) -> None:
+    cpu, npu = vdevices
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu], deadline=cpu.clock.now())
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu], deadline=cpu.clock.now() + 1.0,
+                            preference=nnrt.ExecutionPreference.LOW_POWER)
+    assert [p.preference for p in (step.target for step in pm.plan.steps)] == [nnrt.ExecutionPreference.LOW_POWER] * 2
+
+
 async def test_without_the_cpu_nothing_falls_back(npu: RestrictedDevice) -> None:
     bad = RestrictedDevice("bad", operations=NPU_OPS, fail_prepare=ErrorStatus.DEVICE_UNAVAILABLE)
     with pytest.raises(nnrt.DeviceUnavailableError):
@@ -236,6 +247,27 @@ async def test_one_deadline_covers_every_step(vdevices: tuple[nnrt.CpuDevice, Re
     assert cpu_calls == [1] and ok.outputs[0].shape == (1, 4)
 
 
+async def test_steps_that_cannot_fit_together_are_refused_before_any_runs(
+    vdevices: tuple[nnrt.CpuDevice, RestrictedDevice],
+) -> None:
+    cpu, npu = vdevices
+    clock = cpu.clock
+    pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu])
+    steps = [step.target for step in pm.plan.steps]
+    calls = [count_calls(p) for p in steps]
+    for p in steps:
+        for s in p.plan.steps:
+            s.cost_ns = 0.6e9  # each step alone fits a 1 s deadline, both together do not
+    with pytest.raises(nnrt.MissedDeadlineError) as info:
+        await pm.execute([x14()], deadline=clock.now() + 1.0)
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT and "2 steps" in str(info.value)
+    with pytest.raises(nnrt.MissedDeadlineError):
+        pm.execute_sync([x14()], deadline=clock.now() + 1.0)
+    assert calls == [[0], [0]]
+    assert (await pm.execute([x14()], deadline=clock.now() + 1.3)).outputs[0].shape == (1, 4)
+    assert calls == [[1], [1]]
+
+
 async def test_each_step_runs_under_its_device_scheduler_with_the_apps_priority(
     vdevices: tuple[nnrt.CpuDevice, RestrictedDevice],
 ) -> None:
@@ -291,3 +323,63 @@ async def test_compilation_cache_per_step(cpu: nnrt.CpuDevice, npu: RestrictedDe
     assert sorted(os.listdir(tmp_path)) == written
     x = x14()
     assert (await first.execute([x])).outputs[0].tobytes() == (await second.execute([x])).outputs[0].tobytes()
+
+
+REAL_MODELS = Path(__file__).parents[1] / "data" / "models"
+
+
+def _random_inputs(model: Model, rng: np.random.Generator) -> list[np.ndarray]:
+    out = []
+    for i in model.input_indexes:
+        op = model.operands[i]
+        if op.type.is_quantized:
+            info = np.iinfo(op.type.dtype)
+            out.append(rng.integers(info.min, info.max, op.dimensions, endpoint=True).astype(op.type.dtype))
+        else:
+            out.append(rng.standard_normal(op.dimensions).astype(op.type.dtype))
+    return out
+
+
+@pytest.mark.parametrize("name", ["microwakeword_hey_jarvis.tflite", "mediapipe_hand_recrop.tflite"])
+async def test_real_models_bitwise_identical(cpu: nnrt.CpuDevice, name: str) -> None:
+    """Two vendored real models (imported by ``nnrt.load``): convolutions on a restricted
+    device, the rest on the CPU; outputs equal the single-device ones bit for bit."""
+    model = nnrt.load(REAL_MODELS / name)
+    conv = RestrictedDevice("npu-conv", operations=[Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.ADD])
+    pm = await nnrt.prepare(model, [cpu, conv])
+    assert len(pm.partitions) >= 3 and {p.device for p in pm.partitions} == {"cpu", "npu-conv"}
+    assert sorted(n for p in pm.partitions for n in p.operations) == list(range(len(model.operations)))
+    single = await cpu.prepare_model(model)
+    inputs = _random_inputs(model, np.random.default_rng(0))
+    expected = (await single.execute(inputs)).outputs
+    got = (await pm.execute(inputs)).outputs
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
+    conv.close()
+
+
+async def test_worker_path_fenced_and_burst() -> None:
+    """Devices that run every plan on their workers (nothing inline): execute, a fenced chain
+    of two partitioned models, and a pipelined burst give the single-device outputs."""
+    cpu = nnrt.CpuDevice(name="wcpu", inline_limit_ns=0)
+    npu = RestrictedDevice("wnpu", operations=NPU_OPS, inline_limit_ns=0)
+    m = chain(Op.ADD, Op.LOGISTIC, Op.MUL)
+    pm = await nnrt.prepare(m, [cpu, npu])
+    assert not pm._driver.runs_inline(pm.plan)
+    x = x14()
+    once = (await (await cpu.prepare_model(m)).execute([x])).outputs[0]
+    twice = (await (await cpu.prepare_model(m)).execute([once])).outputs[0]
+    assert (await pm.execute([x])).outputs[0].tobytes() == once.tobytes()
+    mid, out = np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32)
+    gate = nnrt.SyncFence()
+    f1, _ = await pm.execute_fenced([x], [mid], wait_for=[gate])
+    f2, cb = await pm.execute_fenced([mid], [out], wait_for=[f1])
+    gate.signal()
+    await f2
+    assert cb.get_execution_info().status is ErrorStatus.NONE
+    assert mid.tobytes() == once.tobytes() and out.tobytes() == twice.tobytes()
+    async with pm.burst() as burst:
+        futures = [await burst.submit([x]) for _ in range(4)]
+        for f in futures:
+            assert (await f).outputs[0].tobytes() == once.tobytes()
+    cpu.close()
+    npu.close()

@@ -46,7 +46,9 @@ def test_feature_level_filters_operations_and_operand_types() -> None:
     c = m.add_operand(T.TENSOR_FLOAT32, [2, 2])
     d = m.add_operand(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, 2], 0.5, 0)
     e = m.add_operand(T.TENSOR_FLOAT32, [2, 2])
-    m.add_operation(Op.BATCH_MATMUL, [a, b], [c])  # FL6
+    adj = m.add_operand(T.BOOL)
+    m.set_operand_value(adj, False)
+    m.add_operation(Op.BATCH_MATMUL, [a, b, adj, adj], [c])  # FL6
     m.add_operation(Op.QUANTIZE, [c], [d])  # FL3 operation, FL4 output type
     m.add_operation(Op.DEQUANTIZE, [d], [e])  # FL1 operation, FL4 input type
     m.identify_inputs_and_outputs([a, b], [e])
