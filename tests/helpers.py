@@ -15,7 +15,9 @@ from nnrt import ErrorStatus, Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 
-__all__ = ["all_outputs", "first_output", "on_trio_too", "ones", "rejected", "single_op_model", "unknown_shape_add"]
+__all__ = [
+    "Started", "all_outputs", "first_output", "on_trio_too", "ones", "rejected", "single_op_model", "start", "unknown_shape_add",
+]
 
 Quant = tuple[float, int]
 
@@ -94,3 +96,41 @@ def _on_trio(fn: Callable[..., Any]) -> Callable[..., None]:
         trio.run(functools.partial(fn, *args, **kwargs))
 
     return run
+
+
+class Started:
+    """A coroutine running as its own task on asyncio or trio (``start``): ``done``,
+    ``result``, ``cancel`` and ``await``, as an ``asyncio.Task`` offers them."""
+
+    def __init__(self, coro: Any) -> None:
+        from nnrt._aio import create_future, spawn
+
+        self._outcome = create_future()
+        self._task = spawn(self._run(coro), "test")
+
+    async def _run(self, coro: Any) -> None:
+        try:
+            result = await coro
+        except BaseException as exc:
+            self._outcome.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._outcome.set_result(result)
+
+    def done(self) -> bool:
+        return self._outcome.done()
+
+    def result(self) -> Any:
+        return self._outcome.result()
+
+    def cancel(self) -> bool:
+        return self._task.cancel()
+
+    def __await__(self) -> Any:
+        return self._outcome.__await__()
+
+
+def start(coro: Any) -> Started:
+    """Run ``coro`` as a task of the running loop (asyncio or trio)."""
+    return Started(coro)
