@@ -265,16 +265,18 @@ def _trio() -> Any:
             self._callbacks.append(callback)
 
     async def wait_future(cf: concurrent.futures.Future[Any]) -> Any:
-        if not cf.done():
-            event = trio.Event()
-            token = trio.lowlevel.current_trio_token()
+        # Always through the token, even when ``cf`` is done already: what the worker posted
+        # with ``run_sync_soon`` before it finished must run first (asyncio's ``wrap_future``
+        # goes through ``call_soon_threadsafe`` likewise).
+        event = trio.Event()
+        token = trio.lowlevel.current_trio_token()
 
-            def wake(_f: concurrent.futures.Future[Any]) -> None:
-                with contextlib.suppress(trio.RunFinishedError):  # the run is over: nobody waits any more
-                    token.run_sync_soon(event.set)
+        def wake(_f: concurrent.futures.Future[Any]) -> None:
+            with contextlib.suppress(trio.RunFinishedError):  # the run is over: nobody waits any more
+                token.run_sync_soon(event.set)
 
-            cf.add_done_callback(wake)
-            await event.wait()
+        cf.add_done_callback(wake)
+        await event.wait()
         return cf.result()
 
     async def wait_done(task: _Task) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Collection, Sequence
@@ -16,7 +17,8 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 
 __all__ = [
-    "Started", "all_outputs", "first_output", "on_trio_too", "ones", "rejected", "single_op_model", "start", "unknown_shape_add",
+    "Started", "all_outputs", "first_output", "gather", "on_trio_too", "ones", "rejected", "single_op_model", "start",
+    "unknown_shape_add", "wait_all",
 ]
 
 Quant = tuple[float, int]
@@ -127,6 +129,9 @@ class Started:
     def cancel(self) -> bool:
         return self._task.cancel()
 
+    def add_done_callback(self, callback: Callable[[Started], object]) -> None:
+        self._outcome.add_done_callback(lambda _f: callback(self))
+
     def __await__(self) -> Any:
         return self._outcome.__await__()
 
@@ -134,3 +139,27 @@ class Started:
 def start(coro: Any) -> Started:
     """Run ``coro`` as a task of the running loop (asyncio or trio)."""
     return Started(coro)
+
+
+async def gather(*aws: Any) -> list[Any]:
+    """The results of awaitables already running (tasks, futures), in order; raises the first
+    failure (``asyncio.gather`` for tests that also run on trio)."""
+    results = [await aw for aw in aws]
+    await _settled()
+    return results
+
+
+async def wait_all(aws: Collection[Any]) -> None:
+    """Wait until every awaitable already running has ended, whatever its outcome (``asyncio.wait``)."""
+    for aw in aws:
+        with contextlib.suppress(Exception):  # the outcome is read by the caller
+            await aw
+    await _settled()
+
+
+async def _settled() -> None:
+    """Let the done-callbacks scheduled by the futures just awaited run (asyncio calls them
+    soon, not at once), as they have when ``asyncio.gather`` or ``asyncio.wait`` return."""
+    from nnrt._aio import checkpoint
+
+    await checkpoint()
