@@ -85,7 +85,8 @@ async def checkpoint() -> None:
 
 
 async def wait_done(task: Task) -> None:
-    """Wait until ``task`` has ended, however it ends (without raising its outcome)."""
+    """Wait until ``task`` (cancelled by the caller) has ended, however it ends, without
+    raising its outcome; on trio even in a cancelled scope."""
     if in_trio():
         await _trio().wait_done(task)
     else:
@@ -280,6 +281,9 @@ def _trio() -> Any:
         return cf.result()
 
     async def wait_done(task: _Task) -> None:
-        await task._ended.wait()
+        # Shielded: a burst closing in a cancelled scope (its owner was cancelled) must still
+        # see its server end; trio would fail every await there, asyncio fails only the first.
+        with trio.CancelScope(shield=True):
+            await task._ended.wait()
 
     return types.SimpleNamespace(_Future=_Future, _Task=_Task, _Timer=_Timer, wait_done=wait_done, wait_future=wait_future)

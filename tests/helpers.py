@@ -142,9 +142,10 @@ def start(coro: Any) -> Started:
 
 
 async def gather(*aws: Any) -> list[Any]:
-    """The results of awaitables already running (tasks, futures), in order; raises the first
-    failure (``asyncio.gather`` for tests that also run on trio)."""
-    results = [await aw for aw in aws]
+    """The results of awaitables, in order, coroutines run concurrently as tasks; raises the
+    first failure (``asyncio.gather`` for tests that also run on trio)."""
+    running = [start(aw) if inspect.iscoroutine(aw) else aw for aw in aws]
+    results = [await aw for aw in running]
     await _settled()
     return results
 

@@ -161,7 +161,13 @@ class BurstServer:
         serve = self.serve
         write = self._write_result
         carry = self._carry
+        requests = self._requests
         while True:
+            if requests.closed:
+                # Closing: stop before serving another request (on trio a cancellation waits
+                # for a checkpoint, and a queued request is served without one); the burst
+                # fails what is left with DEAD_OBJECT.
+                return
             if carry:
                 item = carry.popleft()
             else:
