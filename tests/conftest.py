@@ -10,6 +10,11 @@ import pytest
 from nnrt import CpuDevice
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="run the adversarial suite (tests/adversarial) with its long budgets")
+
+
 @pytest.fixture(scope="module")
 def device() -> Iterator[CpuDevice]:
     # The suite is nnrt's own process: it asks for the latency settings (one BLAS thread, a

@@ -37,7 +37,7 @@ def test_the_small_cnn_guide_uses_every_layer_the_issue_names() -> None:
         assert f"Op.{op}" in code
 
 
-@pytest.mark.parametrize("command", ["demo", "devices", "conformance", "simulate"])
+@pytest.mark.parametrize("command", ["demo", "devices", "conformance", "simulate", "bench"])
 def test_the_command_line_page_names_every_option(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
