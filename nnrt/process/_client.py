@@ -124,10 +124,12 @@ class ServiceProcess:
         try:
             with self._send_lock:
                 write_frame(self._sock, parts)
-        except OSError:
+        except OSError as err:
             with self._lock:
                 self._pending.pop(rid, None)
-            raise DeadObjectError(f"the service process {self.pid} is gone (sending {kind})") from None
+                if not self.dead_reason and not self._closing:  # the reader will add the exit code
+                    self.dead_reason = f"the service process {self.pid} is gone ({type(err).__name__} sending {kind})"
+            raise DeadObjectError(self._dead_message()) from None
         if self._releases:
             self._flush_releases()
         return rid
@@ -230,9 +232,9 @@ class ServiceProcess:
     def _fail_all(self, reason: str) -> None:
         code = self._reap(kill=False)
         with self._lock:
-            closing = self._closing
+            closing = self._closing and not self.dead_reason
             if not closing:
-                self.dead_reason = f"{reason}; exit code {code}"
+                self.dead_reason = f"{self.dead_reason or reason}; exit code {code}"
             pending, self._pending = self._pending, {}
         err_text = self._dead_message()
         for waiter in pending.values():
