@@ -8,9 +8,10 @@ in one run:
     ``Memory`` (sent by name) and as a plain array (pickled over the socket); the service's
     overhead over in-process execution of the same request, and the 1 MB / 1 KB ratio of that
     overhead for shared memory (target: <= 1, i.e. the size costs nothing);
-(c) a GIL-bound model (a chain of 200 [1, 16] ADDs: Python overhead per operation), 8
-    executions in flight: throughput on two services (two ``ProcessDevice``s, requests
-    alternating) against one in-process ``CpuDevice`` (target: >= 1.6x; needs two idle cores);
+(c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
+    operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
+    requests alternating) against one in-process ``CpuDevice`` (target: >= 1.6x; needs two
+    idle cores; the 200-op chain runs in about 0.1 ms in process, less than a round trip);
 (d) ``kill -9`` of the service during a stream (8 executions in flight): time from the kill to
     the last in-flight call failing with DEAD_OBJECT (target < 100 ms), and time for
     ``restart()`` (the model re-prepared from a warm compilation cache) to the stream's next
@@ -119,11 +120,11 @@ async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
     ratio("shared Memory overhead 1 MB / 1 KB", overhead["1 MB"] / max(overhead["1 KB"], 1e-9), 1.0)
 
 
-async def gil_bound(cpu: nnrt.CpuDevice) -> None:
-    print("(c) GIL-bound 200-ADD chain, 8 executions in flight")
-    model = zoo.add_chain(200, 16)
+async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
+    print(f"(c) GIL-bound {ops}-ADD chain, 8 executions in flight")
+    model = zoo.add_chain(ops, 16)
     x = zoo.example_inputs(model)[0]
-    total = 80 if QUICK else 240
+    total = (80 if QUICK else 240) * 200 // ops
     local = await cpu.prepare_model(model)
     with nnrt.ProcessDevice("svc-1") as d1, nnrt.ProcessDevice("svc-2") as d2:
         remotes = [await d1.prepare_model(model), await d2.prepare_model(model)]
@@ -187,7 +188,8 @@ async def main() -> None:
         with nnrt.ProcessDevice() as proc:
             await round_trip(cpu, proc)
             await input_size(cpu, proc)
-        await gil_bound(cpu)
+        for ops in (200, 2000):
+            await gil_bound(cpu, ops)
         await death_and_recovery()
     finally:
         cpu.close()
