@@ -99,7 +99,8 @@ class _Service:
         kind, rid = msg[0], msg[1]
         try:
             if kind == "execute":
-                self._spawn(rid, self._execute(rid, *msg[2:]))
+                if not self._execute_now(rid, *msg[2:]):
+                    self._spawn(rid, self._execute(rid, *msg[2:]))
             elif kind == "prepare":
                 self._spawn(rid, self._prepare(rid, *msg[2:]))
             elif kind == "cancel":
@@ -142,12 +143,30 @@ class _Service:
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
+    def _lookup(self, app: str, handle: int) -> PreparedModel:
+        prepared = self.prepared.get((app, handle))
+        if prepared is None:
+            raise InvalidArgumentError(f"app {app!r} has no prepared model {handle} in this service")
+        return prepared
+
+    def _execute_now(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
+                     loop_timeout: float | None) -> bool:
+        """Run a cheap request at once when the device may (``Driver.can_run_now``: the path a
+        burst's inline requests take), without a task; False: it needs the scheduler."""
+        prepared = self.prepared.get((app, handle))
+        if prepared is None or not prepared._driver.can_run_now(prepared.plan):
+            return False
+        try:
+            result = prepared._execute_now(decode_args(args, self._attach), None, True, deadline, loop_timeout)
+            self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+        return True
+
     async def _execute(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
                        loop_timeout: float | None) -> None:
         try:
-            prepared = self.prepared.get((app, handle))
-            if prepared is None:
-                raise InvalidArgumentError(f"app {app!r} has no prepared model {handle} in this service")
+            prepared = self._lookup(app, handle)
             values = decode_args(args, self._attach)
             result = await prepared.execute(values, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
             self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
