@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import weakref
 from collections.abc import Generator, Hashable
 from types import TracebackType
@@ -60,11 +61,14 @@ class ProcessDevice(Device):
     ``ProcessDevice()`` runs a ``CpuDevice(name, **cpu_options)`` in the service;
     ``ProcessDevice(restricted={...})`` runs ``RestrictedDevice(**restricted)`` instead (its
     ``name`` included). ``hang_timeout`` (seconds, 0 to disable) is the watchdog's patience;
-    ``start_timeout`` bounds the service's start-up.
+    ``start_timeout`` bounds the service's start-up. ``standby=True`` keeps a second service
+    started and idle, so that ``restart()`` does not wait for an interpreter to start (most
+    of a recovery): it only re-prepares the models, and starts a new spare in the background.
     """
 
     def __init__(self, name: str = "nnrt-process", *, restricted: dict[str, Any] | None = None,
-                 hang_timeout: float = 5.0, start_timeout: float = 60.0, **cpu_options: Any) -> None:
+                 hang_timeout: float = 5.0, start_timeout: float = 60.0, standby: bool = False,
+                 **cpu_options: Any) -> None:
         if not isinstance(hang_timeout, (int, float)) or hang_timeout < 0:
             raise InvalidArgumentError(f"ProcessDevice: hang_timeout must be a non-negative number, got {hang_timeout!r}")
         if restricted is not None:
@@ -85,6 +89,9 @@ class ProcessDevice(Device):
         self._drivers: weakref.WeakSet[_RemoteDriver] = weakref.WeakSet()
         self._restarting: asyncio.Future[None] | None = None
         self.restarts = 0
+        self.standby = bool(standby)
+        self._spare: ServiceProcess | None = None
+        self._spare_thread: threading.Thread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -103,11 +110,44 @@ class ProcessDevice(Device):
         if self._closed:
             raise DeadObjectError(f"{self.name}: the device is closed")
         if self._service is None:
-            service = ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout,
-                                     start_timeout=self.start_timeout)
+            service = self._take_spare() or self._new_service()
             _pid, _name, version, level, _type = service.info
             self.version, self.feature_level = version, level
             self._service = service
+            if self.standby:
+                self._start_spare()
+
+    def _new_service(self) -> ServiceProcess:
+        return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout)
+
+    def _start_spare(self) -> None:
+        """Start the standby service on a thread (it takes as long as an interpreter start)."""
+        if self._spare_thread is not None or self._spare is not None:
+            return
+
+        def run() -> None:
+            try:
+                spare = self._new_service()
+            except Exception:  # no spare: the next restart starts a service itself
+                return
+            if self._closed:
+                spare.close()
+            else:
+                self._spare = spare
+
+        self._spare_thread = threading.Thread(target=run, name="nnrt-service-standby", daemon=True)
+        self._spare_thread.start()
+
+    def _take_spare(self) -> ServiceProcess | None:
+        """The standby service, once started, if it is still alive (None without one)."""
+        thread, self._spare_thread = self._spare_thread, None
+        if thread is not None:
+            thread.join()
+        spare, self._spare = self._spare, None
+        if spare is not None and not spare.alive:
+            spare.close()
+            return None
+        return spare
 
     def _running(self) -> ServiceProcess:
         if self._service is None or self._service.dead_reason:
@@ -163,6 +203,9 @@ class ProcessDevice(Device):
         service, self._service = self._service, None
         if service is not None:
             service.close()
+        spare = self._take_spare()
+        if spare is not None:
+            spare.close()
 
     def __enter__(self) -> ProcessDevice:
         return self
@@ -176,10 +219,7 @@ class ProcessDevice(Device):
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        service, self._service = self._service, None
-        self._closed = True
-        if service is not None:
-            await asyncio.get_running_loop().run_in_executor(None, service.close)
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     # -- the Device contract ------------------------------------------------------------------------
 

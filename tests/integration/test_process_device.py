@@ -377,6 +377,26 @@ async def test_watchdog_turns_a_wedged_service_into_dead_object() -> None:
         np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], 2 * x)
 
 
+async def test_restart_takes_the_standby_service() -> None:
+    fds = fd_count()
+    with nnrt.ProcessDevice(standby=True) as dev:
+        prepared = await dev.prepare_model(zoo.one_add())
+        wait_until(lambda: dev._spare is not None, 60)
+        spare = dev._spare.pid  # type: ignore[union-attr]
+        first = dev.pid
+        assert first is not None and spare != first
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: dev.dead)
+        await dev.restart()
+        assert dev.pid == spare
+        x = np.ones((1, 4), np.float32)
+        np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], 2 * x)
+        wait_until(lambda: dev._spare is not None, 60)  # a new spare
+        third = dev._spare.pid  # type: ignore[union-attr]
+    assert gone(first) and gone(spare) and gone(third)
+    assert fd_count() == fds
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(nnrt.InvalidArgumentError, match="hang_timeout"):
         nnrt.ProcessDevice(hang_timeout=-1)
