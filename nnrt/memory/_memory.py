@@ -293,10 +293,10 @@ def open_regular_file(path: object, where: str, *, writable: bool = False) -> in
     try:
         fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
     except (OSError, ValueError) as err:
-        raise InvalidArgumentError(f"{where}: {getattr(err, 'strerror', None) or err}") from None
+        raise InvalidArgumentError(f"{where}: {_shown(path)}: {getattr(err, 'strerror', None) or err}") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidArgumentError(f"{where}: not a regular file")
+            raise InvalidArgumentError(f"{where}: {_shown(path)} is not a regular file")
     except BaseException:
         os.close(fd)
         raise
@@ -314,7 +314,7 @@ def read_regular_file(path: object, where: str) -> np.ndarray:
             out = np.empty(size, np.uint8)
             got = f.readinto(out.data)
     except OSError as err:
-        raise InvalidArgumentError(f"{where}: {err.strerror or err}") from None
+        raise InvalidArgumentError(f"{where}: {_shown(path)}: {err.strerror or err}") from None
     finally:
         os.close(fd)
     out = out[:got]  # a file that shrank while read: what was there
