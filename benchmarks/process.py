@@ -160,8 +160,7 @@ async def death_and_recovery(standby: bool) -> None:
         prepared = await dev.prepare_model(model, cache_dir=cache, token=bytes(32))
         for _ in range(2 if QUICK else 5):
             if standby:  # recovering with a spare assumes the spare had time to start
-                while dev._spare is None:
-                    await asyncio.sleep(0.05)
+                await asyncio.to_thread(lambda: dev._spare_thread and dev._spare_thread.join())
             tasks = [asyncio.create_task(prepared.execute([x])) for _ in range(8)]
             await asyncio.sleep(0.005)
             pid = dev.pid
