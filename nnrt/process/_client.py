@@ -246,8 +246,8 @@ class ServiceProcess:
 
     def _dead_message(self) -> str:
         if self.dead_reason:
-            return f"DEAD_OBJECT: {self.dead_reason}"
-        return f"DEAD_OBJECT: the service process {self.pid} was closed"
+            return self.dead_reason
+        return f"the service process {self.pid} was closed"
 
     # -- ending ------------------------------------------------------------------------------------
 

@@ -16,6 +16,12 @@ on one asyncio event loop, reading frames as the socket becomes readable:
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
 * ``_hang`` and ``_exit`` are test hooks (block the loop thread forever; exit at once).
 
+A malformed request (a frame that does not unpickle, is not ``(kind, id, ...)``, names an
+unknown kind or has the wrong arguments) is answered with a failure (GENERAL_FAILURE, or
+INVALID_ARGUMENT for an unknown kind; id 0 when the id could not be read) and the service
+keeps serving, as NNAPI's burst server does with an ill-formed FMQ packet. Only a frame whose
+length prefix is absurd ends the connection: the stream's framing is lost.
+
 The service exits when its socket reaches EOF (the device closed it, or the app process died)
 and, should its loop be wedged, when a watcher thread sees that its parent process changed.
 """
@@ -25,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pickle
 import secrets
 import socket
 import sys
@@ -93,8 +98,14 @@ class _Service:
     def _on_readable(self) -> None:
         try:
             msg = recv_frame(self.sock)
-        except (EOFError, OSError, pickle.UnpicklingError):
+        except (EOFError, OSError):  # the app closed the socket or died (or framing is lost)
             self._stop()
+            return
+        except Exception as err:  # a frame whose body does not unpickle: answered, then serve on
+            self._reply(0, False, (int(ErrorStatus.GENERAL_FAILURE), f"malformed request frame: {err}"))
+            return
+        if not (type(msg) is tuple and len(msg) >= 2 and type(msg[0]) is str and type(msg[1]) is int):
+            self._reply(0, False, (int(ErrorStatus.GENERAL_FAILURE), f"malformed request: {type(msg).__name__}"))
             return
         kind, rid = msg[0], msg[1]
         try:

@@ -163,7 +163,7 @@ def decode_args(args: list[Any], attach: Any) -> list[Any]:
 def error_payload(err: BaseException) -> tuple[int, str]:
     """A failure for the wire: an ``NnrtError`` keeps its status; anything else is GENERAL_FAILURE."""
     if isinstance(err, NnrtError):
-        return int(err.status), str(err)
+        return int(err.status), err.message
     return int(ErrorStatus.GENERAL_FAILURE), f"the service failed: {type(err).__name__}: {err}"
 
 

@@ -200,6 +200,30 @@ async def test_an_app_cannot_reach_another_apps_prepared_model(pdev: nnrt.Proces
     np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], x + x)
 
 
+# -- malformed requests ---------------------------------------------------------------------------------
+
+
+async def test_malformed_requests_are_answered_and_the_service_serves_on(pdev: nnrt.ProcessDevice) -> None:
+    import pickle
+    import struct
+
+    service = pdev._running()
+    for body in (b"not a pickle at all", pickle.dumps(["a", "list"]), pickle.dumps(("execute", "rid-not-int"))):
+        with service._send_lock:
+            service._sock.sendall(struct.pack("<Q", len(body)) + body)
+    with pytest.raises(nnrt.InvalidArgumentError, match="unknown request 'frobnicate'"):
+        pdev._test_call("frobnicate")
+    with pytest.raises(nnrt.GeneralFailureError, match="TypeError"):
+        pdev._test_call("execute", "default")  # too few arguments
+    with pytest.raises(nnrt.InvalidArgumentError, match="malformed model description"):
+        pdev._test_call("support", "", ({"not": "a model"}, []))
+    assert pdev._test_call("ping") == pdev.pid
+    prepared = await pdev.prepare_model(zoo.one_add())
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], 2 * x)
+    assert not pdev.dead
+
+
 # -- lifecycle: nothing left behind -------------------------------------------------------------------
 
 
