@@ -46,6 +46,7 @@ from nnrt.errors import DeadObjectError, InternalError, InvalidArgumentError, Mi
 from nnrt.execution import DELEGATE, DELEGATED, ExecContext, Plan, PreparedModel, Step
 from nnrt.execution._plan import _fetcher
 from nnrt.model import Model
+from nnrt.process._arena import Arena
 from nnrt.process._client import ServiceProcess
 from nnrt.process._wire import encode_args, model_to_wire
 from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperationType, Priority
@@ -64,11 +65,15 @@ class ProcessDevice(Device):
     ``start_timeout`` bounds the service's start-up. ``standby=True`` keeps a second service
     started and idle, so that ``restart()`` does not wait for an interpreter to start (most
     of a recovery): it only re-prepares the models, and starts a new spare in the background.
+    ``arena_bytes`` is the size of the shared arena large plain-array inputs are copied into
+    (``nnrt.process._arena``; made on first use; 0: always the socket).
     """
 
     def __init__(self, name: str = "nnrt-process", *, restricted: dict[str, Any] | None = None,
                  hang_timeout: float = 5.0, start_timeout: float = 60.0, standby: bool = False,
-                 **cpu_options: Any) -> None:
+                 arena_bytes: int = 32 << 20, **cpu_options: Any) -> None:
+        if isinstance(arena_bytes, bool) or not isinstance(arena_bytes, int) or arena_bytes < 0:
+            raise InvalidArgumentError(f"ProcessDevice: arena_bytes must be a non-negative int, got {arena_bytes!r}")
         if not isinstance(hang_timeout, (int, float)) or hang_timeout < 0:
             raise InvalidArgumentError(f"ProcessDevice: hang_timeout must be a non-negative number, got {hang_timeout!r}")
         if restricted is not None:
@@ -92,6 +97,7 @@ class ProcessDevice(Device):
         self.standby = bool(standby)
         self._spare: ServiceProcess | None = None
         self._spare_thread: threading.Thread | None = None
+        self._arena = Arena(int(arena_bytes))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -206,6 +212,7 @@ class ProcessDevice(Device):
         spare = self._take_spare()
         if spare is not None:
             spare.close()
+        self._arena.close()
 
     def __enter__(self) -> ProcessDevice:
         return self
@@ -304,6 +311,7 @@ class _RemoteDriver:
         self.cost_ns = 0.0
         self.handle = 0
         self.service: ServiceProcess | None = None
+        self.arena = device._arena
 
     def __repr__(self) -> str:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -332,26 +340,35 @@ class _RemoteDriver:
     def can_run_now(self, plan: Plan) -> bool:
         return False
 
-    def _request(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> tuple[Any, ...]:
+    def _request(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
         while next(gen) != DELEGATE:  # INTERRUPTED: nothing interrupts a one-step plan here
             pass
         _step, args = ctx.handoff
-        return ("execute", app, self.handle, encode_args(list(args)), ctx.deadline, ctx.loop_timeout)
+        values, blocks = encode_args(list(args), self.arena)
+        return ("execute", app, self.handle, values, ctx.deadline, ctx.loop_timeout), blocks
+
+    def _free(self, blocks: list[tuple[int, int]]) -> None:
+        for offset, nbytes in blocks:
+            self.arena.free(offset, nbytes)
 
     def run_now(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
+        blocks: list[tuple[int, int]] = []
         try:
             service = self._target()
-            kind, *args = self._request(gen, ctx, app)
+            (kind, *args), blocks = self._request(gen, ctx, app)
             return _finish(gen, ctx, *service.call_sync(kind, *args))
         finally:
+            self._free(blocks)
             gen.close()
 
     async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
+        blocks: list[tuple[int, int]] = []
         try:
             service = self._target()
-            kind, *args = self._request(gen, ctx, app)
+            (kind, *args), blocks = self._request(gen, ctx, app)
             return _finish(gen, ctx, *await service.call(kind, *args))
         finally:
+            self._free(blocks)
             gen.close()
 
 

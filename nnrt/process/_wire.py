@@ -14,6 +14,8 @@ Data rules (issue 18):
 * an execution argument that is a view of a named shared-memory segment
   (``Memory.from_shared_memory``) crosses as ``ShmRef`` (segment name, offset, dtype, shape):
   no bytes copied, whatever its size; the service maps the segment once and keeps the mapping;
+* a plain array of at least ``ARENA_MIN_BYTES`` is copied once into the device's arena (one
+  shared segment) and crosses as a ``ShmRef`` to it;
 * any other array crosses by value, pickled.
 """
 
@@ -33,9 +35,10 @@ from nnrt.types import ErrorStatus
 
 if TYPE_CHECKING:
     from nnrt.model import Model
+    from nnrt.process._arena import Arena
 
 __all__ = [
-    "ShmRef", "decode_args", "encode_args", "encode_frame", "error_from", "error_payload", "model_from_wire",
+    "ARENA_MIN_BYTES", "ShmRef", "decode_args", "encode_args", "encode_frame", "error_from", "error_payload", "model_from_wire",
     "model_to_wire", "recv_frame", "send_frame", "write_frame",
 ]
 
@@ -129,17 +132,29 @@ def model_from_wire(doc: dict[str, Any], arrays: list[np.ndarray]) -> Model:
 # -- execution arguments --------------------------------------------------------------------------
 
 
-def encode_args(args: list[Any]) -> list[Any]:
-    """The interpreter's input values for the wire: shared-memory views become ``ShmRef``."""
+#: Plain arrays at least this large go through the device's arena (``nnrt.process._arena``)
+#: rather than the socket.
+ARENA_MIN_BYTES = 64 * 1024
+
+
+def encode_args(args: list[Any], arena: Arena | None = None) -> tuple[list[Any], list[tuple[int, int]]]:
+    """The interpreter's input values for the wire, and the arena blocks they took
+    (``(offset, nbytes)``, to free when the reply arrives): shared-memory views become
+    ``ShmRef``; large plain arrays are copied into ``arena`` and become ``ShmRef`` too."""
     out: list[Any] = []
+    blocks: list[tuple[int, int]] = []
     for a in args:
-        if type(a) is np.ndarray and a.nbytes >= 4096 and a.flags.c_contiguous:
-            where = shared_segment(a)
+        if type(a) is np.ndarray and a.nbytes >= 4096:
+            where = shared_segment(a) if a.flags.c_contiguous else None
+            if where is None and arena is not None and a.nbytes >= ARENA_MIN_BYTES:
+                where = arena.put(a)
+                if where is not None:
+                    blocks.append((where[1], a.nbytes))
             if where is not None:
                 out.append(ShmRef(where[0], where[1], a.dtype.str, a.shape))
                 continue
         out.append(a)
-    return out
+    return out, blocks
 
 
 def decode_args(args: list[Any], attach: Any) -> list[Any]:

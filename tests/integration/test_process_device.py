@@ -177,11 +177,47 @@ async def test_shared_memory_input_is_sent_by_name(pdev: nnrt.ProcessDevice) -> 
         mem.buffer[64:].view(np.float32)[:] = x.reshape(-1)
         loc = MemoryLocation(mem, 64, x.nbytes)
         args, _ = prepared._validate_request([loc], None)
-        wire = encode_args(args)
+        wire, blocks = encode_args(args)
+        assert blocks == []
         assert type(wire[0]) is ShmRef and wire[0].name == mem.name and wire[0].offset == 64
         result = await prepared.execute([loc])
         del args
     np.testing.assert_array_equal(result.outputs[0], expected_chain(model, x))
+
+
+async def test_large_plain_inputs_go_through_the_arena() -> None:
+    model = zoo.add_chain(2, 128 * 1024)
+    with nnrt.ProcessDevice(arena_bytes=1 << 20) as dev:  # room for two 512 KB inputs at a time
+        prepared = await dev.prepare_model(model)
+        xs = [np.random.default_rng(k).standard_normal((1, 128 * 1024)).astype(np.float32) for k in range(6)]
+        wire, blocks = encode_args([xs[0]], dev._arena)
+        assert type(wire[0]) is ShmRef and wire[0].name == dev._arena.name and blocks == [(0, xs[0].nbytes)]
+        dev._arena.free(*blocks[0])
+        results = await asyncio.gather(*(prepared.execute([x]) for x in xs))  # some fall back to the socket
+        for x, r in zip(xs, results):
+            np.testing.assert_array_equal(r.outputs[0], expected_chain(model, x))
+        assert dev._arena.free_bytes == 1 << 20  # every block returned
+        name = dev._arena.name
+        assert name is not None and name in shm_mapped()
+    assert name not in shm_mapped() and not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_arena_first_fit_and_coalescing() -> None:
+    from nnrt.process._arena import Arena
+
+    arena = Arena(1024)
+    try:
+        a, b, c = (arena.put(np.zeros(16, np.float32)) for _ in range(3))  # 64 bytes each
+        assert [w[1] for w in (a, b, c) if w] == [0, 64, 128]
+        assert arena.put(np.zeros(1024, np.uint8)) is None  # does not fit
+        arena.free(64, 64)
+        arena.free(0, 64)
+        assert arena.put(np.zeros(128, np.uint8)) == (arena.name, 0)  # the two freed blocks merged
+        arena.free(0, 128)
+        arena.free(128, 64)
+        assert arena.free_bytes == 1024 and arena._free == [(0, 1024)]
+    finally:
+        arena.close()
 
 
 # -- isolation ----------------------------------------------------------------------------------------
