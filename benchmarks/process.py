@@ -5,7 +5,8 @@ in one run:
     p99 <= 200 us);
 (b) what an input's size costs: a MEAN over a [1, n] float32 input (the output is [1, 1], so
     only the input's transport differs), 1 KB and 1 MB, passed as a location in a shared
-    ``Memory`` (sent by name) and as a plain array (pickled over the socket); the service's
+    ``Memory`` (sent by name) and as a plain array (pickled over the socket at 1 KB, copied
+    into the device's shared arena at 1 MB); the service's
     overhead over in-process execution of the same request, and the 1 MB / 1 KB ratio of that
     overhead for shared memory (target: <= 1, i.e. the size costs nothing);
 (c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
@@ -113,7 +114,7 @@ async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
         base, shared, plain = statistics.median(la), statistics.median(lb), statistics.median(lc)
         report(f"{label}: in-process (shared Memory input) median", base)
         report(f"{label}: service, shared Memory input (by name) median", shared)
-        report(f"{label}: service, plain array input (pickled) median", plain)
+        report(f"{label}: service, plain array input median", plain)
         overhead[label] = shared - base
         report(f"{label}: service overhead, shared Memory input", shared - base)
         report(f"{label}: service overhead, plain array input", plain - base)
