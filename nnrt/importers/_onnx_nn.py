@@ -8,6 +8,9 @@ zeros. ``auto_pad`` SAME_UPPER/SAME_LOWER/VALID become explicit pads (SAME needs
 size known at load). 2-D convs and pools read and write NHWC (``_onnx_layout``).
 ConvTranspose → TRANSPOSE_CONV_2D (weights IOHW → OHWI),
 groups by SPLIT / CONCATENATION, ``output_padding`` taken off the end pads; dilations refused.
+Weights that arrive at run time (graph inputs or computed; NNAPI does not need them constant)
+are re-laid by a TRANSPOSE in the graph instead, the bias used as it is (grouped+dilated Conv
+and grouped ConvTranspose refuse them; no BatchNormalization folding then).
 
 BatchNormalization directly after a Conv whose output nothing else reads is folded into the
 Conv's weights and bias; a Relu (or Clip 0..6 / -1..1) right after is fused as the
@@ -145,30 +148,60 @@ def _conv_fusions(ctx: NodeCtx, w: np.ndarray, bias: np.ndarray) -> tuple[np.nda
     return w, bias, act, name
 
 
-def conv_operands(ctx: NodeCtx, w_index: int, quantized: bool = False) -> tuple[Value, np.ndarray, bool]:
-    """The input as 4-D NCHW (a 1-D conv's [N, C, L] reshaped to [N, C, 1, L], its attributes
-    widened to match), the 4-D OIHW weights, and whether the conv was 1-D."""
+def _conv_input(ctx: NodeCtx, quantized: bool) -> tuple[Value, int]:
+    """The convolution's input (NHWC-capable for 2-D, NCHW for 1-D) and its rank."""
     x = ctx.raw(0)  # 2-D convolutions read it NHWC (emit_conv); a 1-D one reads it NCHW
     r = x.need_rank(ctx.node.op_type)
     if r != 4:
         x = ctx.inp(0)
     if (x.dtype not in _FLOATS or x.quant is not None) and not quantized:
         raise Reject(f"input of type {x.dtype} is not supported")
-    w = ctx.const(w_index, "weights")
-    assert w is not None and x.shape is not None
-    if r not in (3, 4) or w.ndim != r:
-        raise Reject(f"only 1-D and 2-D convolutions are supported (input rank {r}, weights rank {w.ndim})")
-    if r == 4:
-        return x, w, False
-    w = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
+    return x, r
+
+
+def _widen_1d(ctx: NodeCtx, x: Value) -> Value:
+    """A 1-D conv's [N, C, L] input as [N, C, 1, L], its attributes widened to match."""
+    assert x.shape is not None
     for name, fill in (("strides", 1), ("dilations", 1), ("kernel_shape", 1)):
         if ctx.has(name):
             ctx.node.attrs[name].ints = [fill, *(ctx.ints(name) or [])]
     if ctx.has("pads"):
         p = ctx.ints("pads") or [0, 0]
         ctx.node.attrs["pads"].ints = [0, p[0], 0, p[1]]
-    x4 = ctx.b.op1(Op.EXPAND_DIMS, [x, ctx.b.i32(2)], x.dtype, (x.shape[0], x.shape[1], 1, x.shape[2]), x.quant)
-    return x4, w, True
+    return ctx.b.op1(Op.EXPAND_DIMS, [x, ctx.b.i32(2)], x.dtype, (x.shape[0], x.shape[1], 1, x.shape[2]), x.quant)
+
+
+def conv_operands(ctx: NodeCtx, w_index: int, quantized: bool = False) -> tuple[Value, np.ndarray, bool]:
+    """The input as 4-D NCHW (a 1-D conv's [N, C, L] reshaped to [N, C, 1, L], its attributes
+    widened to match), the 4-D OIHW weights, and whether the conv was 1-D."""
+    x, r = _conv_input(ctx, quantized)
+    w = ctx.const(w_index, "weights")
+    assert w is not None and x.shape is not None
+    if r not in (3, 4) or w.ndim != r:
+        raise Reject(f"only 1-D and 2-D convolutions are supported (input rank {r}, weights rank {w.ndim})")
+    if r == 4:
+        return x, w, False
+    return _widen_1d(ctx, x), w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]), True
+
+
+def _run_time_weights(ctx: NodeCtx, dtype: np.dtype, rank: int) -> Value:
+    """Input 1, a weight tensor computed or fed at run time: its shape must be known."""
+    w = ctx.inp(1)
+    if w.dtype != dtype:
+        raise Reject(f"weights of type {w.dtype} differ from the input's {dtype}")
+    if w.shape is None or len(w.shape) != rank or not w.known:
+        raise Reject(f"run-time weights (input 1) need a known shape of rank {rank}, not {w.shape}")
+    return w
+
+
+def _run_time_bias(ctx: NodeCtx, dtype: np.dtype, channels: int) -> Value:
+    """Input 2 as it is (constant or not), or a zero bias when absent."""
+    b = ctx.opt(2)
+    if b is None:
+        return _cv(np.zeros(channels, dtype))
+    if b.dtype != dtype or b.shape is None or tuple(b.shape) not in ((channels,), (0,)):
+        raise Reject(f"bias (input 2) must be [{channels}] of {dtype}, not {b.shape} of {b.dtype}")
+    return b
 
 
 #: Makes the filter operand from re-laid weights: (array, its output-channel dim, group slice).
@@ -177,17 +210,31 @@ WeightFn = Callable[[np.ndarray, int, slice], Value]
 BiasFn = Callable[[slice], Value]
 
 
-def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: BiasFn, *, act: int = 0,
+def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray | Value, weight: WeightFn, bias: BiasFn, *, act: int = 0,
               was_1d: bool = False, out_name: str = "", out_type: tuple[np.dtype, tuple[float, int] | None] | None = None,
               ) -> None:
-    """Emit the NNAPI convolution for OIHW ``w`` on NCHW ``x`` (group form chosen by the shapes)."""
-    assert x.shape is not None
+    """Emit the NNAPI convolution for OIHW ``w`` on NCHW ``x`` (group form chosen by the shapes).
+
+    A constant ``w`` is re-laid here and handed to ``weight``; a run-time one (a Value) is
+    re-laid by a TRANSPOSE in the graph (``weight`` is then not called)."""
+    assert x.shape is not None and w.shape is not None
     dtype, quant = out_type if out_type is not None else (x.dtype, None)
     group = ctx.i("group", 1)
     nhwc = not was_1d  # a 1-D conv's [N, C, 1, L] view stays NCHW (NNAPI's flag) between its reshapes
     xp = ctx.b.nhwc(x) if nhwc else ctx.b.logical(x)
     m, cg, kh, kw = w.shape
     c = x.shape[1]
+
+    def filt(perm: tuple[int, int, int, int], dim: int, sl: slice) -> Value:
+        if isinstance(w, np.ndarray):
+            return weight(w[sl].transpose(perm), dim, sl)
+        if sl != every:
+            raise Reject("a dilated grouped convolution with run-time weights is not supported")
+        if perm == (0, 2, 3, 1):
+            return ctx.b.nhwc(w)  # OIHW -> OHWI, shared with any other reader of the weights
+        assert w.shape is not None
+        return ctx.b.op1(Op.TRANSPOSE, [w, ctx.b.ints(perm)], w.dtype, tuple(w.shape[p] for p in perm))
+
     if c and c != cg * group:
         raise Reject(f"input has {c} channels; weights expect {cg} x {group} groups")
     strides, dil, pads = _spatial(ctx, x, [kh, kw])
@@ -198,6 +245,8 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
     layout = ctx.b.bool(not nhwc)
     dilation = [layout, ctx.b.i32(dil[1]), ctx.b.i32(dil[0])]
     every = slice(0, m)
+    if not isinstance(w, np.ndarray) and group > 1 and cg != 1 and dil != [1, 1]:
+        raise Reject("a dilated grouped convolution with run-time weights is not supported")
 
     def emit(op: Op, ins: list[Arg], out_shape: tuple[int, ...]) -> Value:
         if nhwc:
@@ -206,14 +255,14 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
 
     ins: list[Arg]
     if group == 1:
-        ins = [xp, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(act), *dilation]
+        ins = [xp, filt((0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(act), *dilation]
         y = emit(Op.CONV_2D, ins, shape)
     elif cg == 1 and m % group == 0:
-        ins = [xp, weight(w.transpose(1, 2, 3, 0), 3, every), bias(every), *geo, ctx.b.i32(m // group),
+        ins = [xp, filt((1, 2, 3, 0), 3, every), bias(every), *geo, ctx.b.i32(m // group),
                ctx.b.i32(act), *dilation]
         y = emit(Op.DEPTHWISE_CONV_2D, ins, shape)
     elif dil == [1, 1]:
-        ins = [xp, weight(w.transpose(0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(group), ctx.b.i32(act),
+        ins = [xp, filt((0, 2, 3, 1), 0, every), bias(every), *geo, ctx.b.i32(group), ctx.b.i32(act),
                layout]
         y = emit(Op.GROUPED_CONV_2D, ins, shape)
     else:  # GROUPED_CONV_2D has no dilation: one CONV_2D per group
@@ -224,7 +273,7 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
         outs = []
         for g, part in enumerate(parts):
             sl = slice(g * mg, (g + 1) * mg)
-            ins = [part, weight(w[sl].transpose(0, 2, 3, 1), 0, sl), bias(sl), *geo, ctx.b.i32(act), *dilation]
+            ins = [part, filt((0, 2, 3, 1), 0, sl), bias(sl), *geo, ctx.b.i32(act), *dilation]
             outs.append(emit(Op.CONV_2D, ins, (shape[0], mg, shape[2], shape[3])))
         y = emit(Op.CONCATENATION, [*outs, ctx.b.i32(3 if nhwc else 1)], shape)
     out_shape = shape if not was_1d else (shape[0], shape[1], shape[3])
@@ -240,6 +289,10 @@ def emit_conv(ctx: NodeCtx, x: Value, w: np.ndarray, weight: WeightFn, bias: Bia
 
 @mapper("Conv")
 def _conv(ctx: NodeCtx) -> None:
+    wv = ctx.opt(1)
+    if wv is not None and wv.const is None:
+        _conv_run_time(ctx)
+        return
     x, w, was_1d = conv_operands(ctx, 1)
     bias_c = ctx.const(2, "bias")
     bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(w.shape[0], x.dtype)
@@ -249,22 +302,43 @@ def _conv(ctx: NodeCtx) -> None:
               out_name=out_name)
 
 
+def _conv_run_time(ctx: NodeCtx) -> None:
+    """Conv whose weights arrive at run time: re-laid by a TRANSPOSE in the graph, bias as it is."""
+    x, r = _conv_input(ctx, False)
+    if r not in (3, 4):
+        raise Reject(f"only 1-D and 2-D convolutions are supported (input rank {r})")
+    w = _run_time_weights(ctx, x.dtype, r)
+    assert w.shape is not None
+    bias = _run_time_bias(ctx, x.dtype, w.shape[0])
+    if r == 3:
+        x = _widen_1d(ctx, x)
+        w = ctx.b.reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2]])
+    act, nxt = _activation(ctx, ctx.out())
+    out_name = ctx.out()
+    if nxt is not None:
+        ctx.b.absorbed.add(id(nxt))
+        out_name = nxt.outputs[0]
+    emit_conv(ctx, x, w, lambda _arr, _dim, _sl: w, lambda _sl: bias, act=act, was_1d=r == 3, out_name=out_name)
+
+
 @mapper("ConvTranspose")
 def _conv_transpose(ctx: NodeCtx) -> None:
     x = ctx.inp(0)
     if x.need_rank("ConvTranspose") != 4:
         raise Reject("only 2-D ConvTranspose is supported")
-    w = ctx.const(1, "weights")
-    assert w is not None and x.shape is not None
+    wv = ctx.inp(1)
+    run_time = wv.const is None
+    w_run = _run_time_weights(ctx, x.dtype, 4) if run_time else wv
     group = ctx.i("group", 1)
-    _cin_g, mg, kh, kw = w.shape  # [C_in, M/group, kH, kW]
+    if run_time and group != 1:
+        raise Reject("a grouped ConvTranspose with run-time weights is not supported")
+    assert w_run.shape is not None and x.shape is not None
+    _cin_g, mg, kh, kw = w_run.shape  # [C_in, M/group, kH, kW]
     if (ctx.ints("dilations") or [1, 1]) != [1, 1]:
         raise Reject("dilated ConvTranspose is not supported (TRANSPOSE_CONV_2D has no dilation)")
     if ctx.has("output_shape"):
         raise Reject("the output_shape attribute is not supported (give pads)")
-    bias_c = ctx.const(2, "bias")
     m = mg * group
-    bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(m, x.dtype)
     strides = ctx.ints("strides") or [1, 1]
     pads = ctx.ints("pads") or [0, 0, 0, 0]
     outpad = ctx.ints("output_padding") or [0, 0]
@@ -285,8 +359,17 @@ def _conv_transpose(ctx: NodeCtx) -> None:
     shape = (x.shape[0], m, (h - 1) * strides[0] + kh - t - b_ if h else 0,
              (wd - 1) * strides[1] + kw - left - r_ if wd else 0)
     geo = [ctx.b.i32(v) for v in (left, r_, t, b_, strides[1], strides[0])]
-    w = w.astype(x.dtype, copy=False)
     xp = ctx.b.nhwc(x)
+    if run_time:  # [C_in, M, kH, kW] -> [M, kH, kW, C_in] by a TRANSPOSE in the graph; bias as it is
+        wt = ctx.b.op1(Op.TRANSPOSE, [w_run, ctx.b.ints([1, 2, 3, 0])], x.dtype, (mg, kh, kw, _cin_g))
+        ins0: list[Arg] = [xp, wt, _run_time_bias(ctx, x.dtype, m), *geo, ctx.b.i32(0), ctx.b.bool(False)]
+        ctx.set(0, ctx.b.op_nhwc(Op.TRANSPOSE_CONV_2D, ins0, x.dtype, shape, name=ctx.out()))
+        return
+    w = ctx.const(1, "weights")
+    assert w is not None
+    w = w.astype(x.dtype, copy=False)
+    bias_c = ctx.const(2, "bias")
+    bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(m, x.dtype)
     part_shape = (x.shape[0], x.shape[1] // group if x.shape[1] else 0, h, wd)
     xs = [xp] if group == 1 else ctx.b.op(Op.SPLIT, [xp, ctx.b.i32(3), ctx.b.i32(group)],
                                           [(x.dtype, to_nhwc(part_shape))] * group)

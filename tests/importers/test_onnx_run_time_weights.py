@@ -1,0 +1,89 @@
+"""ONNX weights that arrive at run time (graph inputs, or computed): re-laid by operations in
+the graph rather than at import, compared with onnxruntime."""
+
+from __future__ import annotations
+
+import pytest
+
+import nnrt
+from nnrt import CpuDevice
+from tests.importers.onnx_build import compare_with_ort, make_model, save
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import helper, numpy_helper  # noqa: E402
+
+from tests.importers.test_onnx_models import rand, vi  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("cin", "cout", "group", "attrs", "with_bias"),
+    [
+        (3, 8, 1, {"pads": [1, 1, 1, 1]}, True),
+        (3, 8, 1, {"strides": [2, 2], "pads": [0, 1, 2, 1], "dilations": [1, 2]}, False),
+        (4, 4, 4, {"pads": [1, 1, 1, 1]}, True),  # depthwise
+        (4, 8, 4, {"strides": [2, 1]}, False),  # depthwise, multiplier 2
+        (6, 4, 2, {"auto_pad": "SAME_UPPER"}, True),  # grouped
+    ],
+)
+def test_conv_weights_as_graph_inputs(device: CpuDevice, tmp_path: object, cin: int, cout: int, group: int,
+                                      attrs: dict[str, object], with_bias: bool) -> None:
+    ins = ["x", "w", "b"] if with_bias else ["x", "w"]
+    node = helper.make_node("Conv", ins, ["y"], group=group, kernel_shape=[3, 3], **attrs)
+    inputs = [vi("x", [1, cin, 9, 8]), vi("w", [cout, cin // group, 3, 3])] + ([vi("b", [cout])] if with_bias else [])
+    feeds = {"x": rand(1, cin, 9, 8), "w": rand(cout, cin // group, 3, 3)} | ({"b": rand(cout)} if with_bias else {})
+    compare_with_ort(device, make_model([node], inputs, [vi("y", None)]), tmp_path, feeds)
+
+
+def test_conv1d_weights_computed_at_run_time_with_fused_relu(device: CpuDevice, tmp_path: object) -> None:
+    # The weights are a product of a graph input and an initializer; the bias is a constant.
+    nodes = [
+        helper.make_node("Mul", ["w0", "k"], ["w"]),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1], strides=[2]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(rand(4, 3, 3), "k"), numpy_helper.from_array(rand(4), "b")]
+    model = make_model(nodes, [vi("x", [2, 3, 16]), vi("w0", [4, 3, 3])], [vi("y", None)], inits)
+    compare_with_ort(device, model, tmp_path, {"x": rand(2, 3, 16), "w0": rand(4, 3, 3)})
+    ops = [op.type.name for op in nnrt.load(save(model, tmp_path, "r.onnx")).operations]
+    assert "RELU" not in ops and ops.count("CONV_2D") == 1  # the Relu is fused into the conv
+
+
+def test_conv_weights_shared_by_two_convs_are_relaid_once(device: CpuDevice, tmp_path: object) -> None:
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w"], ["y"])]
+    model = make_model(nodes, [vi("x", [1, 4, 7, 7]), vi("w", [4, 4, 3, 3])], [vi("y", None)])
+    compare_with_ort(device, model, tmp_path, {"x": rand(1, 4, 7, 7), "w": rand(4, 4, 3, 3)})
+    ops = [op.type.name for op in nnrt.load(save(model, tmp_path, "r.onnx")).operations]
+    assert ops.count("TRANSPOSE") == 3  # x in, w to OHWI (shared), y out
+
+
+@pytest.mark.parametrize(("attrs", "with_bias"), [({"strides": [2, 2], "pads": [1, 0, 1, 1]}, True),
+                                                  ({"strides": [3, 2], "pads": [0, 0, 1, 2], "output_padding": [1, 1]}, False),
+                                                  ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, True)])
+def test_conv_transpose_weights_as_graph_inputs(device: CpuDevice, tmp_path: object, attrs: dict[str, object],
+                                                with_bias: bool) -> None:
+    ins = ["x", "w", "b"] if with_bias else ["x", "w"]
+    node = helper.make_node("ConvTranspose", ins, ["y"], kernel_shape=[3, 3], **attrs)
+    inputs = [vi("x", [1, 3, 5, 4]), vi("w", [3, 2, 3, 3])] + ([vi("b", [2])] if with_bias else [])
+    feeds = {"x": rand(1, 3, 5, 4), "w": rand(3, 2, 3, 3)} | ({"b": rand(2)} if with_bias else {})
+    compare_with_ort(device, make_model([node], inputs, [vi("y", None)]), tmp_path, feeds)
+
+
+@pytest.mark.parametrize(
+    ("node", "w_shape", "match"),
+    [
+        (helper.make_node("Conv", ["x", "w"], ["y"], group=2, dilations=[2, 2], name="gd"), [4, 2, 3, 3],
+         r"gd \(Conv\).*dilated grouped convolution with run-time weights"),
+        (helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=2, name="tg"), [4, 1, 3, 3],
+         r"tg \(ConvTranspose\).*grouped ConvTranspose with run-time weights"),
+        (helper.make_node("Conv", ["x", "w"], ["y"], name="unk"), None,
+         r"unk \(Conv\).*run-time weights \(input 1\) need a known shape"),
+    ],
+)
+def test_unsupported_run_time_weights_are_refused_naming_the_node(tmp_path: object, node: object,
+                                                                  w_shape: list[int] | None, match: str) -> None:
+    model = make_model([node], [vi("x", [1, 4, 9, 9]), vi("w", w_shape)], [vi("y", None)])
+    with pytest.raises(nnrt.UnsupportedModelError, match=match) as err:
+        nnrt.load(save(model, tmp_path))
+    assert str(err.value).startswith("INVALID_ARGUMENT")
