@@ -12,7 +12,7 @@ integer pipeline (the quantized LSTM cells) build it from the fixed-point helper
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,8 +39,11 @@ __all__ = [
     "int_param",
     "normalize_axis",
     "optional_tensor",
+    "lookup_binary",
+    "lookup_unary",
     "output_values",
     "quant_range",
+    "quant8_table",
     "quantize_multiplier",
     "requantize",
     "round_half_away",
@@ -199,6 +202,39 @@ def output_values(x: np.ndarray, src: Operand, dst: Operand) -> np.ndarray:
 def optional_tensor(x: object, dtype: type[np.generic] = np.float32) -> np.ndarray | None:
     """An optional tensor argument as ``dtype``; None when omitted (None or an empty array)."""
     return np.asarray(x, dtype=dtype) if isinstance(x, np.ndarray) and x.size else None
+
+
+# -- 8-bit lookup tables ---------------------------------------------------------------------
+# An elementwise function of one or two 8-bit quantized tensors has at most 256 or 65536
+# distinct results: computing them all once (with the kernel's own real-number formula, so the
+# results are bit for bit the formula's) turns every later run into one table lookup, about
+# 4x (two inputs) to 10x (one input) fewer passes than dequantize, compute, requantize.
+
+
+def quant8_table(fn: Callable[..., np.ndarray], ins: Sequence[Operand]) -> np.ndarray:
+    """``fn`` of every combination of 8-bit values of the operands ``ins`` (one or two), as a
+    flat table indexed by the values' bytes (``lookup_unary`` / ``lookup_binary``)."""
+    values = [np.arange(256, dtype=np.uint8).view(op.type.dtype) for op in ins]
+    if len(values) == 2:
+        table: np.ndarray = fn(values[0][:, None], values[1][None, :]).reshape(-1)
+        return table
+    single: np.ndarray = fn(values[0])
+    return single
+
+
+def lookup_unary(table: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``table`` (from ``quant8_table``) at the 8-bit values of ``x``."""
+    out: np.ndarray = np.take(table, x.view(np.uint8))
+    return out
+
+
+def lookup_binary(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``table`` (from ``quant8_table``) at the pairs of 8-bit values of ``a`` and ``b`` (broadcast)."""
+    idx = a.view(np.uint8).astype(np.uint16)
+    idx <<= 8
+    idx = np.bitwise_or(idx, b.view(np.uint8), out=idx if idx.shape == np.broadcast_shapes(a.shape, b.shape) else None)
+    out: np.ndarray = np.take(table, idx)
+    return out
 
 
 # -- broadcasting -------------------------------------------------------------------------
