@@ -18,6 +18,7 @@ from typing import Any
 
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution._cost import ESTABLISHED, CostModel
+from nnrt.execution._fuse import fuse_steps
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops import OpCall, prepare_function
 from nnrt.ops._registry import Kernel
@@ -202,6 +203,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
         step.out = outs[0] if len(outs) == 1 else -1
         step.cost_ns = _estimate_ns(list(out_ops))
         steps.append(step)
+    steps = fuse_steps(model, steps, _fetcher)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
     plan.dynamic = not all(ops[i].fully_specified for i in model.input_indexes)
