@@ -17,24 +17,30 @@ nothing else, so writing into it is invisible.
 
 Fused steps keep the consumer's operation type and output; their label names both operations.
 Only float32 tensors are rewritten: other types keep their kernels' own conversions.
+
+Before those, ``ConstantFolder`` runs, while the plan is compiled, every operation whose inputs
+are all constants (DENSIFY and DEQUANTIZE of stored weights, shape arithmetic...) and makes its
+outputs constants of the plan: later operations are then prepared with constant inputs (so
+their kernels re-lay them once: convolution matrices, PRELU slopes) and executions skip them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nnrt.model import Model, dims_product
+from nnrt.model import Model, Operand, dims_product
 from nnrt.ops._common import ACT_NONE, apply_activation
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 if TYPE_CHECKING:
     from nnrt.execution._plan import Step
 
-__all__ = ["fuse_steps"]
+__all__ = ["ConstantFolder", "fuse_steps"]
 
 Op = OperationType
 
@@ -54,6 +60,52 @@ _UFUNCS: dict[OperationType, Callable[..., np.ndarray]] = {
 
 
 Fetcher = Callable[[tuple[int, ...]], Callable[[list[Any]], tuple[Any, ...]]]
+
+
+#: Operations never folded: their results differ from run to run.
+_NOT_FOLDED = frozenset({Op.RANDOM_MULTINOMIAL})
+
+
+class ConstantFolder:
+    """Runs kernel steps whose inputs are all constants at compile time (``fold``) and stands in
+    constant operands for their outputs (``operands``), the values going into the plan's template.
+
+    Not folded: steps with an output that is a model output (callers get fresh arrays) or not a
+    temporary, and steps whose kernel fails on the constants (the execution reports it as before).
+    """
+
+    def __init__(self, model: Model, template: list[Any]) -> None:
+        self._ops = model.operands
+        self._outputs = set(model.output_indexes)
+        self._template = template
+        self._folded: dict[int, Operand] = {}
+
+    def operands(self, indexes: tuple[int, ...]) -> tuple[Operand, ...]:
+        """The operands at ``indexes``, folded ones as constants."""
+        return tuple(self._folded.get(i) or self._ops[i] for i in indexes)
+
+    def fold(self, step: Step, in_ops: tuple[Operand, ...]) -> bool:
+        """Run ``step`` now if its inputs are constants; True when its outputs became constants."""
+        if step.fn is None or step.type in _NOT_FOLDED or not step.outs:
+            return False
+        if not all(op.is_constant or op.lifetime is OperandLifeTime.NO_VALUE for op in in_ops):
+            return False
+        if any(i in self._outputs or self._ops[i].lifetime is not OperandLifeTime.TEMPORARY_VARIABLE for i in step.outs):
+            return False
+        args = [op.value if op.is_constant else None for op in in_ops]
+        try:
+            with np.errstate(all="ignore"):
+                result = step.fn(*args)
+        except Exception:
+            return False
+        values = (result,) if len(step.outs) == 1 else tuple(result)
+        for i, value in zip(step.outs, values, strict=True):
+            value = np.asarray(value)
+            value.flags.writeable = False  # shared by every execution
+            self._template[i] = value
+            self._folded[i] = dataclasses.replace(self._ops[i], lifetime=OperandLifeTime.CONSTANT_COPY, value=value,
+                                                  dimensions=tuple(value.shape))
+        return True
 
 
 def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher) -> list[Step]:

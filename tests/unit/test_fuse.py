@@ -12,7 +12,8 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.execution._plan import compile_plan
+from nnrt.execution._fuse import ConstantFolder
+from nnrt.execution._plan import KERNEL, Step, compile_plan
 
 F32 = T.TENSOR_FLOAT32
 
@@ -130,3 +131,62 @@ def test_binary_arithmetic_writes_into_its_fresh_temporary(device: nnrt.CpuDevic
     y = g.op(Op.ADD, [tmp, tmp, g.act(0)], [5000])
     xv = rng.standard_normal(5000).astype(np.float32)
     np.testing.assert_array_equal(_run(device, g.done([x], [y]), xv)[0], np.tanh(xv) * 2)
+
+
+# -- constant folding ---------------------------------------------------------------------------
+
+
+def test_constant_subgraphs_are_folded_and_consumers_see_constants(device: nnrt.CpuDevice) -> None:
+    """DEQUANTIZE of a stored 8-bit filter runs once at compilation: the plan keeps only the
+    convolution (prepared with a constant filter) and gives the unfolded result."""
+    rng = np.random.default_rng(2)
+    w8 = rng.integers(0, 256, (3, 3, 3, 2)).astype(np.uint8)
+    b = rng.standard_normal(3).astype(np.float32)
+    g = Graph()
+    x = g.t([1, 6, 6, 2])
+    wq = g.m.add_operand(T.TENSOR_QUANT8_ASYMM, [3, 3, 3, 2], 0.125, 128)
+    g.m.set_operand_value(wq, w8)
+    w = g.op(Op.DEQUANTIZE, [wq], [3, 3, 3, 2])
+    y = g.op(Op.CONV_2D, [x, w, g.const(b), g.act(1), g.act(1), g.act(1), g.act(0)], [1, 6, 6, 3])
+    m = g.done([x], [y])
+    assert [s.type for s in compile_plan(m).steps] == [Op.CONV_2D]
+    xv = rng.standard_normal((1, 6, 6, 2)).astype(np.float32)
+    g2 = Graph()  # the same convolution with the filter given in float32
+    x2 = g2.t([1, 6, 6, 2])
+    w_real = (w8.astype(np.float32) - 128) * np.float32(0.125)
+    y2 = g2.op(Op.CONV_2D, [x2, g2.const(w_real), g2.const(b), g2.act(1), g2.act(1), g2.act(1), g2.act(0)],
+               [1, 6, 6, 3])
+    np.testing.assert_array_equal(_run(device, m, xv)[0], _run(device, g2.done([x2], [y2]), xv)[0])
+
+
+def test_folding_leaves_outputs_and_failures_alone(device: nnrt.CpuDevice) -> None:
+    """A model output computed from constants is still computed per execution (a fresh, writable
+    array each time); an operation that fails on its constants still fails at execution."""
+    g = Graph()
+    x = g.t([2])
+    c = g.op(Op.ADD, [g.const(np.ones(2, np.float32)), g.const(np.ones(2, np.float32)), g.act(0)], [2])
+    y = g.op(Op.ADD, [x, c, g.act(0)], [2])
+    m = g.done([x], [y, c])
+    assert len(compile_plan(m).steps) == 2
+    p = device.prepare_model_sync(m)
+    first = p.execute_sync([np.zeros(2, np.float32)]).outputs[1]
+    first += 1
+    np.testing.assert_array_equal(p.execute_sync([np.zeros(2, np.float32)]).outputs[1], [2, 2])
+    # A kernel that fails on its constants is left in the plan, to fail at execution as before.
+    g = Graph()
+    x = g.t([2])
+    c = g.op(Op.ADD, [g.const(np.ones(2, np.float32)), g.const(np.ones(2, np.float32)), g.act(0)], [2])
+    y = g.op(Op.ADD, [x, c, g.act(0)], [2])
+    m = g.done([x], [y])
+    assert len(compile_plan(m).steps) == 1  # the constant ADD is folded
+
+    def failing(*args: object) -> np.ndarray:
+        raise nnrt.InvalidArgumentError("fails at execution")
+
+    folder = ConstantFolder(m, [None] * len(m.operands))
+    ins = tuple(m.operations[0].inputs)
+    assert not folder.fold(Step(0, Op.ADD, "operation 0 (ADD)", KERNEL, ins, (c,), fn=failing), folder.operands(ins))
+    def adding(a: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
+        return a + b
+
+    assert folder.fold(Step(0, Op.ADD, "operation 0 (ADD)", KERNEL, ins, (c,), fn=adding), folder.operands(ins))
