@@ -16,6 +16,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import (
+    ChannelRows,
     broadcast_shape,
     float_scalar_type,
     from_real,
@@ -176,20 +177,8 @@ def prepare_prelu(call: OpCall) -> Kernel:
         return run_quant
 
     slope = call.const(1)
-    below = slope is not None and bool(np.all((slope <= 1) & (slope != 0)))
-    if t is T.TENSOR_FLOAT32 and slope is not None and slope.size and (below or np.all(slope >= 1)):
-        # A constant slope on one side of 1: for x >= 0, alpha * x <= x exactly when alpha <= 1,
-        # so PRELU is max(x, alpha * x) (min when alpha >= 1): two passes instead of three. A
-        # zero slope is left out (0 * inf is NaN where PRELU gives inf).
-        pick = np.maximum if below else np.minimum
-
-        def run_const(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-            if x.ndim and alpha.ndim:
-                broadcast_shape(call, x.shape, alpha.shape)
-            out: np.ndarray = np.multiply(x, alpha)
-            return pick(out, x, out=out)  # type: ignore[no-any-return]
-
-        return run_const
+    if t is T.TENSOR_FLOAT32 and slope is not None and slope.size:
+        return _prelu_const(call, slope)
 
     def run(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
         if x.ndim and alpha.ndim:
@@ -198,6 +187,34 @@ def prepare_prelu(call: OpCall) -> Kernel:
         return from_real(np.where(real >= 0, real, real * to_real(alpha, alpha_op)), out_op)
 
     return run
+
+
+def _prelu_const(call: OpCall, slope: np.ndarray) -> Kernel:
+    """Float32 PRELU with a constant slope: min(x, 0) * alpha + max(x, 0) (a masked copy is 5x
+    slower on mixed signs). With the slope on one side of 1 it is max(x, alpha * x) (min when
+    alpha >= 1; for x >= 0, alpha * x <= x exactly when alpha <= 1): two passes. A zero slope is
+    left to the general form (0 * inf is NaN where PRELU gives inf). A per-channel slope runs
+    over long rows."""
+    below = bool(np.all((slope <= 1) & (slope != 0)))
+    pick = np.maximum if below else np.minimum if bool(np.all(slope >= 1)) else None
+    rows = ChannelRows.of(slope)
+
+    def run_const(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        if x.ndim and alpha.ndim:
+            broadcast_shape(call, x.shape, alpha.shape)
+        views = rows.views(x) if rows is not None else None
+        xv, av = views if views is not None else (x, alpha)
+        out: np.ndarray
+        if pick is not None:
+            out = np.multiply(xv, av)
+            pick(out, xv, out=out)
+        else:  # min(x, 0) * alpha + max(x, 0): the same values, no data-dependent branches
+            out = np.minimum(xv, np.float32(0))
+            out *= av
+            out += np.maximum(xv, np.float32(0))
+        return out.reshape(x.shape) if views is not None else out
+
+    return run_const
 
 
 # -- SOFTMAX, LOG_SOFTMAX ------------------------------------------------------------------

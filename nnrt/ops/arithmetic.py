@@ -15,8 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from nnrt.model import dims_product
 from nnrt.ops._common import (
     ACT_NONE,
+    ChannelRows,
     apply_activation,
     broadcast_shape,
     check_activation,
@@ -30,6 +32,10 @@ from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
+
+#: Elements from which a per-channel constant operand is applied over long rows (below, the
+#: reshapes cost more than they save).
+_ROWS_MIN_ELEMENTS = 4096
 
 _UFUNCS: dict[Op, Callable[..., np.ndarray]] = {
     Op.ADD: np.add,
@@ -85,6 +91,24 @@ def prepare_binary(call: OpCall) -> Kernel:
             return lookup_binary(table, a, b)
 
         return run_quant
+
+    const_k = 1 if call.const(1) is not None else 0 if call.const(0) is not None else -1
+    rows = ChannelRows.of(call.const(const_k)) if t is T.TENSOR_FLOAT32 and const_k >= 0 and act is not None else None
+    other = call.inputs[1 - const_k].dimensions if const_k >= 0 else ()
+    if rows is not None and not (other and all(other) and dims_product(other) < _ROWS_MIN_ELEMENTS):
+        # A per-channel constant (a bias, a scale): over long rows when the other operand allows.
+        channel_rows, k = rows, const_k
+
+        def run_channel(a: np.ndarray, b: np.ndarray, act_arg: int) -> np.ndarray:
+            x = b if k == 0 else a
+            views = channel_rows.views(x) if x.size >= _ROWS_MIN_ELEMENTS else None
+            if views is None or act_arg != act:
+                return apply_activation(ufunc(a, b), check_activation(call, act_arg, 2))
+            xv, cv = views
+            out = ufunc(cv, xv) if k == 0 else ufunc(xv, cv)
+            return apply_activation(out, act).reshape(x.shape)
+
+        return run_channel
 
     if act == ACT_NONE:
         # The hot path: one numpy call.

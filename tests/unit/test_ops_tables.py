@@ -120,3 +120,27 @@ def test_logistic_in_place_matches_formula(device: nnrt.CpuDevice) -> None:
     with np.errstate(over="ignore"):
         want = np.float32(1) / (np.float32(1) + np.exp(-x))
     np.testing.assert_array_equal(out, want)
+
+
+def test_arithmetic_with_a_per_channel_constant_over_rows(device: nnrt.CpuDevice) -> None:
+    """ADD/SUB/MUL/DIV of a large tensor and a constant [C] vector (either side, with an
+    activation) equal numpy's broadcasting, for two ranks."""
+    rng = np.random.default_rng(4)
+    vec = rng.standard_normal(24).astype(np.float32)
+    for op, ufunc in ((Op.ADD, np.add), (Op.SUB, np.subtract), (Op.MUL, np.multiply), (Op.DIV, np.divide)):
+        for const_first in (False, True):
+            for dims in ([1, 40, 40, 24], [3, 175, 24]):
+                m = Model()
+                x = m.add_operand(T.TENSOR_FLOAT32, dims)
+                c = m.add_operand(T.TENSOR_FLOAT32, [24])
+                m.set_operand_value(c, vec)
+                act = m.add_operand(T.INT32)
+                m.set_operand_value(act, 1)
+                y = m.add_operand(T.TENSOR_FLOAT32, dims)
+                m.add_operation(op, [c, x, act] if const_first else [x, c, act], [y])
+                m.identify_inputs_and_outputs([x], [y])
+                m.finish()
+                xv = rng.standard_normal(dims).astype(np.float32)
+                out = device.prepare_model_sync(m).execute_sync([xv]).outputs[0]
+                want = ufunc(vec, xv) if const_first else ufunc(xv, vec)
+                np.testing.assert_array_equal(out, np.maximum(want, 0))
