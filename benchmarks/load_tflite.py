@@ -1,6 +1,6 @@
 """TFLite import: load time and peak memory of ``nnrt.load``, and real models against LiteRT.
 
-Part 1 builds a ~10 MB float32 ``.tflite`` (four FULLY_CONNECTED layers) and measures
+Part 1 builds ~10 MB ``.tflite`` files (four FULLY_CONNECTED layers; float32, then int8) and measures
 ``nnrt.load`` (best of 5) against reading the file alone and against constructing LiteRT's
 interpreter, both measured in the same run; then the peak Python heap during ``load`` in a
 fresh child process (tracemalloc, numpy allocations included) as a multiple of the file size.
@@ -53,12 +53,13 @@ def _best(fn: object, n: int) -> float:
     return min(times)
 
 
-def synthetic_model(path: str, mb: float = 10.0) -> None:
-    """A float32 MLP of four FULLY_CONNECTED layers whose weights total about ``mb`` MB."""
+def synthetic_model(path: str, mb: float = 10.0, int8: bool = False) -> None:
+    """An MLP of four FULLY_CONNECTED layers whose weights total about ``mb`` MB: float32, or
+    int8 throughout (int8 activations and weights, int32 biases)."""
     import flatbuffers
     from ai_edge_litert import schema_py_generated as S
 
-    n = int((mb * 2**20 / 4 / 4) ** 0.5)
+    n = int((mb * 2**20 / 4 / (1 if int8 else 4)) ** 0.5)
     rng = np.random.default_rng(0)
     m = S.ModelT()
     m.version, m.buffers, m.operatorCodes = 3, [S.BufferT()], [S.OperatorCodeT()]
@@ -66,22 +67,31 @@ def synthetic_model(path: str, mb: float = 10.0) -> None:
     g = S.SubGraphT()
     g.tensors, g.operators = [], []
 
-    def tensor(shape: list[int], data: np.ndarray | None = None) -> int:
+    def tensor(shape: list[int], data: np.ndarray | None = None, dtype: type = np.float32, scale: float = 0.0) -> int:
         t = S.TensorT()
-        t.shape, t.type, t.name, t.buffer = shape, S.TensorType.FLOAT32, f"t{len(g.tensors)}", 0
+        types = {np.float32: S.TensorType.FLOAT32, np.int8: S.TensorType.INT8, np.int32: S.TensorType.INT32}
+        t.shape, t.type, t.name, t.buffer = shape, types[dtype], f"t{len(g.tensors)}", 0
+        if scale:
+            t.quantization = S.QuantizationParametersT()
+            t.quantization.scale, t.quantization.zeroPoint = [scale], [0]
         if data is not None:
             b = S.BufferT()
-            b.data = np.frombuffer(data.astype(np.float32).tobytes(), np.uint8)
+            b.data = np.frombuffer(data.astype(dtype).tobytes(), np.uint8)
             m.buffers.append(b)
             t.buffer = len(m.buffers) - 1
         g.tensors.append(t)
         return len(g.tensors) - 1
 
-    x = first = tensor([1, n])
+    act = (np.int8, 0.05) if int8 else (np.float32, 0.0)
+    x = first = tensor([1, n], None, *act)
     for _ in range(4):
-        w = tensor([n, n], rng.standard_normal((n, n)) / np.sqrt(n))
-        b = tensor([n], np.zeros(n))
-        y = tensor([1, n])
+        if int8:
+            w = tensor([n, n], rng.integers(-127, 128, (n, n)), np.int8, 0.01)
+            b = tensor([n], np.zeros(n), np.int32, 0.0005)
+        else:
+            w = tensor([n, n], rng.standard_normal((n, n)) / np.sqrt(n))
+            b = tensor([n], np.zeros(n))
+        y = tensor([1, n], None, *act)
         op = S.OperatorT()
         op.opcodeIndex, op.inputs, op.outputs = 0, [x, w, b], [y]
         op.builtinOptionsType, op.builtinOptions = S.BuiltinOptions.FullyConnectedOptions, S.FullyConnectedOptionsT()
@@ -256,9 +266,10 @@ def main() -> None:
     repeat = 3 if args.quick else 10
     print("== nnrt.load of a TFLite file: time and peak memory ==")
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "mlp_10mb.tflite")
-        synthetic_model(path)
-        load_figures(path, "synthetic float32 MLP (4 x FULLY_CONNECTED)", 5)
+        for int8 in (False, True):
+            path = os.path.join(tmp, f"mlp_10mb_{'int8' if int8 else 'float32'}.tflite")
+            synthetic_model(path, int8=int8)
+            load_figures(path, f"synthetic {'int8' if int8 else 'float32'} MLP (4 x FULLY_CONNECTED)", 5)
     folder = args.models or ("/work/models/tflite" if os.path.isdir("/work/models/tflite")
                              else str(ROOT / "tests" / "data" / "models"))
     paths = sorted(glob.glob(os.path.join(folder, "*.tflite")))

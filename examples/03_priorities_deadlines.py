@@ -35,7 +35,7 @@ async def main() -> None:
         except nnrt.NnrtError as err:
             outcomes[name][err.status.name] += 1
         else:
-            outcomes[name]["NONE"] += 1
+            outcomes[name]["succeeded"] += 1
             latencies[name].append((time.perf_counter() - start) * 1e3)
 
     async def background() -> None:

@@ -205,7 +205,14 @@ def _show_partitioning(name: str, devices: list[Device]) -> None:
     """What ``nnrt.prepare`` would do with the model on these devices."""
     from nnrt.framework import partition
 
-    model = getattr(zoo, name)() if name in zoo.NAMES else Model.load(name)
+    if name in zoo.NAMES:
+        model = getattr(zoo, name)()
+    elif name.endswith((".tflite", ".onnx")):
+        from nnrt.importers import load
+
+        model = load(name)
+    else:
+        model = Model.load(name)
     _write(f"model {model.name or name}: {len(model.operations)} operations")
     for dev in devices[1:]:
         for s in dev.operation_support(model):
@@ -232,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--no-qos", dest="qos", action="store_false", help="skip the priorities and deadlines phase")
     devs = sub.add_parser("devices", help="list devices and their capabilities (and how a model is partitioned)")
     devs.add_argument("--config", help="a TOML file of restricted devices to add ([devices.NAME])")
-    devs.add_argument("--model", help="a built-in model or a saved one: its support and partitions on the devices")
+    devs.add_argument("--model", help="a built-in model, a saved one or a .tflite/.onnx file: its support and "
+                                      "partitions on the devices")
     sub.add_parser("conformance", help="run the CTS conformance cases (python -m nnrt.conformance --help)", add_help=False)
     sub.add_parser("simulate", help="replay a QoS scenario in virtual time (nnrt simulate --help)", add_help=False)
     sub.add_parser("bench", help="benchmark a .tflite/.onnx model against its reference runtime (nnrt bench --help)",

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from nnrt.errors import InvalidArgumentError
+
 __all__ = [
     "Cancellable",
     "Clock",
@@ -20,6 +22,7 @@ __all__ = [
     "TimerHandle",
     "VirtualClock",
     "call_at",
+    "check_deadline",
     "deadline_after",
     "default_clock",
     "set_default_clock",
@@ -149,3 +152,11 @@ def perf_ns() -> int:
 def deadline_after(seconds: float, clock: Clock | None = None) -> float:
     """The absolute deadline ``seconds`` from now on ``clock`` (the default clock)."""
     return (clock or _default).now() + seconds
+
+
+def check_deadline(deadline: object, where: str) -> float:
+    """A deadline argument (absolute seconds on the device clock: a real number, not NaN;
+    +inf is "never") as a float; INVALID_ARGUMENT naming ``where`` otherwise."""
+    if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) and deadline == deadline:
+        return float(deadline)
+    raise InvalidArgumentError(f"{where}: deadline must be an absolute time in seconds, got {deadline!r:.60}")

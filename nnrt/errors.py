@@ -47,6 +47,12 @@ class NnrtError(Exception):
         self.output_shapes: tuple[OutputShape, ...] = tuple(output_shapes)
 
     @property
+    def message(self) -> str:
+        """The message alone; ``str(err)`` prefixes the status name. Pass this, not ``str(err)``,
+        where the status travels separately (a fence's status and message), or it shows twice."""
+        return str(self.args[0])
+
+    @property
     def transient(self) -> bool:
         """True where NNAPI says a retry may help."""
         return self.status in (
@@ -59,7 +65,7 @@ class NnrtError(Exception):
         return f"{self.status.name}: {self.args[0]}"
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (type(self), str(self.args[0]), self.status, self.output_shapes))
+        return (_rebuild, (type(self), self.message, self.status, self.output_shapes))
 
 
 def _rebuild(cls: type[NnrtError], message: str, status: ErrorStatus, shapes: tuple[OutputShape, ...]) -> NnrtError:

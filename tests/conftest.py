@@ -10,9 +10,17 @@ import pytest
 from nnrt import CpuDevice
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="run the adversarial suite (tests/adversarial) with its long budgets")
+
+
 @pytest.fixture(scope="module")
 def device() -> Iterator[CpuDevice]:
-    dev = CpuDevice(name="nnrt-cpu-test")
+    # The suite is nnrt's own process: it asks for the latency settings (one BLAS thread, a
+    # 0.5 ms GIL switch interval), as CpuDevice() used to apply them unasked; tests that wait
+    # briefly for tasks or threads to get going rely on the short switch interval.
+    dev = CpuDevice(name="nnrt-cpu-test", tune_process=True)
     yield dev
     dev.close()
 

@@ -37,7 +37,7 @@ def test_the_small_cnn_guide_uses_every_layer_the_issue_names() -> None:
         assert f"Op.{op}" in code
 
 
-@pytest.mark.parametrize("command", ["demo", "conformance", "simulate"])
+@pytest.mark.parametrize("command", ["demo", "devices", "conformance", "simulate", "bench"])
 def test_the_command_line_page_names_every_option(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
@@ -52,3 +52,17 @@ def test_every_page_is_in_the_navigation() -> None:
     nav = (DOCS.parent / "mkdocs.yml").read_text(encoding="utf-8")
     pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
     assert pages and all(f": {p}" in nav for p in pages)
+
+
+def test_help_on_the_public_calls_names_no_private_module_and_says_what_they_raise() -> None:
+    import pydoc
+
+    import nnrt
+
+    for call in (nnrt.PreparedModel.execute, nnrt.PreparedModel.execute_fenced, nnrt.PreparedModel.burst,
+                 nnrt.Device.prepare_model, nnrt.Memory, nnrt.load, nnrt.ModelBuilder, nnrt.Model.add_operation):
+        text = pydoc.render_doc(call, renderer=pydoc.plaintext)
+        assert not re.search(r"nnrt(\.\w+)*\._\w+", call.__doc__ or ""), call  # no pointer to a private module
+        assert "INVALID_ARGUMENT" in text or "InvalidArgumentError" in text, call
+    header = pydoc.render_doc(nnrt.PreparedModel.execute_fenced, renderer=pydoc.plaintext).splitlines()[0]
+    assert header.endswith("in module nnrt.execution"), header

@@ -52,7 +52,8 @@ class InputSpec:
 
 
 def parse_shape_options(items: Sequence[str]) -> dict[str, list[int]]:
-    """``["x=1,3,224,224", ...]`` -> ``{"x": [1, 3, 224, 224]}``; INVALID_ARGUMENT naming the bad one."""
+    """``["x=1,3,224,224", ...]`` -> ``{"x": [1, 3, 224, 224]}`` (``"sr="``: a 0-d tensor);
+    INVALID_ARGUMENT naming the bad one."""
     out: dict[str, list[int]] = {}
     for item in items:
         name, sep, dims = item.rpartition("=")
@@ -60,7 +61,7 @@ def parse_shape_options(items: Sequence[str]) -> dict[str, list[int]]:
             if not sep or not name:
                 raise ValueError
             out[name] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
-            if not out[name] or any(d <= 0 for d in out[name]):
+            if any(d <= 0 for d in out[name]):
                 raise ValueError
         except ValueError:
             raise InvalidArgumentError(f"--input-shape {item!r}: expected NAME=D1,D2,... with positive dimensions") from None
@@ -99,18 +100,25 @@ def open_model(path: str | os.PathLike[str], input_shapes: Mapping[str, Sequence
     return LoadedModel(load(name, input_shapes=input_shapes), name, sniff_format(head), size)
 
 
-def input_specs(model: Model, shapes: Mapping[str, Sequence[int]] | None = None) -> list[InputSpec]:
+def input_specs(model: Model, shapes: Mapping[str, Sequence[int]] | None = None,
+                values: Mapping[str, float] | None = None) -> list[InputSpec]:
     """The concrete shape of every input: the model's, with dynamic dimensions from ``shapes``.
+    An input of unknown rank given a value (``values``) and no shape is a 0-d tensor (ONNX's
+    scalar tensors, such as a sample rate, have rank 0 and arrive with an unknown rank).
 
     INVALID_ARGUMENT names an input whose dimensions are still unknown, or whose given shape
     contradicts the model's.
     """
     shapes = shapes or {}
+    values = values or {}
     specs = []
     for k, i in enumerate(model.input_indexes):
         op = model.operands[i]
         name = op.name or f"input{k}"
-        specs.append(InputSpec(name, op.type, _concrete_shape(op, name, shapes.get(name)), op.scale, op.zero_point))
+        given = shapes.get(name)
+        if given is None and name in values and not op.type.is_scalar and not op.dimensions:
+            given = ()
+        specs.append(InputSpec(name, op.type, _concrete_shape(op, name, given), op.scale, op.zero_point))
     return specs
 
 

@@ -34,7 +34,7 @@ class Reference(Protocol):
     output_names: list[str]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """Run once; outputs in the file's order (fresh arrays)."""
+        """Run once; outputs in the file's order (fresh arrays). ``ReferenceUnavailable`` if it fails."""
         ...
 
 
@@ -79,9 +79,12 @@ class _LiteRT:
         self.output_names = [d["name"] for d in self._it.get_output_details()]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        for name, index, dtype in self._inputs:
-            self._it.set_tensor(index, np.asarray(feeds[name], dtype))
-        self._it.invoke()
+        try:
+            for name, index, dtype in self._inputs:
+                self._it.set_tensor(index, np.asarray(feeds[name], dtype))
+            self._it.invoke()
+        except (RuntimeError, ValueError) as err:
+            raise ReferenceUnavailable(f"LiteRT failed to run this model: {str(err).splitlines()[0]}") from None
         return [self._it.get_tensor(i).copy() for i in self._outputs]
 
 
@@ -118,7 +121,10 @@ class _OnnxRuntime:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         cast: dict[str, np.ndarray] = {name: np.asarray(feeds[name], dtype) for name, dtype in self._inputs}
-        out: list[Any] = self._session.run(None, cast)
+        try:
+            out: list[Any] = self._session.run(None, cast)
+        except Exception as err:  # onnxruntime's own exception types (Fail, InvalidArgument, ...)
+            raise ReferenceUnavailable(f"ONNX Runtime failed to run this model: {str(err).splitlines()[0]}") from None
         return [np.asarray(o) for o in out]
 
 

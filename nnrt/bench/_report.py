@@ -65,6 +65,12 @@ def format_report(r: BenchReport, *, top: int = 10) -> str:
         lines.append(f"  {'output':<{width}}{'shape':<18}{'max abs':>11}{'max rel':>11}  within tolerance")
         for a in r.accuracy:
             lines.append(f"  {a.output:<{width}}{list(a.shape)!s:<18}{a.max_abs:>11.3g}{a.max_rel:>11.3g}  {_verdict(a)}")
+        if r.stream:
+            lines.append(f"  over a stream of {r.stream_steps} steps, state carried from step to step (worst step per output):")
+            for a in r.stream:
+                lines.append(f"  {a.output:<{width}}{list(a.shape)!s:<18}{a.max_abs:>11.3g}{a.max_rel:>11.3g}  {_verdict(a)}")
+            if not r.stream_varied:
+                lines.append("  (the reference's outputs did not change along the stream: this comparison cannot see the state)")
         if r.reference_spread:
             lines.append("  noise floor: the reference's plainer path (LiteRT: reference kernels; ONNX Runtime: no graph "
                          "optimizations) against its default one:")

@@ -8,7 +8,9 @@ state, for streaming models) is compared with nnrt's first execution, and in ``e
 its runs are interleaved one for one with nnrt's, so drift in the shared machine's load
 touches both alike; the ratio is of the medians. Every mode's last outputs are checked equal
 to the first execution's (the modes share one execution path and must agree bit for bit).
-``--profile`` adds ``profile_plan``'s per-step and per-op-type times.
+``--profile`` adds ``profile_plan``'s per-step and per-op-type times, ``--stream`` a comparison
+over a stream with the state carried (``_stream``), ``--reference-spread`` the reference's own
+noise floor.
 
 Inputs the reference does not have (state nnrt makes explicit) start at zero (the zero point of
 a quantized input), as a stream does.
@@ -29,6 +31,7 @@ from nnrt.bench._inputs import InputSpec, input_specs, make_inputs, open_model, 
 from nnrt.bench._profile import Profile, profile_plan
 from nnrt.bench._reference import Reference, ReferenceUnavailable, feeds_for, open_reference, pair_outputs
 from nnrt.bench._stats import Accuracy, Latency, compare, summarize
+from nnrt.bench._stream import run_stream
 from nnrt.devices import CpuDevice
 from nnrt.execution import PreparedModel
 from nnrt.model import Model
@@ -56,6 +59,8 @@ class BenchOptions:
     reference: bool = True
     #: Also run the reference's plainer path and report how far it is from the default one.
     reference_spread: bool = False
+    #: Also compare a stream of this many steps, state carried (models with explicit state).
+    stream_steps: int = 0
     profile: bool = False
     loop_timeout: float | None = None
     progress: Tick = _no_progress
@@ -66,6 +71,7 @@ class BenchReport:
     model: str
     format: str
     size: int
+    #: Operations in the model and in the models its IF/WHILE operations run (``op_types`` by type).
     operations: int
     op_types: dict[str, int]
     load_ms: float
@@ -81,6 +87,11 @@ class BenchReport:
     accuracy: list[Accuracy] = field(default_factory=list)
     #: The reference's plainer path against its default one, per output (the noise floor).
     reference_spread: list[Accuracy] = field(default_factory=list)
+    #: The worst comparison per output over a stream of ``stream_steps`` steps (``--stream``).
+    stream: list[Accuracy] = field(default_factory=list)
+    stream_steps: int = 0
+    #: Whether the reference's outputs changed along the stream (if not, it could not see the state).
+    stream_varied: bool = False
     profile: Profile | None = None
 
     @property
@@ -93,7 +104,7 @@ class BenchReport:
 
     @property
     def accurate(self) -> bool | None:
-        return all(a.ok for a in self.accuracy) if self.accuracy else None
+        return all(a.ok for a in (*self.accuracy, *self.stream)) if self.accuracy else None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +121,9 @@ class BenchReport:
                 "accuracy": [a.as_dict() for a in self.accuracy],
                 "accurate": self.accurate,
                 "spread": [a.as_dict() for a in self.reference_spread],
+                "stream_steps": self.stream_steps,
+                "stream": [a.as_dict() for a in self.stream],
+                "stream_varied": self.stream_varied,
             },
             "reference_note": self.reference_note,
             "profile": self.profile.as_dict() if self.profile else None,
@@ -184,10 +198,11 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     loaded = open_model(path, opts.input_shapes)
     load_ms = (time.perf_counter() - t) * 1e3
     model = loaded.model
-    specs = input_specs(model, opts.input_shapes)
+    specs = input_specs(model, opts.input_shapes, opts.input_values)
     inputs = with_initial_state(model, make_inputs(specs, seed=opts.seed, values=opts.input_values))
     out_names = [model.operands[i].name or f"output{k}" for k, i in enumerate(model.output_indexes)]
-    report = BenchReport(loaded.path, loaded.format, loaded.size, len(model.operations), dict(_count_ops(model)),
+    op_types = _count_ops(model)
+    report = BenchReport(loaded.path, loaded.format, loaded.size, op_types.total(), dict(op_types),
                          load_ms, 0.0, specs, out_names)
     ref: Reference | None = None
     if not opts.reference:
@@ -205,15 +220,11 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
         baseline = list(first.outputs)
         beside = None
         if ref is not None:
-            feeds = feeds_for(ref, [s.name for s in specs], inputs)
-            ref_out = ref.run(feeds)
-            pairs = pair_outputs(ref, out_names)
-            for ours, theirs in pairs:
-                quantized = model.operands[model.output_indexes[ours]].type.is_quantized
-                report.accuracy.append(compare(out_names[ours], baseline[ours], ref_out[theirs], quantized=quantized))
-            if opts.reference_spread:
-                _spread(report, path, specs, feeds, ref_out, pairs)
-            beside = lambda: ref.run(feeds)  # noqa: E731
+            try:
+                beside = await _compare(report, ref, prepared, path, specs, inputs, baseline, opts)
+            except ReferenceUnavailable as err:
+                report.reference, report.reference_note = None, str(err)
+                report.accuracy, report.reference_spread, report.stream = [], [], []
         await _run_modes(report, prepared, inputs, baseline, opts, beside)
         if opts.profile:
             tick = opts.progress("profile", opts.warmup + opts.runs)
@@ -222,6 +233,27 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     finally:
         device.close()
     return report
+
+
+async def _compare(report: BenchReport, ref: Reference, prepared: PreparedModel, path: str, specs: Sequence[InputSpec],
+                   inputs: list[Any], baseline: list[Any], opts: BenchOptions) -> Callable[[], Any]:
+    """Compare nnrt's first outputs with the reference's (and, as asked, the spread and a
+    stream); returns the reference run to interleave with nnrt's."""
+    model, out_names = prepared.model, report.output_names
+    feeds = feeds_for(ref, [s.name for s in specs], inputs)
+    ref_out = ref.run(feeds)
+    pairs = pair_outputs(ref, out_names)
+    for ours, theirs in pairs:
+        quantized = model.operands[model.output_indexes[ours]].type.is_quantized
+        report.accuracy.append(compare(out_names[ours], baseline[ours], ref_out[theirs], quantized=quantized))
+    if opts.reference_spread:
+        _spread(report, path, specs, feeds, ref_out, pairs)
+    if opts.stream_steps > 0:
+        report.stream, report.stream_varied = await run_stream(
+            prepared, path, report.format, specs, inputs, pairs, out_names, steps=opts.stream_steps, seed=opts.seed,
+            values=dict(opts.input_values), loop_timeout=opts.loop_timeout)
+        report.stream_steps = opts.stream_steps if report.stream else 0
+    return lambda: ref.run(feeds)
 
 
 def _spread(report: BenchReport, path: str, specs: Sequence[InputSpec], feeds: dict[str, np.ndarray],

@@ -20,6 +20,9 @@ from nnrt.burst._packet import (
     encode_request,
 )
 from nnrt.burst._server import BurstServer
+from nnrt.execution import set_burst_factory
+
+set_burst_factory(Burst)  # ``PreparedModel.burst`` makes these (the execution layer below never imports this one)
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",

@@ -69,7 +69,7 @@ import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._channel import Channel, ChannelClosed
-from nnrt.burst._packet import Location, RequestPacket, ResultPacket, shaped_outputs
+from nnrt.burst._packet import Location, RequestPacket, ResultPacket, client_args, client_times, shaped_outputs
 from nnrt.burst._server import BurstServer
 from nnrt.errors import DeadObjectError, GeneralFailureError, InvalidArgumentError, NnrtError, error_for
 from nnrt.execution import ExecutionResult
@@ -88,6 +88,10 @@ DEFAULT_POLLING_WINDOW_S = 50e-6
 DEFAULT_MAX_IN_FLIGHT = 64
 
 _NEW, _OPEN, _CLOSED = 0, 1, 2
+
+
+#: The types of ``outputs`` the client takes without a check (``client_args`` handles the rest).
+_LISTS = (list, tuple, type(None))
 
 
 def _plain(inputs: Any, outputs: Any) -> bool:
@@ -321,6 +325,8 @@ class Burst:
         the server task (same checks, same execution, same result packet); otherwise it
         queues like ``submit``.
         """
+        if type(inputs) is not list or type(outputs) not in _LISTS:
+            inputs, outputs = client_args(inputs, outputs)
         if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
             if self._inline_ok and _plain(inputs, outputs) and self._driver.can_run_now(self._plan):
                 # Plain arrays: ``prepared.execute``'s own fast path, without packet or future.
@@ -373,6 +379,8 @@ class Burst:
         A request naming only locations may run at once, before ``submit`` returns, its
         future already resolved (see the module docstring).
         """
+        if type(inputs) is not list or type(outputs) not in _LISTS:
+            inputs, outputs = client_args(inputs, outputs)
         if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
             done = self._try_at_once(inputs, outputs, measure_timing, deadline, loop_timeout)
             if done is not None:
@@ -461,11 +469,12 @@ class Burst:
     ) -> tuple[RequestPacket, list[np.ndarray], tuple[int, ...]] | None:
         """The request packet, the client's output arrays and the transient slots; None: not expressible."""
         self._check_counts(inputs, outputs)
+        client_times(deadline, loop_timeout)
         arrays: list[tuple[int, np.ndarray]] = []  # (position, array) to register transiently
         in_locs: list[Location | None] = []
         if outputs is not None and all(type(a) is Location for a in (*inputs, *outputs)):  # the streaming case
             outs = tuple(outputs)
-            packet = RequestPacket(tuple(inputs), outs, measure, deadline, loop_timeout)
+            packet = RequestPacket(tuple(inputs), outs, bool(measure), deadline, loop_timeout)
             return packet, [self._client_view(j, y) for j, y in enumerate(outs)], ()
         for k, x in enumerate(inputs):
             if x is None or type(x) is Location:
@@ -505,7 +514,7 @@ class Burst:
                 else:
                     out_locs[pos - n_in] = loc
             transient = tuple(slots)
-        packet = RequestPacket(tuple(in_locs), tuple(out_locs), measure, deadline, loop_timeout)  # type: ignore[arg-type]
+        packet = RequestPacket(tuple(in_locs), tuple(out_locs), bool(measure), deadline, loop_timeout)  # type: ignore[arg-type]
         return packet, out_arrays, transient
 
     @staticmethod
@@ -546,6 +555,7 @@ class Burst:
                 await asyncio.shield(idle)
                 self._check_open()
             self._fallbacks += 1
+            self._submitted += 1
             try:
                 result = await self._prepared.execute(
                     inputs, outputs, measure_timing=measure, deadline=deadline, loop_timeout=loop_timeout

@@ -101,12 +101,12 @@ class LeanRunner:
 
     @staticmethod
     def for_model(prepared: PreparedModel) -> LeanRunner | None:
-        """A runner when the device is a plain ``CpuDevice`` and the plan kernels only, else None."""
-        from nnrt.devices import CpuDevice  # the device layer sits beside this one
+        """A runner when the device is a plain ``CpuDevice`` and the plan kernels only, else None.
 
-        driver = prepared._driver
-        cls = type(driver)
-        if not isinstance(driver, CpuDevice) or (cls.run_now, cls.can_run_now) != (CpuDevice.run_now, CpuDevice.can_run_now):
+        The device says so itself (``CpuDevice.runs_lean``): the device layer is not imported
+        from here, so that no import circle runs through bursts."""
+        runs_lean = getattr(prepared._driver, "runs_lean", None)
+        if runs_lean is None or not runs_lean():
             return None
         if prepared.plan.dynamic or any(step.kind != KERNEL for step in prepared.plan.steps):
             return None  # (a dynamic plan's cost depends on each request's sizes)

@@ -14,9 +14,12 @@ offset, length and dimensions, never by pointer or array:
 
 Checking is split the way NNAPI's server splits it. ``check_request`` looks at the packet's
 *form* (types, counts, non-negative integers): a packet that fails it is malformed, and the
-server answers GENERAL_FAILURE. Whether the values make sense for this model and these pools
-(known slot, range inside the pool, dimensions that match the model) is the server's
-request validation, and fails with INVALID_ARGUMENT.
+server answers GENERAL_FAILURE. A packet the client builds from a caller's arguments is never
+malformed: ``client_args`` and ``client_times`` check those arguments first and refuse them as
+``execute`` does, with INVALID_ARGUMENT (a list of arguments, a real deadline, a non-negative
+loop timeout). Whether the values make sense for this model and these pools (known slot,
+range inside the pool, dimensions that match the model) is the server's request validation,
+and fails with INVALID_ARGUMENT.
 
 Flat form: a header ``[size, n_inputs, n_outputs, measure_timing, deadline_ns, loop_timeout_ns]``
 (``size`` counts every datum including itself; -1 for "no deadline" / "default timeout"), then
@@ -32,7 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from nnrt.clock import check_deadline
 from nnrt.errors import GeneralFailureError
+from nnrt.execution._prepared import resolve_loop_timeout
+from nnrt.execution._request import request_args
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, OutputShape, Timing
 
 __all__ = [
@@ -44,6 +50,8 @@ __all__ = [
     "check_header",
     "check_location",
     "check_request",
+    "client_args",
+    "client_times",
     "decode_request",
     "encode_request",
     "shaped_outputs",
@@ -155,6 +163,25 @@ def check_request(packet: Any) -> RequestPacket:
     for j, loc in enumerate(checked.outputs):
         check_location(f"output {j}", loc)
     return checked
+
+
+def client_args(inputs: Any, outputs: Any) -> tuple[Any, Any]:
+    """A burst client's ``inputs``/``outputs`` checked like ``PreparedModel.execute``'s: other
+    sequences become lists, anything else is INVALID_ARGUMENT (never a malformed packet)."""
+    if type(inputs) is not list and type(inputs) is not tuple:
+        inputs = request_args(inputs, "inputs")
+    if outputs is not None and type(outputs) is not list and type(outputs) is not tuple:
+        outputs = request_args(outputs, "outputs")
+    return inputs, outputs
+
+
+def client_times(deadline: Any, loop_timeout: Any) -> None:
+    """A client's ``deadline`` and ``loop_timeout`` checked as ``execute`` checks them
+    (INVALID_ARGUMENT), before the client packs anything."""
+    if deadline is not None:
+        check_deadline(deadline, "burst request")
+    if loop_timeout is not None:
+        resolve_loop_timeout(loop_timeout)
 
 
 # -- flat datum form ---------------------------------------------------------------------------

@@ -15,9 +15,11 @@ preparation rebuild the closures cheaply:
   bytes, a model cache from another entry or another token, or a data cache put in its place
   all fail the tag check.
 * the **data cache** (file ``<64 letters>2``): the constant tensors, then the re-laid arrays,
-  each at a multiple of 64 bytes, raw. Loading maps it read-only (no copy) and checks its
-  size and CRC-32 against the verified header before anything reads it, so a damaged data
-  cache is refused (GENERAL_FAILURE), never used. (CRC-32 catches accidental damage; the
+  each at a multiple of 64 bytes, raw. Loading reads it once into private memory and checks
+  its size and CRC-32 against the verified header before anything reads it, so a damaged data
+  cache is refused (GENERAL_FAILURE), never used; what was verified is what the model
+  computes with (a mapping would let a later write change the constants under a prepared
+  model, and a truncation kill the process with SIGBUS). (CRC-32 catches accidental damage; the
   model cache is the security-sensitive part, as in NNAPI.)
 
 File names follow NNAPI's runtime: each byte of the 32-byte entry key becomes two letters
@@ -47,9 +49,9 @@ from typing import Any
 import numpy as np
 
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError
-from nnrt.memory import Memory
+from nnrt.memory import read_regular_file
 from nnrt.model import Model
-from nnrt.model._serialize import array_at, model_from_dict, model_to_dict
+from nnrt.model._serialize import array_at, model_from_dict, model_to_dict, parse_header
 from nnrt.types import ExecutionPreference, Priority
 
 __all__ = ["TOKEN_BYTES", "CacheEntry", "cache_key", "check_cache_args", "file_names", "read_entry", "write_entry"]
@@ -174,10 +176,10 @@ def read_entry(cache_dir: str, key: bytes, meta: dict[str, Any]) -> CacheEntry:
     if 16 + n != len(body):
         raise GeneralFailureError("compilation cache: the model cache has a bad length")
     try:
-        doc = json.loads(body[16:])
+        doc = parse_header(body[16:])
         if doc["format"] != FORMAT_VERSION or doc["meta"] != meta:
             raise GeneralFailureError(f"compilation cache: entry written for {doc['meta']}, format {doc['format']}")
-        raw = _map_data(os.path.join(cache_dir, data_name), int(doc["data"]["size"]), int(doc["data"]["crc32"]))
+        raw = _read_data(os.path.join(cache_dir, data_name), int(doc["data"]["size"]), int(doc["data"]["crc32"]))
         model = model_from_dict(doc["model"], lambda d, dtype, dims: array_at(raw, 0, d, dtype, dims))
         relaid: dict[tuple[str, str], np.ndarray] = {}
         for d in doc["relaid"]:
@@ -188,24 +190,21 @@ def read_entry(cache_dir: str, key: bytes, meta: dict[str, Any]) -> CacheEntry:
         costs = [float(c) for c in doc["costs"]]
     except GeneralFailureError:
         raise
-    except (NnrtError, KeyError, TypeError, ValueError) as err:
-        raise GeneralFailureError(f"compilation cache: unusable entry ({err})") from None
+    except NnrtError as err:
+        raise GeneralFailureError(f"compilation cache: unusable entry ({err.message})") from None
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError) as err:
+        raise GeneralFailureError(f"compilation cache: unusable entry ({type(err).__name__}: {str(err)[:200]})") from None
     return CacheEntry(model, costs, relaid, doc["meta"])
 
 
-def _map_data(path: str, size: int, crc: int) -> np.ndarray:
+def _read_data(path: str, size: int, crc: int) -> np.ndarray:
+    """The data cache's bytes, read once into private memory and verified (module doc)."""
     try:
-        actual = os.stat(path).st_size
-    except OSError as err:
-        raise GeneralFailureError(f"compilation cache: no data cache ({err.strerror})") from None
-    if actual != size:
-        raise GeneralFailureError(f"compilation cache: the data cache has {actual} bytes, {size} expected")
-    if size == 0:
-        return np.empty(0, np.uint8)
-    try:
-        raw = Memory.from_file(path).buffer
+        raw = read_regular_file(path, "compilation cache: the data cache")
     except InvalidArgumentError as err:
-        raise GeneralFailureError(f"compilation cache: cannot map the data cache ({err})") from None
-    if raw.size != size or zlib.crc32(raw.data) != crc:
+        raise GeneralFailureError(f"compilation cache: cannot read the data cache ({err.message})") from None
+    if raw.size != size:
+        raise GeneralFailureError(f"compilation cache: the data cache has {raw.size} bytes, {size} expected")
+    if zlib.crc32(raw.data) != crc:
         raise GeneralFailureError("compilation cache: the data cache failed its checksum (damaged)")
     return raw

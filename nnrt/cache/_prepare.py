@@ -35,7 +35,7 @@ def load_from_cache(cache_dir: str, key: bytes, meta: dict[str, Any], inline_lim
         with relay_store(store):
             plan = compile_plan(entry.model)
     except NnrtError as err:
-        raise GeneralFailureError(f"compilation cache: the cached model does not prepare ({err})") from None
+        raise GeneralFailureError(f"compilation cache: the cached model does not prepare ({err.message})") from None
     if len(entry.costs) != len(plan.steps):
         raise GeneralFailureError(f"compilation cache: {len(entry.costs)} step costs for {len(plan.steps)} steps")
     for step, cost in zip(plan.steps, entry.costs):

@@ -43,7 +43,7 @@ import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
-from nnrt.clock import Clock, default_clock, perf_ns
+from nnrt.clock import Clock, check_deadline, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
 from nnrt.devices._device import (
     Device,
@@ -54,6 +54,7 @@ from nnrt.devices._device import (
     check_preparation_args,
     feature_level_reason,
 )
+from nnrt.devices._options import check_app, check_cpu_options
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
 from nnrt.execution._cost import CostModel
@@ -144,11 +145,9 @@ class CpuDevice(Device):
         tuned. Each is applied once per process and never undone. Bad values raise
         ``InvalidArgumentError``.
         """
-        if blas_threads is not None and (isinstance(blas_threads, bool) or not isinstance(blas_threads, int) or blas_threads < 1):
-            raise InvalidArgumentError(f"blas_threads: must be a positive int or None, not {blas_threads!r}")
-        if switch_interval_s is not None and (not isinstance(switch_interval_s, int | float) or not switch_interval_s > 0):
-            raise InvalidArgumentError(f"switch_interval_s: must be a positive number of seconds or None, "
-                                       f"not {switch_interval_s!r}")
+        check_cpu_options(name=name, compute_units=compute_units, blas_threads=blas_threads, inline_limit_ns=inline_limit_ns,
+                          fairness=fairness, app_weights=app_weights, aging_s=aging_s, max_queued_per_app=max_queued_per_app,
+                          memory_budget=memory_budget, app_memory_limit=app_memory_limit, switch_interval_s=switch_interval_s)
         if tune_process:
             blas_threads = 1 if blas_threads is None else blas_threads
             switch_interval_s = LATENCY_SWITCH_INTERVAL_S if switch_interval_s is None else switch_interval_s
@@ -235,6 +234,13 @@ class CpuDevice(Device):
             if pool is not None:
                 pool.shutdown(wait=True)
 
+    def runs_lean(self) -> bool:
+        """True when a burst may run this device's kernel-only plans with its lean runner
+        (``nnrt.burst._lane``, which does what ``run_now`` does without the generator): only
+        while neither ``run_now`` nor ``can_run_now`` is a subclass's own."""
+        cls = type(self)
+        return (cls.run_now, cls.can_run_now) == (CpuDevice.run_now, CpuDevice.can_run_now)
+
     # -- Device contract ----------------------------------------------------------------------
 
     @property
@@ -283,7 +289,7 @@ class CpuDevice(Device):
         Compilation and calibration run on a thread, not on the event loop."""
         self._check_model(model)
         pref, prio = check_preparation_args(model, preference, priority)
-        if deadline is not None and self.clock.now() >= deadline:
+        if deadline is not None and self.clock.now() >= check_deadline(deadline, "prepare_model"):
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
         loop = asyncio.get_running_loop()
         nbytes = self._reserve(model, app)
@@ -309,6 +315,7 @@ class CpuDevice(Device):
             self.restrictions.check(model, self.name)
 
     def _reserve(self, model: Model, app: str) -> int:
+        check_app(app, "prepare_model")
         nbytes = model_footprint(model)
         self.memory.reserve(app, nbytes, f"model {model.name or hex(id(model))}")
         return nbytes

@@ -10,7 +10,9 @@ Contract, following NNAPI's ``IDevice``:
   feature level, a type of operation or operand the device does not take, a kernel that
   rejects its signature). The default derives it from ``supported_operations``.
 * ``feature_level`` is NNAPI's (1-8): an operation or operand type introduced after it is
-  unsupported on the device (``feature_level_reason``).
+  unsupported on the device (``feature_level_reason``). ``Restrictions`` (here, so that any
+  device can carry them) describe a driver that takes only some operations and operand types
+  up to a feature level, and answer support queries from that description alone.
 * ``prepare_model(model, preference=, priority=, deadline=)`` validates the model (every
   operation's signature; a bad model, preference or priority is INVALID_ARGUMENT), refuses a
   deadline already passed (MISSED_DEADLINE_PERSISTENT), and returns a ``PreparedModel``.
@@ -80,7 +82,7 @@ class OperationSupport:
 def _enum_set(values: Iterable[Any] | None, cls: type[OperationType] | type[OperandType], what: str) -> frozenset[Any] | None:
     if values is None:
         return None
-    if isinstance(values, (str, bytes)):
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise InvalidArgumentError(f"{what}: expected a collection of {cls.__name__}, got {values!r}")
     out = set()
     for v in values:
@@ -232,18 +234,24 @@ def check_preference_priority(preference: object, priority: object) -> tuple[Exe
     return pref, prio
 
 
+# The feature level of every operation and operand type, looked up once (a model of thousands
+# of operations asks for each of its operands).
+_OPERATION_LEVEL = {t: t.feature_level for t in OperationType}
+_OPERAND_LEVEL = {t: t.feature_level for t in OperandType}
+
+
 def feature_level_reason(model: Model, operation: Operation, level: int) -> str:
     """Why ``operation`` of ``model`` cannot run on a device of feature ``level`` ("" if it can):
     the operation, or one of its operand types, appeared in a later feature level; before FL3
     (dynamic output shapes) its outputs must be fully specified. IF and WHILE are checked
     through the operations of the models they reference."""
-    needed = operation.type.feature_level
+    needed = _OPERATION_LEVEL[operation.type]
     if needed != EXPERIMENTAL_FEATURE_LEVEL and needed > level:
         return f"{operation.type.name} needs feature level {needed}, the device has {level}"
     ops = model.operands
     for i in (*operation.inputs, *operation.outputs):
         t = ops[i].type
-        if t.feature_level > level:
+        if _OPERAND_LEVEL[t] > level:
             return f"{ops[i].label} is {t.name}, which needs feature level {t.feature_level}; the device has {level}"
     if level < 3:
         for i in operation.outputs:

@@ -14,8 +14,10 @@ and accepts differs.
   supported), as a driver declaring its support; it does not compile each operation.
 * ``prepare_model`` refuses a model holding an operation it does not support
   (INVALID_ARGUMENT naming the operation and the reason), as a driver does.
-* ``fail_prepare=ErrorStatus.X`` makes every preparation fail with that status: the device
-  that fails on purpose, for CPU-fallback tests and examples.
+* ``fail_prepare=ErrorStatus.X`` makes every preparation fail with that status, and
+  ``fail_execute=ErrorStatus.X`` every execution (the first kernel of each plan it prepares
+  raises it, so every execution path fails alike): the device that fails on purpose, for
+  CPU-fallback tests and examples.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 from nnrt.devices._cpu import CpuDevice
 from nnrt.devices._device import DeviceType, Restrictions
 from nnrt.errors import InvalidArgumentError, error_for
+from nnrt.execution import Plan
+from nnrt.model import Model
 from nnrt.types import Capabilities, ErrorStatus, OperandType, OperationType, PerformanceInfo
 
 __all__ = ["RestrictedDevice", "capabilities_from"]
@@ -62,14 +66,16 @@ class RestrictedDevice(CpuDevice):
         device_type: DeviceType = DeviceType.ACCELERATOR,
         version: str = "1.0",
         fail_prepare: ErrorStatus | None = None,
+        fail_execute: ErrorStatus | None = None,
         **cpu_options: Any,
     ) -> None:
         """``operations``/``operand_types``: what the device accepts (None: all at its feature
         level); ``performance``: what it reports, relative to the CPU (lower is better; the
         default, 0.5, says twice as fast, since the framework gives ties to the CPU)."""
         restrictions = Restrictions.of(feature_level, operations, operand_types)
-        if fail_prepare is not None and (not isinstance(fail_prepare, ErrorStatus) or fail_prepare is ErrorStatus.NONE):
-            raise InvalidArgumentError(f"fail_prepare: must be a failing ErrorStatus or None, got {fail_prepare!r}")
+        for what, status in (("fail_prepare", fail_prepare), ("fail_execute", fail_execute)):
+            if status is not None and (not isinstance(status, ErrorStatus) or status is ErrorStatus.NONE):
+                raise InvalidArgumentError(f"{what}: must be a failing ErrorStatus or None, got {status!r}")
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"name: a device needs a non-empty name, got {name!r}")
         if not isinstance(device_type, DeviceType):
@@ -80,9 +86,26 @@ class RestrictedDevice(CpuDevice):
         self.feature_level = feature_level
         self.restrictions = restrictions
         self.fail_prepare = fail_prepare
+        self.fail_execute = fail_execute
         self._capabilities = capabilities_from(performance)
 
     def _check_model(self, model: object) -> None:
         if self.fail_prepare is not None:
             raise error_for(self.fail_prepare, f"{self.name}: preparation fails on purpose ({self.fail_prepare.name})")
         super()._check_model(model)
+
+    def _compile(self, model: Model) -> Plan:
+        """The CPU device's plan; with ``fail_execute``, its first kernel fails with that
+        status, so every way of running it fails as a driver failing mid-execution would."""
+        plan = super()._compile(model)
+        status = self.fail_execute
+        if status is not None:
+            step = next((st for st in plan.steps if st.fn is not None), None)
+            if step is not None:
+                message = f"{self.name}: execution fails on purpose ({status.name})"
+
+                def fail(*_args: Any) -> Any:
+                    raise error_for(status, message)
+
+                step.fn = fail
+        return plan

@@ -8,7 +8,7 @@ drives the interpreter (inline, on a worker thread, under a scheduler) through t
 from nnrt.execution._fenced import FencedExecutionCallback, FencedExecutionInfo
 from nnrt.execution._interpreter import DELEGATE, INTERRUPTED, OFFLOAD, ExecContext, run_plan
 from nnrt.execution._plan import DELEGATED, Plan, Step, compile_plan
-from nnrt.execution._prepared import Driver, ExecutionResult, PreparedModel, resolve_loop_timeout
+from nnrt.execution._prepared import Driver, ExecutionResult, PreparedModel, resolve_loop_timeout, set_burst_factory
 
 __all__ = [
     "DELEGATE",
@@ -26,4 +26,5 @@ __all__ = [
     "compile_plan",
     "resolve_loop_timeout",
     "run_plan",
+    "set_burst_factory",
 ]

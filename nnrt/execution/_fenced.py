@@ -31,6 +31,7 @@ from nnrt.clock import Cancellable, call_at, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError
 from nnrt.execution._interpreter import ExecContext
 from nnrt.fences import FenceState, SyncFence, all_of
+from nnrt.fences._fence import as_fences
 from nnrt.fences._state import FenceCore
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, OutputShape, Timing
 
@@ -254,7 +255,7 @@ class FencedExecutionCallback:
             results, device_ns = prepared._now(args, ctx)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
-            self._fail(err.status, err.args[0])  # the message alone: the fence prefixes the status
+            self._fail(err.status, err.message)
             return
         if measure:
             self._succeed(device_ns, measure, t_call, t_fenced)
@@ -298,7 +299,7 @@ class FencedExecutionCallback:
             results, device_ns = await prepared._drive(args, ctx)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
-            self._fail(err.status, err.args[0])  # the message alone: the fence prefixes the status
+            self._fail(err.status, err.message)
         except asyncio.CancelledError:
             if self._expired:  # our own deadline timer: a failure, not a cancellation
                 self._fail(ErrorStatus.MISSED_DEADLINE_TRANSIENT, _WAITED_PAST)
@@ -324,11 +325,9 @@ class _Request(NamedTuple):
 def _check_fences(wait_for: Sequence[SyncFence]) -> tuple[tuple[SyncFence, ...], bool]:
     """The wait-for fences, and whether all have signaled already. INVALID_ARGUMENT for a
     non-fence or a fence already in error."""
-    fences = tuple(wait_for)
+    fences = as_fences(wait_for, "wait_for")
     ready = True
     for k, fence in enumerate(fences):
-        if not isinstance(fence, SyncFence):
-            raise InvalidArgumentError(f"wait_for[{k}]: {type(fence).__name__} is not a SyncFence")
         state = fence._core.state
         if state is not _SIGNALED:
             if state is _ERROR:
@@ -384,6 +383,8 @@ async def execute_fenced(
     if prepared._unsized_outputs:
         _check_sized(prepared, bufs)
     fences: tuple[SyncFence, ...]
+    if type(wait_for) is not tuple and type(wait_for) is not list:
+        wait_for = as_fences(wait_for, "wait_for")
     if not wait_for:
         fences, ready = (), True
     elif len(wait_for) == 1 and type(wait_for[0]) is SyncFence and wait_for[0]._core.state is _SIGNALED:
@@ -401,3 +402,9 @@ async def execute_fenced(
     else:
         callback._wait_eagerly(_Request(prepared, args, bufs, ctx, measure_timing, timeout_after_fence, t_call), fences)
     return callback._fence, callback
+
+
+# Bound as ``PreparedModel.execute_fenced`` (no wrapper: a pipeline calls it once per stage);
+# help() and tracebacks name it as the public method it is, not as this private module's.
+execute_fenced.__qualname__ = "PreparedModel.execute_fenced"
+execute_fenced.__module__ = "nnrt.execution"

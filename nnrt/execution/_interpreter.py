@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.clock import Clock, MonotonicClock, perf_ns
-from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
+from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError, ResourceExhaustedError
 from nnrt.execution._control import while_counts
 from nnrt.execution._cost import CostModel
 from nnrt.execution._plan import IF, KERNEL, WHILE, Plan, Step
@@ -125,7 +125,7 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
             except NnrtError:
                 raise
             except Exception as exc:
-                raise GeneralFailureError(f"{step.label} failed: {type(exc).__name__}: {exc}") from exc
+                raise kernel_failure(step.label, exc) from exc
             if profile is not None:
                 profile[id(step)] = profile.get(id(step), 0) + perf_ns() - t0
         elif step.kind == IF:
@@ -180,7 +180,17 @@ def _kernel(step: Step, slots: list[Any]) -> Any:
     except NnrtError:
         raise
     except Exception as exc:
-        raise GeneralFailureError(f"{step.label} failed: {type(exc).__name__}: {exc}") from exc
+        raise kernel_failure(step.label, exc) from exc
+
+
+def kernel_failure(label: str, exc: Exception) -> NnrtError:
+    """The error for an exception other than ``NnrtError`` escaping a kernel: memory the system
+    could not give is RESOURCE_EXHAUSTED_TRANSIENT (results sized only at run time are refused
+    before allocating, ``nnrt.ops._common.check_result_size``; this is the last line for the
+    rest); anything else is a kernel bug, GENERAL_FAILURE."""
+    if isinstance(exc, MemoryError):
+        return ResourceExhaustedError(f"{label}: out of memory", status=ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+    return GeneralFailureError(f"{label} failed: {type(exc).__name__}: {exc}")
 
 
 def _store(step: Step, slots: list[Any], result: Any) -> None:

@@ -149,16 +149,22 @@ class Plan:
         longest = max((s.cost_ns for s in self.steps if s.kind == KERNEL), default=0.0)
         return 1.0 if total <= 0 else min(1.0, longest / total)
 
-    def set_inline_limit(self, limit_ns: float) -> None:
+    def set_inline_limit(self, limit_ns: float, _seen: dict[int, bool] | None = None) -> None:
         """Decide, from the step costs, what may run on the event loop thread: each step
         (``heavy``), and the whole plan (``inline``: cheap and without control flow). Nothing
-        of a dynamic plan does: its costs are unknown until a request tells its sizes."""
+        of a dynamic plan does: its costs are unknown until a request tells its sizes.
+        Each sub-plan is visited once per value of its ``dynamic`` flag: IF levels sharing a
+        branch make a DAG with exponentially many paths."""
+        seen: dict[int, bool] = {} if _seen is None else _seen
+        if seen.get(id(self)) is self.dynamic:
+            return
+        seen[id(self)] = self.dynamic
         self.inline = not self.has_control_flow and not self.dynamic and self.cost_ns <= limit_ns
         for step in self.steps:
             step.heavy = self.dynamic or step.cost_ns > limit_ns
             for sub in step.branches:
                 sub.dynamic = sub.dynamic or self.dynamic
-                sub.set_inline_limit(limit_ns)
+                sub.set_inline_limit(limit_ns, seen)
 
 
 def _estimate_ns(operation_outputs: list[Operand]) -> float:

@@ -19,26 +19,26 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Coroutine, Generator, Hashable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
-from nnrt.clock import Clock, perf_ns
+from nnrt.clock import Clock, check_deadline, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError, OutputInsufficientSizeError
 from nnrt.execution._fenced import execute_fenced
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._plan import Plan
-from nnrt.execution._request import ResolvedOutputs, is_pool_arg, resolve_request
+from nnrt.execution._request import ResolvedOutputs, check_omitted, is_pool_arg, request_args, resolve_request
 from nnrt.model import Model, Operand
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Partition, Priority, Timing
 
 if TYPE_CHECKING:
     from nnrt.burst import Burst
 
-__all__ = ["Driver", "ExecutionResult", "PreparedModel", "resolve_loop_timeout"]
+__all__ = ["Driver", "ExecutionResult", "PreparedModel", "resolve_loop_timeout", "set_burst_factory"]
 
 _log = get_logger("execution")
 
@@ -90,6 +90,17 @@ class Driver(Protocol):
         """Run the plan under the device's scheduler: admission, waiting for a unit,
         preemption at checkpoints, late success reported as MISSED_DEADLINE_TRANSIENT."""
         ...
+
+
+#: Makes a prepared model's bursts. The burst layer sits above this one: it registers its
+#: ``Burst`` here when imported (``set_burst_factory``), so this layer never imports it.
+_burst_factory: Callable[..., Burst] | None = None
+
+
+def set_burst_factory(factory: Callable[..., Burst]) -> None:
+    """Register what ``PreparedModel.burst`` makes (called by ``nnrt.burst``)."""
+    global _burst_factory
+    _burst_factory = factory
 
 
 def resolve_loop_timeout(loop_timeout: float | None) -> float:
@@ -295,9 +306,9 @@ class PreparedModel:
         ``execute``, plus INVALID_ARGUMENT for an unknown or released slot (no shapes, no
         timing) and DEAD_OBJECT for requests still queued when the burst closes.
         """
-        from nnrt.burst import Burst  # the burst layer sits above this one
-
-        return Burst(self, max_in_flight=max_in_flight, polling_window=polling_window)
+        if _burst_factory is None:  # ``import nnrt`` always registers it
+            raise GeneralFailureError("burst: the burst layer is not loaded (import nnrt.burst)")
+        return _burst_factory(self, max_in_flight=max_in_flight, polling_window=polling_window)
 
     def execute_sync(
         self,
@@ -364,25 +375,27 @@ class PreparedModel:
             return ExecContext(self._driver.clock, None, DEFAULT_LOOP_TIMEOUT_S)
         timeout = DEFAULT_LOOP_TIMEOUT_S if loop_timeout is None else resolve_loop_timeout(loop_timeout)
         clock = self._driver.clock
-        if deadline is not None:
-            if not isinstance(deadline, (int, float)) or deadline != deadline:
-                raise InvalidArgumentError(f"deadline must be an absolute time in seconds, got {deadline!r}")
-            if clock.now() >= deadline:
-                raise MissedDeadlineError(
-                    "the deadline had passed before the execution started", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT
-                )
+        if deadline is not None and clock.now() >= check_deadline(deadline, "execute"):
+            raise MissedDeadlineError(
+                "the deadline had passed before the execution started", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT
+            )
         return ExecContext(clock, deadline, timeout)
 
     def _validate_request(
         self, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None
     ) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
         specs = self._inputs
+        if type(inputs) is not list and type(inputs) is not tuple:
+            inputs = request_args(inputs, "inputs")
+        if outputs is not None and type(outputs) is not list and type(outputs) is not tuple:
+            outputs = request_args(outputs, "outputs")
         if isinstance(inputs, np.ndarray) or len(inputs) != len(specs):
             n = 1 if isinstance(inputs, np.ndarray) else len(inputs)
             raise InvalidArgumentError(f"the model has {len(specs)} inputs, the request gives {n}")
         args: list[Any] = []
         for spec, x in zip(specs, inputs):
             if x is None:
+                check_omitted(self, spec.k, spec.operand)
                 args.append(None)
                 continue
             if not isinstance(x, np.ndarray) or x.dtype != spec.dtype:

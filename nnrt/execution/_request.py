@@ -17,10 +17,17 @@ an array and the request is validated again, now all arrays:
   is accepted and initialized with the kernels' array when the execution succeeds
   (``ResolvedOutputs.commit``, called by ``_finish``); a result of the wrong shape is
   GENERAL_FAILURE.
+
+It also holds the type checks of the request's containers that the fast path leaves to the
+rare case (``request_args``: ``inputs``/``outputs`` that are not a list or tuple) and the rule
+for ``None`` arguments (``check_omitted``): a model input may be omitted only where every
+operation reading it takes that input as optional; otherwise the request is INVALID_ARGUMENT,
+before any kernel sees it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from collections.abc import Sequence
@@ -28,16 +35,79 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nnrt.errors import InvalidArgumentError
+from nnrt.errors import InvalidArgumentError, NnrtError
 from nnrt.memory import BufferToken, DeviceBuffer, Memory, MemoryLocation
 from nnrt.memory._domain import compatible, resolve_buffer
 from nnrt.model import Operand
-from nnrt.types import OutputShape
+from nnrt.ops import OpCall, prepare_function
+from nnrt.types import OperandLifeTime, OperationType, OutputShape
 
 if TYPE_CHECKING:
     from nnrt.execution._prepared import PreparedModel
 
-__all__ = ["ResolvedOutputs", "is_pool_arg", "resolve_request"]
+__all__ = ["ResolvedOutputs", "check_omitted", "is_pool_arg", "request_args", "resolve_request"]
+
+
+def request_args(values: Any, what: str) -> Any:
+    """``inputs`` or ``outputs`` given as something other than a list or tuple: another sequence
+    becomes a list; a numpy array is returned for the caller's own message; anything else
+    (None, a number, a string, an iterator) is INVALID_ARGUMENT."""
+    if isinstance(values, np.ndarray):
+        return values
+    if isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray, memoryview)):
+        return list(values)
+    raise InvalidArgumentError(f"{what} must be a list or tuple of arguments, got {type(values).__name__}")
+
+
+#: Per prepared model, per input index: may that input be omitted (None)? Computed on first use.
+_omittable: weakref.WeakKeyDictionary[Any, dict[int, bool]] = weakref.WeakKeyDictionary()
+
+
+def check_omitted(prepared: PreparedModel, k: int, operand: Operand) -> None:
+    """INVALID_ARGUMENT unless model input ``k`` may be omitted: every operation reading it must
+    take it as an optional input, which its kernel's prepare function decides, asked once with
+    the operand marked NO_VALUE: it must accept that, and must have asked whether the input is
+    present (``OpCall.has_input``), else it never treats that input as optional. Inputs of IF
+    and WHILE are never optional."""
+    known = _omittable.setdefault(prepared, {})
+    if k not in known:
+        known[k] = _may_omit(prepared.model, operand)
+    if not known[k]:
+        raise InvalidArgumentError(f"input {k} ({operand.label}) is None, but an operation reading it requires a value")
+
+
+def _may_omit(model: Any, operand: Operand) -> bool:
+    omitted = dataclasses.replace(operand, lifetime=OperandLifeTime.NO_VALUE, value=None)
+    for operation in model.operations:
+        if operand.index not in operation.inputs:
+            continue
+        prepare = prepare_function(operation.type)
+        if prepare is None or operation.type in (OperationType.IF, OperationType.WHILE):
+            return False
+        ins = tuple(omitted if i == operand.index else model.operands[i] for i in operation.inputs)
+        outs = tuple(model.operands[i] for i in operation.outputs)
+        probe = _Probe(operation.type, operation.index, ins, outs, model.relaxed)
+        try:
+            prepare(probe)
+        except NnrtError:
+            return False
+        if not any(ins[i] is omitted for i in probe.asked):
+            return False
+    return True
+
+
+class _Probe(OpCall):
+    """An ``OpCall`` that records which inputs its prepare function asked about."""
+
+    __slots__ = ("asked",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.asked: set[int] = set()
+
+    def has_input(self, i: int) -> bool:
+        self.asked.add(i)
+        return super().has_input(i)
 
 
 def is_pool_arg(x: Any) -> bool:
@@ -72,6 +142,7 @@ def resolve_request(
     device, app = prepared._driver, prepared.app
     new_inputs = list(inputs)
     read: set[int] = set()
+    uninitialized: list[tuple[DeviceBuffer, str]] = []
     for spec, x in zip(specs, inputs):
         if not is_pool_arg(x):
             continue
@@ -79,7 +150,11 @@ def resolve_request(
         if isinstance(x, (DeviceBuffer, BufferToken)):
             buf = resolve_buffer(device, app, x, where)
             buf.check_role(prepared, "input", spec.k, where)
-            new_inputs[spec.k] = buf.input_view(where)
+            if buf.initialized:
+                new_inputs[spec.k] = buf.input_view(where)
+            else:  # GENERAL_FAILURE, but only after every INVALID_ARGUMENT check
+                new_inputs[spec.k] = buf.stand_in()
+                uninitialized.append((buf, where))
             read.add(id(buf))
         else:
             new_inputs[spec.k] = _view(x, spec.operand, where, output=False)
@@ -106,6 +181,8 @@ def resolve_request(
             else:
                 new_outputs[j] = _view(b, op, where, output=True)
     args, bufs = prepared._validate_request(new_inputs, outputs if new_outputs is None else new_outputs)
+    for buf, where in uninitialized:
+        buf.input_view(where)  # raises
     if not written:
         return args, bufs
     for _, buf in written:

@@ -30,6 +30,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import inspect
 import math
 import threading
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
@@ -41,7 +42,7 @@ from nnrt.errors import InvalidArgumentError, NnrtError, error_for
 from nnrt.fences._state import FenceCore, FenceState
 from nnrt.types import ErrorStatus
 
-__all__ = ["SyncFence", "all_of", "any_of", "from_awaitable", "from_future"]
+__all__ = ["SyncFence", "all_of", "any_of", "as_fences", "from_awaitable", "from_future"]
 
 _ACTIVE = FenceState.ACTIVE
 _SIGNALED = FenceState.SIGNALED
@@ -91,7 +92,7 @@ class SyncFence:
     def failed(cls, status: ErrorStatus, message: str = "") -> SyncFence:
         """A fence already in ERROR with ``status`` (not NONE)."""
         fence = cls._derived()
-        fence._core.fail(status, message)
+        fence._core.fail(*_failure_args(status, message, "SyncFence.failed"))
         return fence
 
     # -- state ----------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ class SyncFence:
         """Put an app fence into ERROR with ``status`` (thread-safe; NONE is not an error)."""
         if not self._app:
             raise _not_app("signal_error")
-        self._core.fail(status, message)
+        self._core.fail(*_failure_args(status, message, "SyncFence.signal_error"))
 
     # -- waiting --------------------------------------------------------------------------------
 
@@ -159,6 +160,8 @@ class SyncFence:
         ``NnrtError`` if it failed. ``timeout <= 0`` polls without suspending.
         """
         core = self._core
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+            raise InvalidArgumentError(f"SyncFence.wait: timeout must be a number of seconds, got {timeout!r:.40}")
         if core.state is _ACTIVE and timeout > 0:
             await _Parking(core, timeout)
         return self._outcome()
@@ -181,6 +184,31 @@ class SyncFence:
             assert core.status is not None
             return f"<SyncFence {kind}ERROR {core.status.name}: {core.message!r}>"
         return f"<SyncFence {kind}{core.state.name}>"
+
+
+def _failure_args(status: object, message: object, where: str) -> tuple[ErrorStatus, str]:
+    """An app's failure status (an ``ErrorStatus`` or its number, not NONE) and message (a str)."""
+    try:
+        failure = ErrorStatus(status)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        raise InvalidArgumentError(f"{where}: {status!r:.40} is not an ErrorStatus") from None
+    if failure is ErrorStatus.NONE or isinstance(status, bool):
+        raise InvalidArgumentError(f"{where}: {status!r} is not a failure status (signal the fence instead)")
+    if not isinstance(message, str):
+        raise InvalidArgumentError(f"{where}: message must be a str, got {type(message).__name__}")
+    return failure, message
+
+
+def as_fences(values: object, where: str) -> tuple[SyncFence, ...]:
+    """An iterable of ``SyncFence`` (not a str or a fence itself) as a tuple; INVALID_ARGUMENT naming
+    ``where`` and the position of anything else."""
+    if isinstance(values, (str, bytes, SyncFence)) or not isinstance(values, Iterable):
+        raise InvalidArgumentError(f"{where} must be a list of SyncFence, got {type(values).__name__}")
+    fences = tuple(values)
+    for k, fence in enumerate(fences):
+        if not isinstance(fence, SyncFence):
+            raise InvalidArgumentError(f"{where}[{k}]: {type(fence).__name__} is not a SyncFence")
+    return fences
 
 
 def _not_app(what: str) -> InvalidArgumentError:
@@ -342,7 +370,7 @@ def all_of(fences: Iterable[SyncFence]) -> SyncFence:
 
     The failure carries that input's status and message. ``all_of([])`` is already signaled.
     """
-    inputs = tuple(fences)
+    inputs = as_fences(fences, "all_of")
     if not inputs:
         return SyncFence.signaled()
     return _Combine(inputs, want_all=True).result
@@ -354,7 +382,7 @@ def any_of(fences: Iterable[SyncFence]) -> SyncFence:
     The failure carries the status and message of the first input to fail. An empty list is
     ``InvalidArgumentError`` (nothing could ever signal it).
     """
-    inputs = tuple(fences)
+    inputs = as_fences(fences, "any_of")
     if not inputs:
         raise InvalidArgumentError("any_of() needs at least one fence")
     return _Combine(inputs, want_all=False).result
@@ -435,6 +463,8 @@ def from_future(future: asyncio.Future[Any] | concurrent.futures.Future[Any]) ->
     future's loop) and ``concurrent.futures`` futures (resolved in the completing thread). The
     fence references the future; the caller keeps owning it (cancelling it fails the fence).
     """
+    if not isinstance(future, (asyncio.Future, concurrent.futures.Future)):
+        raise InvalidArgumentError(f"from_future: {type(future).__name__} is not an asyncio or concurrent.futures Future")
     fence = SyncFence._derived()
     fence._source = future
     if future.done():  # asyncio would deliver the callback a loop iteration later
@@ -458,6 +488,8 @@ def from_awaitable(aw: Awaitable[Any]) -> SyncFence:
         return aw
     if isinstance(aw, (asyncio.Future, concurrent.futures.Future)):
         return from_future(aw)
+    if not inspect.isawaitable(aw):
+        raise InvalidArgumentError(f"from_awaitable: {type(aw).__name__} is not awaitable")
     library = sniffio.current_async_library()
     if library == "asyncio":
         task = asyncio.ensure_future(aw)

@@ -20,6 +20,11 @@ the outputs go back into the plan's slots, where the next step reads them. So:
   outside the scheduler),
   ``drive`` (each step awaited on its device's scheduler).
 
+A step that fails on its device at execution (GENERAL_FAILURE, DEVICE_UNAVAILABLE,
+DEAD_OBJECT) runs again on the reference CPU when the compilation may fall back (NNAPI's
+partial fallback): its model is prepared there at its first failure, kept, and the execution
+goes on with the next step. Each execution tries the step's own device first.
+
 A fenced execution of a partitioned model is one fenced execution: it waits for its fences,
 then runs the steps in order, each starting when the previous one has finished (what chaining
 the steps by fences would do, without a fence per step); a burst runs its requests through
@@ -31,8 +36,10 @@ from __future__ import annotations
 from collections.abc import Generator, Hashable, Sequence
 from typing import Any
 
+from nnrt._log import get_logger
 from nnrt.clock import Clock
-from nnrt.errors import MissedDeadlineError
+from nnrt.devices import CpuDevice
+from nnrt.errors import MissedDeadlineError, NnrtError
 from nnrt.execution import DELEGATED, ExecContext, Plan, PreparedModel, Step, run_plan
 from nnrt.execution._plan import _fetcher
 from nnrt.framework._partition import PlannedStep
@@ -42,6 +49,7 @@ from nnrt.types import ErrorStatus, ExecutionPreference, OperationType, Partitio
 __all__ = ["PartitionedDriver", "build_plan", "device_name", "partitioned_model"]
 
 _Gen = Generator[int, None, list[Any]]
+_log = get_logger("execution")
 
 
 def build_plan(model: Model, steps: Sequence[tuple[PreparedModel, tuple[int, ...], tuple[int, ...], str]]) -> Plan:
@@ -88,10 +96,14 @@ def build_plan(model: Model, steps: Sequence[tuple[PreparedModel, tuple[int, ...
 class PartitionedDriver:
     """Runs a partitioned plan's steps on their devices (see the module docstring)."""
 
-    def __init__(self, clock: Clock, steps: Sequence[PreparedModel]) -> None:
+    def __init__(self, clock: Clock, steps: Sequence[PreparedModel], fallback: CpuDevice | None = None) -> None:
         self.clock = clock
         self.name = "+".join(dict.fromkeys(device_name(p) for p in steps))
         self._steps = tuple(steps)
+        #: The reference CPU device that re-runs a step its device failed (None: no fallback).
+        self._fallback = fallback
+        #: Per step index: its model prepared on ``_fallback`` (at its first failure).
+        self._twins: dict[int, PreparedModel] = {}
 
     def __repr__(self) -> str:
         return f"<PartitionedDriver {self.name} steps={len(self._steps)}>"
@@ -125,14 +137,20 @@ class PartitionedDriver:
         try:
             if ctx.deadline is not None:
                 self.refuse_if_late(ctx.deadline)
-            # ``_next_step`` inlined, one context for every step: each runs to its end here,
-            # where nothing can interrupt it (the inline path's cost per step boundary).
+            # One context for every step: each runs to its end here, where nothing can
+            # interrupt it (the inline path's cost per step boundary).
             sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
             while True:
-                next(gen)
+                next(gen)  # DELEGATE: nothing else can stop the partitioned plan's interpreter
                 step, args = ctx.handoff
                 p: PreparedModel = step.target
-                ctx.handoff, ns = p._driver.run_now(run_plan(p.plan, args, sub), sub, p.plan, app, priority)
+                try:
+                    ctx.handoff, ns = p._driver.run_now(run_plan(p.plan, args, sub), sub, p.plan, app, priority)
+                except NnrtError as err:
+                    if not self._may_fall_back(p, err):
+                        raise
+                    twin = self._twins.get(step.index) or self._twin_sync(step.index, p, err)
+                    ctx.handoff, ns = twin._driver.run_now(run_plan(twin.plan, args, sub), sub, twin.plan, app, priority)
                 total += ns
         except StopIteration as stop:
             return stop.value, total
@@ -147,25 +165,52 @@ class PartitionedDriver:
             if ctx.deadline is not None:
                 self.refuse_if_late(ctx.deadline)
             while True:
-                p, step_gen, sub = _next_step(gen, ctx)
-                ctx.handoff, ns = await p._driver.drive(step_gen, sub, p.plan, app, priority)
+                next(gen)
+                step, args = ctx.handoff
+                p: PreparedModel = step.target
+                sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
+                try:
+                    ctx.handoff, ns = await p._driver.drive(run_plan(p.plan, args, sub), sub, p.plan, app, priority)
+                except NnrtError as err:
+                    if not self._may_fall_back(p, err):
+                        raise
+                    twin = self._twins.get(step.index) or await self._twin(step.index, p, err)
+                    sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
+                    ctx.handoff, ns = await twin._driver.drive(run_plan(twin.plan, args, sub), sub, twin.plan, app,
+                                                               priority)
                 total += ns
         except StopIteration as stop:
             return stop.value, total
         finally:
             gen.close()
 
+    # -- CPU fallback at execution time ------------------------------------------------------------
 
-def _next_step(gen: _Gen, ctx: ExecContext) -> tuple[PreparedModel, _Gen, ExecContext]:
-    """Resume the partitioned plan up to its next step (StopIteration: it is done); that step's
-    prepared model, its interpreter on the step's inputs, and its context: the execution's
-    clock, deadline and loop timeout (the partitioned plan yields only DELEGATE: nothing
-    interrupts it, and its steps are never heavy)."""
-    next(gen)
-    step, args = ctx.handoff
-    p: PreparedModel = step.target
-    sub = ExecContext(ctx.clock, ctx.deadline, ctx.loop_timeout)
-    return p, run_plan(p.plan, args, sub), sub
+    def _may_fall_back(self, p: PreparedModel, err: NnrtError) -> bool:
+        """NNAPI's partial fallback: a step that failed on its device (GENERAL_FAILURE,
+        DEVICE_UNAVAILABLE, DEAD_OBJECT; never a missed deadline, a refusal by the scheduler or
+        a bad request) runs again on the reference CPU, when the compilation allows it."""
+        return self._fallback is not None and p._driver is not self._fallback and err.status in _FALLBACK_STATUSES
+
+    async def _twin(self, k: int, p: PreparedModel, err: NnrtError) -> PreparedModel:
+        assert self._fallback is not None
+        self._log_fallback(k, p, err)
+        twin = await self._fallback.prepare_model(p.model, preference=p.preference, priority=p.priority, app=p.app)
+        return self._twins.setdefault(k, twin)
+
+    def _twin_sync(self, k: int, p: PreparedModel, err: NnrtError) -> PreparedModel:
+        assert self._fallback is not None
+        self._log_fallback(k, p, err)
+        twin = self._fallback.prepare_model_sync(p.model, preference=p.preference, priority=p.priority, app=p.app)
+        return self._twins.setdefault(k, twin)
+
+    def _log_fallback(self, k: int, p: PreparedModel, err: NnrtError) -> None:
+        assert self._fallback is not None
+        _log.warning("execution.fallback", step=k, device=device_name(p), to=self._fallback.name,
+                     status=err.status.name, error=str(err))
+
+
+_FALLBACK_STATUSES = frozenset({ErrorStatus.GENERAL_FAILURE, ErrorStatus.DEVICE_UNAVAILABLE, ErrorStatus.DEAD_OBJECT})
 
 
 def device_name(prepared: PreparedModel) -> str:
@@ -177,17 +222,19 @@ def partitioned_model(
     model: Model,
     steps: Sequence[tuple[PreparedModel, PlannedStep, str]],
     *,
+    fallback: CpuDevice | None = None,
     preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
     priority: Priority = Priority.MEDIUM,
     app: str = "default",
 ) -> PreparedModel:
     """The prepared model of ``model`` partitioned into ``steps``: per step, its prepared step
-    model, what the partitioner planned for it, and the device that failed to prepare it ("")."""
+    model, what the partitioner planned for it, and the device that failed to prepare it ("");
+    ``fallback``: the reference CPU device re-running a step that fails on its device."""
     prepared = [p for p, _, _ in steps]
     names = [device_name(p) for p in prepared]
     plan = build_plan(model, [(p, st.inputs, st.outputs, f"step {k} on {names[k]}")
                               for k, (p, st, _) in enumerate(steps)])
-    result = PreparedModel(PartitionedDriver(prepared[0]._driver.clock, prepared), model, plan,
+    result = PreparedModel(PartitionedDriver(prepared[0]._driver.clock, prepared, fallback), model, plan,
                            preference=preference, priority=priority, app=app)
     result._partitions = tuple(Partition(names[k], st.operations, failed) for k, (_, st, failed) in enumerate(steps))
     return result

@@ -103,9 +103,12 @@ def _control_unsized(model: Model, operation: Operation) -> bool:
     return False
 
 
-def choose_devices(model: Model, devices: Sequence[Device], preference: ExecutionPreference) -> list[int]:
+def choose_devices(model: Model, devices: Sequence[Device], preference: ExecutionPreference,
+                   reference: Capabilities = _CPU_CAPS) -> list[int]:
     """Per operation of ``model``, the index in ``devices`` of the device that runs it.
-    INVALID_ARGUMENT naming the operation (and each device's reason) when none supports it."""
+    INVALID_ARGUMENT naming the operation (and each device's reason) when none supports it.
+    ``reference``: what the reference CPU reports (1.0 for everything, as NNAPI's; a
+    simulation whose CPU has another speed says so)."""
     ref = next((k for k, d in enumerate(devices) if is_reference(d)), -1)
     answers: list[tuple[int, list[bool] | None, list[str], Capabilities]] = []
     for k, device in enumerate(devices):
@@ -120,7 +123,7 @@ def choose_devices(model: Model, devices: Sequence[Device], preference: Executio
         n = operation.index
         # The reference CPU reports 1.0 for everything (so an IF or WHILE costs it more than 1).
         best = ref
-        best_perf = 1.0 if operation.type not in _CONTROL else operation_performance(_CPU_CAPS, model, operation, preference)
+        best_perf = operation_performance(reference, model, operation, preference)
         if operation.type in _CONTROL and _control_unsized(model, operation):
             candidates: list[tuple[int, list[bool] | None, list[str], Capabilities]] = []
         else:
@@ -217,6 +220,7 @@ def _boundaries(model: Model, device: Device, members: list[int], s: int, step_o
 
 
 def partition(model: Model, devices: Sequence[Device],
-              preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER) -> list[PlannedStep]:
+              preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+              reference: Capabilities = _CPU_CAPS) -> list[PlannedStep]:
     """The steps ``model`` runs as on ``devices`` (best device per operation, then steps)."""
-    return form_steps(model, choose_devices(model, devices, preference), devices)
+    return form_steps(model, choose_devices(model, devices, preference, reference), devices)

@@ -14,6 +14,8 @@ devices:
 * Otherwise each step's model (``Model.operations_as_model``) is prepared on its device with
   the compilation's preference, priority, app and deadline; a device that fails (any status
   but MISSED_DEADLINE_*, which is returned as NNAPI does) has the step prepared on the CPU.
+  With the CPU in the list, a step that fails on its device at execution runs again on the
+  CPU (``nnrt.framework._driver``).
   ``cache_dir`` and ``token`` reach every step that runs on a device with compilation
   caching, with a token derived per step (NNAPI rehashes the token with the step's
   operations).
@@ -49,7 +51,10 @@ def _check_devices(devices: Sequence[Device] | None) -> list[Device]:
         return get_devices()
     if isinstance(devices, Device):
         devices = [devices]
-    found = list(devices)
+    try:
+        found = list(devices)
+    except TypeError:
+        raise InvalidArgumentError(f"prepare: devices must be a sequence of Device (or None), got {devices!r}") from None
     if not found:
         raise InvalidArgumentError("prepare: devices is empty (None means every device)")
     names: set[str] = set()
@@ -81,6 +86,10 @@ async def prepare(
 ) -> PreparedModel:
     """Prepare ``model`` on the best of ``devices`` for each operation (see the module doc)."""
     pref, prio = check_preparation_args(model, preference, priority)
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline != deadline):
+        raise InvalidArgumentError(f"prepare: deadline must be an absolute time in seconds or None, got {deadline!r}")
+    if not isinstance(app, str):
+        raise InvalidArgumentError(f"prepare: app must be a string, got {app!r}")
     found = _check_devices(devices)
     if cache_dir is not None or token is not None:
         check_cache_args(cache_dir, token)
@@ -143,7 +152,9 @@ async def _prepare_steps(model: Model, planned: list[PlannedStep], ref: Device |
                                                name=f"{model.name or 'model'}#step{k}")
         pm, failed = await options.with_fallback(step.device, ref, step_model, _step_token(options.token, step))
         steps.append((pm, step, failed))
-    result = partitioned_model(model, steps, preference=options.pref, priority=options.prio, app=options.app)
+    fallback = ref if isinstance(ref, CpuDevice) else None
+    result = partitioned_model(model, steps, fallback=fallback, preference=options.pref, priority=options.prio,
+                               app=options.app)
     if vlog_enabled("compilation"):
         _log.debug("compilation.partitioned", model=model.name,
                    steps=[(p.device, len(p.operations)) for p in result.partitions])

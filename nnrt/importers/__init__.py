@@ -38,7 +38,10 @@ def load(path: str | os.PathLike[str], *, input_shapes: InputShapes | None = Non
 
     Inputs and outputs are, in order, the file's graph inputs and outputs, with their names
     kept on the operands. ``input_shapes={"name": [dims]}`` fixes dynamic dimensions; those
-    left dynamic stay unknown (0). Raises ``InvalidArgumentError`` for a file that cannot be
+    left dynamic stay unknown (0). A stateful TFLite model (resource variables, LSTM/RNN
+    variable tensors) gets its state as extra inputs and outputs after the file's own
+    (``state_in/<key>``, ``state_out/<key>``); ``state_variables(model)`` lists them with their
+    positions and initial values. Raises ``InvalidArgumentError`` for a file that cannot be
     read or parsed, and for a model with nodes nnrt cannot express (every one listed: name,
     op type, reason).
     """
@@ -63,7 +66,7 @@ def load(path: str | os.PathLike[str], *, input_shapes: InputShapes | None = Non
         return load_tflite(memoryview(data), name=name, input_shapes=shapes)
     from nnrt.importers._onnx import load_onnx
 
-    return load_onnx(memoryview(data), name=name, input_shapes=shapes)
+    return load_onnx(memoryview(data), name=name, input_shapes=shapes, base_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def _check_input_shapes(input_shapes: InputShapes | None) -> dict[str, tuple[int, ...]]:

@@ -14,20 +14,33 @@ fixes them. Stateful models get their state as extra inputs and outputs after th
 ``state_in/<key>`` and ``state_out/<key>`` (see ``_tflite_control`` and ``state_variables``).
 
 Supported builtins (NNAPI op in brackets where the name differs):
-ADD SUB MUL DIV (with fused activations; TANH as a separate op), CONV_2D (GROUPED_CONV_2D when
-the filter has fewer input channels), DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED (also
-keep_num_dims, hybrid), AVERAGE/MAX/L2_POOL_2D, SOFTMAX, LOG_SOFTMAX, L2_NORMALIZATION,
-LOCAL_RESPONSE_NORMALIZATION, BATCH_MATMUL, RELU RELU_N1_TO_1 (RELU1) RELU6 LOGISTIC TANH
-HARD_SWISH ELU, LEAKY_RELU (PRELU), PRELU, ABS EXP LOG NEG SQRT RSQRT SIN FLOOR, SQUARE and
-SQUARED_DIFFERENCE (MUL/SUB), MAXIMUM MINIMUM POW, LESS LESS_EQUAL GREATER GREATER_EQUAL EQUAL
-NOT_EQUAL, LOGICAL_AND/OR/NOT, SELECT and SELECT_V2 without broadcasting, CAST, QUANTIZE,
-DEQUANTIZE (float16 constants folded), RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PACK,
-UNPACK (SPLIT+SQUEEZE), SPLIT, SPLIT_V (SLICE), PAD, PADV2, MIRROR_PAD, SLICE, STRIDED_SLICE,
-GATHER, TRANSPOSE, TILE, RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR, MEAN, SUM PROD REDUCE_MAX
-REDUCE_MIN REDUCE_ANY REDUCE_ALL, ARG_MAX ARG_MIN (int32 output), SPACE_TO_DEPTH,
-DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND (no crops), EMBEDDING_LOOKUP, FILL,
-DENSIFY, RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN, UNIDIRECTIONAL_SEQUENCE_LSTM, LSTM (full kernel),
-IF, WHILE, VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE CALL_ONCE (as state inputs and outputs).
+
+- arithmetic: ADD SUB MUL DIV with fused NONE/RELU/RELU_N1_TO_1/RELU6 (int32 DIV is refused:
+  TFLite truncates, NNAPI rounds down), FLOOR_DIV (int32: DIV; float: DIV + FLOOR), ADD_N
+  (ADDs), SQUARE and SQUARED_DIFFERENCE (MUL/SUB), MAXIMUM MINIMUM POW;
+- weighted: CONV_2D (GROUPED_CONV_2D when the filter has fewer input channels),
+  DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED (keep_num_dims, hybrid, per-channel int8
+  as a 1x1 CONV_2D), BATCH_MATMUL (by a lower-rank constant: a 1x1 CONV_2D);
+- windows and normalization: AVERAGE/MAX/L2_POOL_2D, SOFTMAX, LOG_SOFTMAX, L2_NORMALIZATION,
+  LOCAL_RESPONSE_NORMALIZATION;
+- activations and unary math: RELU RELU_N1_TO_1 (RELU1) RELU6 LOGISTIC TANH HARD_SWISH ELU,
+  GELU (tanh form: MUL/ADD/TANH), RELU_0_TO_1 (RELU + MINIMUM), LEAKY_RELU (PRELU), PRELU,
+  ABS EXP LOG NEG SQRT RSQRT SIN FLOOR;
+- comparisons and logic: LESS LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL,
+  LOGICAL_AND/OR/NOT, SELECT and SELECT_V2 (equal shapes);
+- types: CAST, QUANTIZE, DEQUANTIZE (float16 constants folded), DENSIFY;
+- shapes and data movement: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PACK, UNPACK
+  (SPLIT + SQUEEZE), SPLIT, SPLIT_V (SLICE), PAD, PADV2, MIRROR_PAD, SLICE, STRIDED_SLICE,
+  GATHER, TRANSPOSE, TILE, REVERSE_V2 (one axis), SPACE_TO_DEPTH, DEPTH_TO_SPACE,
+  SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND (no crops), EMBEDDING_LOOKUP, HASHTABLE_LOOKUP, FILL, TOPK_V2,
+  RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR;
+- reductions: MEAN, SUM, PROD, REDUCE_MAX/MIN/ANY/ALL, ARG_MAX ARG_MIN (int32 output);
+- recurrent (float32, or hybrid int8 weights): RNN, SVDF, UNIDIRECTIONAL_SEQUENCE_RNN,
+  BIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel),
+  UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM;
+- control flow and state: IF, WHILE, VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE CALL_ONCE;
+- subgraph calls, mapped in place: CALL, STABLEHLO_COMPOSITE (by its decomposition).
+
 Everything else, custom ops included, is rejected with the reason.
 """
 
@@ -40,17 +53,18 @@ from nnrt.importers import _tflite_control, _tflite_ops_elementwise, _tflite_ops
 from nnrt.importers._common import Rejections, check_operations
 from nnrt.importers._tflite_control import State, record_state
 from nnrt.importers._tflite_graph import MAPPERS, Graph, Unsupported
-from nnrt.importers._tflite_schema import TflFile, TflOp, parse_tflite
+from nnrt.importers._tflite_schema import TflFile, TflOp, TflSubgraph, parse_tflite
 from nnrt.model import Model
 from nnrt.types import OperandLifeTime as L
 from nnrt.types import OperandType as T
-from nnrt.types import OperationType as Op
 
 __all__ = ["load_tflite"]
 
 # The op mapper modules register themselves with ``MAPPERS`` when imported.
 _MAPPER_MODULES = (_tflite_control, _tflite_ops_elementwise, _tflite_ops_nn, _tflite_ops_rnn, _tflite_ops_shape)
-_CUSTOM = 32
+_CUSTOM, _RESHAPE = 32, 22
+#: Operators that matter without consuming outputs: state (variables, CALL_ONCE), control flow.
+_STATEFUL = frozenset({118, 119, 129, 142, 143, 144})
 #: Control flow nested deeper than this is refused (a hostile file could nest thousands).
 _MAX_NESTING = 32
 
@@ -61,6 +75,25 @@ def load_tflite(data: memoryview, *, name: str, input_shapes: Mapping[str, tuple
     return _Importer(file, name).run(dict(input_shapes))
 
 
+def _live_operators(sub: TflSubgraph) -> set[int]:
+    """The operators whose results reach an output or that change state; the others are not
+    imported (nor refused). A RESHAPE never reads a computed shape input (it takes the shape
+    from ``new_shape`` or its output), so a SHAPE / STRIDED_SLICE / PACK chain that only
+    computes one, as converters emit for dynamic batches, is dead here."""
+    live_tensors = set(sub.outputs)
+    live: set[int] = set()
+    for op in reversed(sub.operators):
+        inputs = [i for i in op.inputs if i >= 0]
+        stateful = op.code in _STATEFUL or any(sub.tensors[i].is_variable for i in inputs)
+        if not stateful and not any(t in live_tensors for t in op.outputs):
+            continue
+        live.add(op.index)
+        if op.code == _RESHAPE and len(inputs) > 1 and sub.tensors[inputs[1]].data is None:
+            inputs = inputs[:1]
+        live_tensors.update(inputs)
+    return live
+
+
 class _Importer:
     def __init__(self, file: TflFile, name: str) -> None:
         self.file = file
@@ -68,6 +101,7 @@ class _Importer:
         self.rejections = Rejections("tflite")
         self.models: dict[int, Model] = {}
         self.building: set[int] = set()
+        self.resized = False
 
     def run(self, input_shapes: dict[str, tuple[int, ...]]) -> Model:
         main = self.file.subgraphs[0]
@@ -86,12 +120,7 @@ class _Importer:
 
     def subgraph_model(self, index: int) -> Model:
         """The finished model of subgraph ``index`` (an IF branch or a WHILE condition/body)."""
-        if not 0 < index < len(self.file.subgraphs):
-            raise Unsupported(f"subgraph index {index} is not a subgraph other than the main one")
-        if index in self.building:
-            raise Unsupported(f"subgraph {index} refers to itself (recursion has no NNAPI form)")
-        if len(self.building) >= _MAX_NESTING:
-            raise Unsupported(f"subgraphs nested more than {_MAX_NESTING} deep")
+        self._enter(index)
         if index not in self.models:
             before = len(self.rejections.items)
             model = self._build(index, None, {})
@@ -100,17 +129,49 @@ class _Importer:
             self.models[index] = model
         return self.models[index]
 
+    def _enter(self, index: int) -> None:
+        if not 0 < index < len(self.file.subgraphs):
+            raise Unsupported(f"subgraph index {index} is not a subgraph other than the main one")
+        if index in self.building:
+            raise Unsupported(f"subgraph {index} refers to itself (recursion has no NNAPI form)")
+        if len(self.building) >= _MAX_NESTING:
+            raise Unsupported(f"subgraphs nested more than {_MAX_NESTING} deep")
+
+    def inline(self, g: Graph, index: int, inputs: list[int]) -> list[int]:
+        """Map subgraph ``index``'s operators into ``g``'s model with its inputs bound to
+        ``inputs``; return the operands of its outputs."""
+        self._enter(index)
+        sub = self.file.subgraphs[index]
+        if len(inputs) != len(sub.inputs):
+            raise Unsupported(f"{len(inputs)} inputs for subgraph {index}, which takes {len(sub.inputs)}")
+        child = Graph(sub, g.model, self.subgraph_model, g.state, {}, self.inline)
+        child.operand.update(zip(sub.inputs, inputs))
+        child.resized = g.resized  # the caller's shapes changed: so did those computed here
+        before = len(self.rejections.items)
+        self.building.add(index)
+        try:
+            self._map_all(child, index)
+            outputs = [child.input(ti) for ti in sub.outputs]
+        finally:
+            self.building.discard(index)
+        if len(self.rejections.items) > before:
+            raise Unsupported(f"subgraph {index} has nodes that cannot be expressed (listed)")
+        return outputs
+
     def _build(self, index: int, state: State | None, input_shapes: dict[str, tuple[int, ...]]) -> Model:
         sub = self.file.subgraphs[index]
         label = self.name if index == 0 else f"{self.name}#subgraph{index}"
         model = Model(name=label)
-        g = Graph(sub, model, self.subgraph_model, state, input_shapes)
+        g = Graph(sub, model, self.subgraph_model, state, input_shapes, self.inline)
+        if index == 0:
+            self.resized = g.resized
+        else:
+            g.resized = self.resized  # the main graph's shapes changed: so did those its branches see
         before = len(self.rejections.items)
         self.building.add(index)
         try:
             inputs = [g.out(ti) for ti in sub.inputs]
-            for op in sub.operators:
-                self._map(g, op, index)
+            self._map_all(g, index)
             outputs = self._outputs(g, state)
             variables = state.finish(g, inputs, outputs) if state is not None else ()
         except Unsupported as err:
@@ -127,6 +188,13 @@ class _Importer:
             raise InvalidArgumentError(f"load: {self.name}: subgraph {index} is not a valid graph: {err}") from None
         record_state(model, variables)
         return model
+
+    def _map_all(self, g: Graph, index: int) -> None:
+        """Map every live operator of ``g``'s subgraph, in order."""
+        live = _live_operators(g.sub)
+        for op in g.sub.operators:
+            if op.index in live:
+                self._map(g, op, index)
 
     def _map(self, g: Graph, op: TflOp, index: int) -> None:
         out_name = g.tensor(op.outputs[0]).name if op.outputs else ""
@@ -164,8 +232,6 @@ class _Importer:
             operand = g.input(ti)
             o = g.model.operands[operand]
             if o.lifetime is not L.TEMPORARY_VARIABLE or operand in inputs or operand in outputs:
-                copy = g.model.add_operand(o.type, o.dimensions, o.scale, o.zero_point, name=g.tensor(ti).name)
-                g.op(Op.CAST, [operand], [copy])
-                operand = copy
+                operand = g.identity(operand, g.tensor(ti).name)
             outputs.append(operand)
         return outputs

@@ -1,5 +1,6 @@
-"""TFLite control flow and state: IF/WHILE subgraphs, and resource or variable tensors turned
-into explicit state inputs and outputs.
+"""TFLite control flow and state: IF/WHILE subgraphs, CALL and STABLEHLO_COMPOSITE (another
+subgraph's operators mapped in place, a composite by its decomposition), and resource or
+variable tensors turned into explicit state inputs and outputs.
 
 IF and WHILE map onto NNAPI's IF and WHILE with their subgraphs imported as referenced models
 (``set_operand_value_from_model``); every TFLite WHILE value is an NNAPI input-output value.
@@ -33,6 +34,7 @@ from nnrt.types import OperationType as Op
 __all__ = ["State", "StateVariable", "record_state", "state_variables"]
 
 _IF, _WHILE, _CALL_ONCE, _VAR_HANDLE, _READ_VARIABLE, _ASSIGN_VARIABLE = 118, 119, 129, 142, 143, 144
+_CALL, _COMPOSITE = 31, 206
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +119,7 @@ class State:
             co = g.model.operands[cur]
             if (co.type, co.scale, co.zero_point) != (sin.type, sin.scale, sin.zero_point):
                 raise Unsupported(f"state {var.key!r} is assigned a {co.type.name} value but read as {sin.type.name}")
+            # declared like the state input (fully known), whatever shape the new value has on the way
             out = g.model.add_operand(sin.type, sin.dimensions, sin.scale, sin.zero_point, name=f"state_out/{var.key}")
             g.op(Op.CAST, [cur], [out])
             init = self.initial.get(var.key, var.initial)
@@ -218,3 +221,20 @@ def _while(g: Graph, op: TflOp) -> None:
     values = [g.input(i) for i in op.inputs]
     cond_ref, body_ref = _subgraph_operand(g, o.num(0)), _subgraph_operand(g, o.num(1))
     g.op(Op.WHILE, [cond_ref, body_ref, *values], [g.out(t) for t in op.outputs])
+
+
+@mapper(_CALL, _COMPOSITE)
+def _call(g: Graph, op: TflOp) -> None:
+    """CALL and STABLEHLO_COMPOSITE run another subgraph on their inputs: its operators are
+    mapped in place (a composite by its decomposition, which is what LiteRT runs too)."""
+    if op.code == _CALL:
+        index = op.options.num(0, "u32") if op.options is not None else -1
+    else:
+        index = op.options2.num(1) if op.options2 is not None else -1
+    if g.inline is None:
+        raise Unsupported("inlining a subgraph is not available here")
+    results = g.inline(g, index, [g.input(i) for i in op.inputs])
+    if len(results) != len(op.outputs):
+        raise Unsupported(f"subgraph {index} has {len(results)} outputs, the node {len(op.outputs)}")
+    for ti, operand in zip(op.outputs, results):
+        g.alias(ti, operand)

@@ -62,7 +62,7 @@ class _Pool:
         self.buffer = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
-_ACT_OPS = {1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6, 4: Op.TANH}
+_ACT_OPS = {1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6}
 _ACT_NAMES = {4: "TANH", 5: "SIGN_BIT"}
 
 
@@ -70,13 +70,25 @@ class Graph:
     """One TFLite subgraph being turned into one nnrt ``Model``."""
 
     def __init__(self, sub: TflSubgraph, model: Model, subgraph_model: Callable[[int], Model],
-                 state: State | None, input_shapes: dict[str, tuple[int, ...]]) -> None:
+                 state: State | None, input_shapes: dict[str, tuple[int, ...]],
+                 inline: Callable[[Graph, int, list[int]], list[int]] | None = None) -> None:
         self.sub = sub
         self.model = model
+        #: The finished model of another subgraph (IF branches, WHILE bodies).
         self.subgraph_model = subgraph_model
+        #: Map another subgraph's operators into this model, its inputs bound to the given
+        #: operands; returns the operands of its outputs (CALL, STABLEHLO_COMPOSITE).
+        self.inline = inline
         self.state = state
         self.input_shapes = input_shapes
         self.operand: dict[int, int] = {}
+        #: ``input_shapes`` changed a dimension the file has as fixed: every computed tensor's
+        #: dimensions become unknown (kept rank), for preparation to infer.
+        self.resized = any(
+            len(fixed) == len(t.signature) and any(d >= 0 and d != f for d, f in zip(t.signature, fixed))
+            for t in (sub.tensors[i] for i in sub.inputs)
+            if (fixed := input_shapes.get(t.name)) is not None
+        )
         self._pending: list[tuple[Op, list[int], list[int]]] = []
         self._scalars: dict[tuple[T, object], int] = {}
 
@@ -91,6 +103,8 @@ class Graph:
         fixed = self.input_shapes.get(t.name) if t.index in self.sub.inputs else None
         if fixed is not None:
             return fixed or (1,)
+        if self.resized and not t.is_variable:
+            return tuple(0 for _ in t.signature) or (1,)  # the file's shapes no longer hold: inferred
         return tuple(0 if d < 0 else d for d in t.signature) or (1,)
 
     def nn_type(self, t: TflTensor) -> tuple[T, float, int]:
@@ -251,9 +265,10 @@ class Graph:
     def op(self, typ: Op, ins: Sequence[int], outs: Sequence[int]) -> None:
         self.model.add_operation(typ, list(ins), list(outs))
 
-    def identity(self, operand: int) -> int:
-        """A copy of ``operand`` in a new temporary (CAST to the same type)."""
-        dst = self.temp(operand)
+    def identity(self, operand: int, name: str = "") -> int:
+        """A copy of ``operand`` in a new operand named ``name`` (CAST to the same type)."""
+        o = self.model.operands[operand]
+        dst = self.model.add_operand(o.type, o.dimensions, o.scale, o.zero_point, name=name)
         self.op(Op.CAST, [operand], [dst])
         return dst
 
@@ -277,9 +292,6 @@ class Graph:
             return self.out(out_ti)
         if code not in _ACT_OPS:
             raise Unsupported(f"fused activation {_ACT_NAMES.get(code, code)} has no NNAPI equivalent")
-        t = self.tensor(out_ti)
-        if code == 4 and t.type != TT.FLOAT32 and t.type != TT.FLOAT16:
-            raise Unsupported("fused TANH on a quantized output (NNAPI's quantized TANH has a fixed output scale)")
         final = self.out(out_ti)
         target = self.temp(final)
         self._pending.append((_ACT_OPS[code], [target], [final]))

@@ -1,11 +1,15 @@
 """TFLite → NNAPI mappers for element-wise ops: arithmetic with fused activations, activations,
 unary math, comparisons, logic, selection, and the type changes (QUANTIZE, DEQUANTIZE, CAST).
 
-Rules: ADD/SUB/MUL/DIV pass the fused activation (a TANH activation becomes a TANH op after);
+Rules: ADD/SUB/MUL/DIV pass the fused activation (TANH and SIGN_BIT are refused: LiteRT does
+not apply them either); int32 DIV is refused (TFLite truncates, NNAPI rounds down) and int32
+FLOOR_DIV is NNAPI's DIV (float: DIV then FLOOR); ADD_N is a chain of ADDs; quantized
+MAXIMUM/MINIMUM need one quantization on all operands (LiteRT does not rescale);
 LEAKY_RELU becomes PRELU with a one-element alpha (float: alpha; quantized: the value 1 with scale
 alpha, as the delegate does); a DEQUANTIZE of a float16 constant is folded into a float32
 constant at load; QUANTIZE from a quantized input (a requantization) becomes DEQUANTIZE then
-QUANTIZE; SQUARE is MUL(x, x) and SQUARED_DIFFERENCE is SUB then MUL for float tensors.
+QUANTIZE; SQUARE is MUL(x, x) and SQUARED_DIFFERENCE is SUB then MUL for float tensors; GELU's
+tanh form is spelled out in MUL/ADD/TANH (its erf form has no NNAPI equivalent).
 """
 
 from __future__ import annotations
@@ -32,15 +36,14 @@ _BINARY = {
 }
 _FLOAT_ONLY = {Op.DIV, Op.POW, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.FLOOR}
 _ELU, _LEAKY_RELU, _SELECT, _SELECT_V2, _SQUARE, _SQUARED_DIFF = 111, 98, 64, 123, 92, 99
-_QUANTIZE, _DEQUANTIZE = 114, 6
+_QUANTIZE, _DEQUANTIZE, _GELU, _RELU_0_TO_1, _FLOOR_DIV, _ADD_N = 114, 6, 150, 152, 90, 106
 _FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 
 
 def _check_float(g: Graph, operand: int, kind: Op) -> None:
-    if kind in _FLOAT_ONLY and g.type_of(operand) not in _FLOATS and not (
-        kind is Op.DIV and g.type_of(operand) is T.TENSOR_INT32
-    ):
-        raise Unsupported(f"NNAPI's {kind.name} takes float tensors, got {g.type_of(operand).name}")
+    if kind in _FLOAT_ONLY and g.type_of(operand) not in _FLOATS:
+        why = " (its int32 DIV rounds down, TFLite's DIV truncates)" if kind is Op.DIV else ""
+        raise Unsupported(f"NNAPI's {kind.name} takes float tensors, got {g.type_of(operand).name}{why}")
 
 
 @mapper(*_ARITH)
@@ -61,9 +64,15 @@ def _unary(g: Graph, op: TflOp) -> None:
     x = g.input(op.inputs[0])
     _check_float(g, x, kind)
     if kind is Op.CAST:
-        out_t = g.tensor(op.outputs[0])
-        if (out_t.type in (TT.INT8, TT.INT16, TT.UINT8) and not out_t.quantized) or g.tensor(op.inputs[0]).type == TT.INT64:
-            raise Unsupported(f"CAST from {g.tensor(op.inputs[0]).type_name} to {out_t.type_name}")
+        # int64 values nnrt holds as int32 (ARG_MAX results, narrowed constants) cast as int32;
+        # an int64 result is held as int32 too
+        in_t, out_t = g.tensor(op.inputs[0]), g.tensor(op.outputs[0])
+        if (out_t.type in (TT.INT8, TT.INT16, TT.UINT8) and not out_t.quantized) or (
+            in_t.type == TT.INT64 and g.type_of(x) is not T.TENSOR_INT32
+        ):
+            raise Unsupported(f"CAST from {in_t.type_name} to {out_t.type_name}")
+        g.op(kind, [x], [g.out(op.outputs[0], T.TENSOR_INT32 if out_t.type == TT.INT64 else None)])
+        return
     g.op(kind, [x], [g.out(op.outputs[0])])
 
 
@@ -72,7 +81,41 @@ def _binary(g: Graph, op: TflOp) -> None:
     kind = _BINARY[op.code]
     a, b = g.input(op.inputs[0]), g.input(op.inputs[1])
     _check_float(g, a, kind)
-    g.op(kind, [a, b], [g.out(op.outputs[0])])
+    y = g.out(op.outputs[0])
+    if kind in (Op.MAXIMUM, Op.MINIMUM) and g.type_of(a).is_quantized:
+        quants = {(g.model.operands[i].scale, g.model.operands[i].zero_point) for i in (a, b, y)}
+        if len(quants) > 1:  # LiteRT compares and copies raw values; NNAPI would requantize
+            raise Unsupported(f"quantized {kind.name} with differing scales or zero points (LiteRT does not rescale)")
+    g.op(kind, [a, b], [y])
+
+
+@mapper(_FLOOR_DIV)
+def _floor_div(g: Graph, op: TflOp) -> None:
+    """int32: NNAPI's DIV, which rounds toward negative infinity; float: DIV then FLOOR."""
+    a, b = g.input(op.inputs[0]), g.input(op.inputs[1])
+    if g.type_of(a) is T.TENSOR_INT32:
+        g.op(Op.DIV, [a, b, g.i32(0)], [g.out(op.outputs[0])])
+        return
+    if g.type_of(a) not in _FLOATS:
+        raise Unsupported(f"FLOOR_DIV on {g.type_of(a).name}")
+    y = g.out(op.outputs[0])
+    q = g.temp(y)
+    g.op(Op.DIV, [a, b, g.i32(0)], [q])
+    g.op(Op.FLOOR, [q], [y])
+
+
+@mapper(_ADD_N)
+def _add_n(g: Graph, op: TflOp) -> None:
+    """A chain of ADDs (NNAPI has no n-ary add)."""
+    xs = [g.input(i) for i in op.inputs]
+    y = g.out(op.outputs[0])
+    acc = xs[0]
+    for k, x in enumerate(xs[1:], start=2):
+        dst = y if k == len(xs) else g.temp(y)
+        g.op(Op.ADD, [acc, x, g.i32(0)], [dst])
+        acc = dst
+    if len(xs) == 1:
+        g.op(Op.CAST, [acc], [y])
 
 
 @mapper(_ELU)
@@ -145,3 +188,39 @@ def _quantize(g: Graph, op: TflOp) -> None:
     if g.type_of(y) not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
         raise Unsupported(f"QUANTIZE to {g.type_of(y).name} (NNAPI quantizes to 8 bits)")
     g.op(Op.QUANTIZE, [x], [y])
+
+
+@mapper(_GELU)
+def _gelu(g: Graph, op: TflOp) -> None:
+    """GELU's tanh form, x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in NNAPI ops (NNAPI has
+    no GELU and no ERF, so the exact erf form is refused)."""
+    if op.options is None or not op.options.flag(0):
+        raise Unsupported("exact (erf) GELU; NNAPI has no ERF (the approximate tanh form maps)")
+    x = g.input(op.inputs[0])
+    if g.type_of(x) is not T.TENSOR_FLOAT32:
+        raise Unsupported(f"GELU on {g.type_of(x).name} (decomposed in float32 only)")
+
+    def const(v: float) -> int:
+        return g.const(np.array([v], np.float32), T.TENSOR_FLOAT32)
+
+    def step(kind: Op, a: int, b: int, out: int | None = None) -> int:
+        dst = g.temp(x) if out is None else out
+        g.op(kind, [a, b, g.i32(0)], [dst])
+        return dst
+
+    cube = step(Op.MUL, step(Op.MUL, x, x), x)
+    inner = step(Op.ADD, x, step(Op.MUL, cube, const(0.044715)))
+    t = g.temp(x)
+    g.op(Op.TANH, [step(Op.MUL, inner, const(float(np.sqrt(2.0 / np.pi))))], [t])
+    step(Op.MUL, step(Op.MUL, x, const(0.5)), step(Op.ADD, t, const(1.0)), g.out(op.outputs[0]))
+
+
+@mapper(_RELU_0_TO_1)
+def _relu_0_to_1(g: Graph, op: TflOp) -> None:
+    """min(max(x, 0), 1): RELU then MINIMUM with 1 (NNAPI's RELU1 clamps to [-1, 1])."""
+    x = g.input(op.inputs[0])
+    if g.type_of(x) is not T.TENSOR_FLOAT32:
+        raise Unsupported(f"RELU_0_TO_1 on {g.type_of(x).name}")
+    r = g.temp(x)
+    g.op(Op.RELU, [x], [r])
+    g.op(Op.MINIMUM, [r, g.const(np.array([1.0], np.float32), T.TENSOR_FLOAT32)], [g.out(op.outputs[0])])

@@ -21,7 +21,7 @@ from nnrt.importers._tflite_schema import TT, TflOp
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__ = ["options"]
+__all__ = ["float_weights", "options"]
 
 _CONV_2D, _DEPTHWISE, _FC, _TRANSPOSE_CONV = 3, 4, 9, 67
 _AVG, _MAX, _L2 = 1, 17, 12
@@ -40,7 +40,7 @@ def _padding(code: int) -> int:
     return code + 1
 
 
-def _float_weights(g: Graph, ti: int) -> int:
+def float_weights(g: Graph, ti: int) -> int:
     """Weights for a float op: float32 as is, float16 constants converted, quantized dequantized."""
     t = g.tensor(ti)
     if t.type == TT.FLOAT32:
@@ -60,7 +60,7 @@ def _bias(g: Graph, op: TflOp, k: int, x: int, w: int, n_out: int) -> int:
     xt = g.type_of(x)
     if not xt.is_quantized:
         if g.has_input(op, k):
-            return _float_weights(g, op.inputs[k])
+            return float_weights(g, op.inputs[k])
         if not n_out:
             raise Unsupported("no bias and an unknown number of output channels")
         return g.const(np.zeros(n_out, np.float32), xt)
@@ -82,7 +82,7 @@ def _weighted(g: Graph, op: TflOp, x_k: int, w_k: int) -> tuple[int, int]:
     x = g.input(op.inputs[x_k])
     xt = g.type_of(x)
     if xt in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
-        return x, _float_weights(g, op.inputs[w_k])
+        return x, float_weights(g, op.inputs[w_k])
     if xt not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
         raise Unsupported(f"input of type {xt.name} (NNAPI convolutions take float or 8-bit quantized inputs)")
     return x, g.input(op.inputs[w_k])

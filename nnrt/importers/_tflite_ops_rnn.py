@@ -1,11 +1,13 @@
-"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN, SVDF,
+"""TFLite → NNAPI mappers for recurrent ops and sparse constants: RNN, SVDF, BIDIRECTIONAL_SEQUENCE_LSTM/RNN,
 UNIDIRECTIONAL_SEQUENCE_RNN, LSTM (full kernel), UNIDIRECTIONAL_SEQUENCE_LSTM, and DENSIFY.
 
 TFLite keeps a recurrent op's state in variable tensors it updates in place; NNAPI's ops take
 the state as inputs and return the new state as outputs. The mappers read the variable
 tensors through ``Graph.input`` (which makes them state inputs of the model) and hand the
-op's state outputs to ``State.assign_tensor`` (state outputs of the model). Only float32
-recurrent ops are expressible (the delegate refuses hybrid sequence ops too).
+op's state outputs to ``State.assign_tensor`` (state outputs of the model). They compute in
+float32: constant int8/uint8 weights (hybrid ops) get a DEQUANTIZE and float16 ones are widened
+at load, as for convolutions (LiteRT's hybrid kernels quantize the activations on the fly
+instead, so the two differ by that rounding). Quantized activations are refused.
 
 DENSIFY turns a sparse constant (TFLite ``SparsityParameters``: traversal order, block map,
 per-dimension DENSE size or SPARSE_CSR segments and indices) into NNAPI's DENSIFY inputs.
@@ -17,25 +19,27 @@ import numpy as np
 
 from nnrt.importers._flatbuf import Table
 from nnrt.importers._tflite_graph import Graph, Unsupported, mapper
+from nnrt.importers._tflite_ops_nn import float_weights
 from nnrt.importers._tflite_schema import TT, TflOp
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
 
-_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY, _SVDF = 24, 35, 16, 44, 124, 27
+_RNN, _SEQ_RNN, _LSTM, _SEQ_LSTM, _DENSIFY, _SVDF, _BIDI_LSTM, _BIDI_RNN = 24, 35, 16, 44, 124, 27, 52, 46
 _RNN_ACTS, _LSTM_ACTS = (0, 1, 2, 3), (0, 1, 2, 3, 4, 6)
 
 
 def _float_inputs(g: Graph, op: TflOp, ks: range) -> list[int]:
-    """Operands for inputs ``ks``; omitted optional ones become NO_VALUE operands."""
+    """Operands for inputs ``ks``; omitted optional ones become NO_VALUE operands. Constant
+    weights in int8/uint8 (hybrid ops) or float16 become float32 as for convolutions."""
     out = []
     for k in ks:
         if g.has_input(op, k):
             t = g.tensor(op.inputs[k])
-            if t.type != TT.FLOAT32:
+            if t.type != TT.FLOAT32 and (k == 0 or t.data is None):
                 raise Unsupported(f"input {k} ({t.label()}) is {t.type_name}; only float32 recurrent ops map")
-            out.append(g.input(op.inputs[k]))
+            out.append(float_weights(g, op.inputs[k]))
         else:
             out.append(_omitted(g, T.TENSOR_FLOAT32))
     return out
@@ -188,3 +192,45 @@ def _svdf(g: Graph, op: TflOp) -> None:
     state_out = g.temp(state)
     g.op(Op.SVDF, [x, wf, wt, b, state, g.i32(rank), g.i32(_act(o, 1, _RNN_ACTS))], [state_out, y])
     _assign(g, op, 4, state_out)
+
+
+@mapper(_BIDI_LSTM)
+def _bidirectional_lstm(g: Graph, op: TflOp) -> None:
+    """Inputs map one to one (NNAPI's op follows TFLite's): input, forward weights 1-17,
+    backward 18-34, four states 35-38, auxiliary input and weights 39-47; then NNAPI's scalars
+    and 8 omitted layer-norm weights."""
+    if len(op.inputs) != 48:
+        raise Unsupported(f"{len(op.inputs)} inputs; expected 48")
+    o = op.options
+    act = _act(o, 0, _LSTM_ACTS)
+    clip, proj_clip = (o.real(1), o.real(2)) if o is not None else (0.0, 0.0)
+    merge, time_major = (o.flag(3), o.flag(4, True)) if o is not None else (False, True)
+    ins = _float_inputs(g, op, range(35))
+    states = [_state_tensor(g, op, k) for k in range(35, 39)]
+    aux = _float_inputs(g, op, range(39, 48))
+    scalars = [g.i32(act), g.f32(clip), g.f32(proj_clip), g.flag(merge), g.flag(time_major)]
+    outs = [g.out(t) for t in op.outputs[: 1 if merge else 2]]
+    new_states = [g.temp(s) for s in states]
+    norms = [_omitted(g, T.TENSOR_FLOAT32) for _ in range(8)]
+    g.op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, [*ins, *states, *aux, *scalars, *norms], [*outs, *new_states])
+    for k, new in zip(range(35, 39), new_states):
+        _assign(g, op, k, new)
+
+
+@mapper(_BIDI_RNN)
+def _bidirectional_rnn(g: Graph, op: TflOp) -> None:
+    """One to one: input, forward weights/recurrent/bias, forward state, the same backwards,
+    auxiliary input and weights; then NNAPI's activation, time_major and merge_outputs."""
+    if len(op.inputs) != 12:
+        raise Unsupported(f"{len(op.inputs)} inputs; expected 12")
+    o = op.options
+    time_major, merge = (o.flag(0), o.flag(2)) if o is not None else (False, False)
+    fw, bw = _float_inputs(g, op, range(4)), _float_inputs(g, op, range(5, 8))
+    fw_h, bw_h = _state_tensor(g, op, 4), _state_tensor(g, op, 8)
+    aux = _float_inputs(g, op, range(9, 12))
+    scalars = [g.i32(_act(o, 1, _RNN_ACTS)), g.flag(time_major), g.flag(merge)]
+    outs = [g.out(t) for t in op.outputs[: 1 if merge else 2]]
+    new_fw, new_bw = g.temp(fw_h), g.temp(bw_h)
+    g.op(Op.BIDIRECTIONAL_SEQUENCE_RNN, [*fw, fw_h, *bw, bw_h, *aux, *scalars], [*outs, new_fw, new_bw])
+    _assign(g, op, 4, new_fw)
+    _assign(g, op, 8, new_bw)

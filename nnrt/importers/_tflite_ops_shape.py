@@ -1,10 +1,12 @@
 """TFLite → NNAPI mappers for ops that move data: reshapes, concatenation and splitting,
-padding, slicing, gathering, transposes, resizing, reductions and arg-max/min.
+padding, slicing, gathering, transposes, resizing, reductions, arg-max/min, top-k, reverse and
+table lookups.
 
 NNAPI takes their shape-like arguments (target shapes, paddings, axes, permutations, sizes)
 as constants, so a TFLite tensor feeding one of them must be a constant in the file (int64
 constants are narrowed to int32 when they fit). RESHAPE takes its shape from the constant
-input, else ``new_shape``, else the output tensor. SPLIT_V becomes one SLICE per output;
+input, else ``new_shape``, else the output tensor (a boolean RESHAPE that only drops unit axes
+is a REDUCE_ANY over them: NNAPI reshapes no booleans). SPLIT_V becomes one SLICE per output;
 UNPACK is SPLIT then SQUEEZE; MEAN keeps its own op, the other reducers map to REDUCE_*.
 """
 
@@ -26,7 +28,8 @@ _SLICE, _STRIDED_SLICE, _GATHER, _TRANSPOSE, _TILE = 65, 45, 36, 39, 69
 _RESIZE_BILINEAR, _RESIZE_NEAREST = 23, 97
 _MEAN, _SUM, _PROD, _RMAX, _RMIN, _RANY, _RALL = 40, 74, 81, 82, 89, 91, 140
 _ARG_MAX, _ARG_MIN = 56, 79
-_S2D, _D2S, _B2S, _S2B, _EMBEDDING_LOOKUP, _FILL = 26, 5, 37, 38, 7, 94
+_S2D, _D2S, _B2S, _S2B, _EMBEDDING_LOOKUP, _FILL, _TOPK_V2, _REVERSE_V2 = 26, 5, 37, 38, 7, 94, 48, 105
+_HASHTABLE_LOOKUP = 10
 
 _REDUCERS = {_SUM: Op.REDUCE_SUM, _PROD: Op.REDUCE_PROD, _RMAX: Op.REDUCE_MAX, _RMIN: Op.REDUCE_MIN,
              _RANY: Op.REDUCE_ANY, _RALL: Op.REDUCE_ALL}
@@ -296,10 +299,33 @@ def _paddings_at(g: Graph, op: TflOp, k: int) -> int:
     return g.const(np.asarray(pads, np.int32).reshape(-1, 2), T.TENSOR_INT32)
 
 
+@mapper(_TOPK_V2)
+def _topk(g: Graph, op: TflOp) -> None:
+    x = g.input(op.inputs[0])
+    (k,) = g.const_ints(op, 1, "k")
+    g.op(Op.TOPK_V2, [x, g.i32(k)], [g.out(op.outputs[0]), g.out(op.outputs[1], T.TENSOR_INT32)])
+
+
+@mapper(_REVERSE_V2)
+def _reverse(g: Graph, op: TflOp) -> None:
+    x = g.input(op.inputs[0])
+    axes = g.const_ints(op, 1, "axis")
+    if len(axes) != 1:
+        raise Unsupported(f"axes {axes} (NNAPI's REVERSE takes one axis)")
+    g.op(Op.REVERSE, [x, g.ints([_axis(axes[0], _rank(g, x))])], [g.out(op.outputs[0])])
+
+
 @mapper(_EMBEDDING_LOOKUP)
 def _embedding_lookup(g: Graph, op: TflOp) -> None:
     ids, values = g.input(op.inputs[0]), g.input(op.inputs[1])
     g.op(Op.EMBEDDING_LOOKUP, [ids, values], [g.out(op.outputs[0])])
+
+
+@mapper(_HASHTABLE_LOOKUP)
+def _hashtable_lookup(g: Graph, op: TflOp) -> None:
+    lookups, keys, values = (g.input(op.inputs[k]) for k in range(3))
+    hits = g.out(op.outputs[1], T.TENSOR_QUANT8_ASYMM)
+    g.op(Op.HASHTABLE_LOOKUP, [lookups, keys, values], [g.out(op.outputs[0]), hits])
 
 
 @mapper(_FILL)

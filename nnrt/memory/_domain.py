@@ -22,6 +22,7 @@ the buffer is freed or collected, it is unknown (INVALID_ARGUMENT), as is token 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -34,7 +35,7 @@ import numpy as np
 
 from nnrt.errors import GeneralFailureError, InvalidArgumentError
 from nnrt.memory._memory import Memory
-from nnrt.model import Operand
+from nnrt.model import Operand, as_dims
 from nnrt.types import OperandType
 
 __all__ = ["BufferDesc", "BufferRole", "BufferToken", "BufferTracker", "DeviceBuffer", "allocate_buffer", "tracker_for"]
@@ -45,6 +46,9 @@ class BufferDesc:
     """The dimensions requested for a device buffer (0 = unknown; ``()`` = from the roles)."""
 
     dimensions: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dimensions", as_dims(self.dimensions, "BufferDesc: dimensions"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,13 @@ class BufferToken(int):
 
 
 class BufferTracker:
-    """A device's token table: token -> live buffer (weakly held)."""
+    """A device's token table: token -> live buffer (weakly held).
+
+    Entries are removed by the buffer's weakref callback, which the garbage collector may run
+    on any thread at any allocation, including one made inside ``add`` on the same thread:
+    removal therefore takes no lock (one ``dict.pop`` of a token never reused, atomic in
+    CPython). The lock only makes token numbering and insertion one step.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -76,18 +86,11 @@ class BufferTracker:
     def add(self, buffer: DeviceBuffer) -> BufferToken:
         with self._lock:
             token = BufferToken(next(self._next))
-            self._buffers[token] = weakref.ref(buffer, self._collected)
+            self._buffers[token] = weakref.ref(buffer, functools.partial(_collected, self._buffers, int(token)))
         return token
 
-    def _collected(self, ref: weakref.ref[DeviceBuffer]) -> None:
-        with self._lock:
-            for token, r in list(self._buffers.items()):
-                if r is ref:
-                    del self._buffers[token]
-
     def _forget(self, token: int) -> None:
-        with self._lock:
-            self._buffers.pop(token, None)
+        self._buffers.pop(token, None)
 
     def lookup(self, token: int, app: str, where: str) -> DeviceBuffer:
         """The buffer of ``token`` for ``app``; INVALID_ARGUMENT when 0, unknown, freed or another app's."""
@@ -103,6 +106,11 @@ class BufferTracker:
 
     def __len__(self) -> int:
         return len(self._buffers)
+
+
+def _collected(buffers: dict[int, weakref.ref[DeviceBuffer]], token: int, ref: weakref.ref[DeviceBuffer]) -> None:
+    """A device buffer was garbage collected: forget its token (lock-free; see ``BufferTracker``)."""
+    buffers.pop(token, None)
 
 
 _trackers: weakref.WeakKeyDictionary[Any, BufferTracker] = weakref.WeakKeyDictionary()
@@ -211,6 +219,12 @@ class DeviceBuffer:
             raise GeneralFailureError(f"{where}: device buffer {int(self.token)} is uninitialized")
         return storage.view()
 
+    def stand_in(self) -> np.ndarray:
+        """A read-only array of the buffer's type and shape that allocates nothing: what request
+        validation checks in place of an uninitialized input, so that every INVALID_ARGUMENT of
+        the request is reported before the GENERAL_FAILURE of reading uninitialized data."""
+        return np.broadcast_to(np.zeros((), self.type.dtype), self.dimensions)
+
     def begin_write(self) -> None:
         self._storage = None
 
@@ -252,13 +266,7 @@ def _combine(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _int_dims(dims: Any, where: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{where}: dimensions {dims!r} are not integers") from None
-    if any(d < 0 for d in out):
-        raise InvalidArgumentError(f"{where}: negative dimension in {list(out)}")
-    return out
+    return as_dims(dims, f"{where} dimensions")
 
 
 def _bytes_of(x: Any, type_: OperandType, where: str, *, writable: bool) -> np.ndarray:

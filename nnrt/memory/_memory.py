@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -33,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.errors import InvalidArgumentError
+from nnrt.errors import InvalidArgumentError, ResourceExhaustedError
+from nnrt.types import ErrorStatus
 
-__all__ = ["Memory", "MemoryLocation"]
+__all__ = ["Memory", "MemoryLocation", "open_regular_file", "read_regular_file"]
 
 
 class _Segment(shared_memory.SharedMemory):
@@ -89,6 +91,8 @@ class Memory:
 
     def __init__(self, source: np.ndarray | bytes | bytearray | memoryview) -> None:
         if isinstance(source, np.ndarray):
+            if source.dtype.hasobject:
+                raise InvalidArgumentError(f"Memory: an array of {source.dtype} holds Python objects, not bytes")
             if not source.flags.c_contiguous:
                 raise InvalidArgumentError("Memory: the array must be C-contiguous")
             buf = source.reshape(-1).view(np.uint8)
@@ -124,10 +128,19 @@ class Memory:
         """
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
             raise InvalidArgumentError(f"Memory.from_shared_memory: size must be a positive int, got {size!r}")
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgumentError(f"Memory.from_shared_memory: name must be a str, got {type(name).__name__}")
         if name is None:
             if size is None:
                 raise InvalidArgumentError("Memory.from_shared_memory: creating a segment needs a size")
-            seg = _Segment(create=True, size=size)
+            _check_shared_memory_room(size)
+            try:
+                seg = _Segment(create=True, size=size)
+            except OSError as err:
+                raise ResourceExhaustedError(
+                    f"Memory.from_shared_memory: cannot create a segment of {size} bytes: {err.strerror}",
+                    status=ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                ) from None
             owner = True
         else:
             try:
@@ -154,22 +167,22 @@ class Memory:
 
         Read-only unless ``writable``; a writable mapping writes through to the file.
         """
-        where = f"Memory.from_file({os.fspath(path)!r})"
-        if not isinstance(offset, int) or offset < 0:
+        where = f"Memory.from_file({_shown(path)})"
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidArgumentError(f"{where}: offset must be a non-negative int, got {offset!r}")
-        try:
-            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
-        except OSError as err:
-            raise InvalidArgumentError(f"{where}: {err.strerror}") from None
+        fd = open_regular_file(path, where, writable=writable)
         try:
             total = os.fstat(fd).st_size
             if size is None:
                 size = total - offset
-            if not isinstance(size, int) or size <= 0 or offset + size > total:
+            if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or offset + size > total:
                 raise InvalidArgumentError(f"{where}: offset {offset} + size {size} is outside the file of {total} bytes")
             start = offset - offset % mmap.ALLOCATIONGRANULARITY
-            mapped = mmap.mmap(fd, offset + size - start, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ,
-                               offset=start)
+            try:
+                mapped = mmap.mmap(fd, offset + size - start, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ,
+                                   offset=start)
+            except OSError as err:
+                raise InvalidArgumentError(f"{where}: cannot map the file: {err.strerror}") from None
         finally:
             os.close(fd)
         mem = cls.__new__(cls)
@@ -240,6 +253,65 @@ class Memory:
     def __repr__(self) -> str:
         extra = f" {self.name!r}" if self._segment is not None else ""
         return f"<Memory {self._kind}{extra} {self.size} bytes>"
+
+
+def _shown(path: object) -> str:
+    try:
+        return repr(os.fspath(path))  # type: ignore[call-overload]
+    except TypeError:
+        return repr(path)
+
+
+def open_regular_file(path: object, where: str, *, writable: bool = False) -> int:
+    """A file descriptor on the regular file ``path``; INVALID_ARGUMENT naming ``where`` for
+    anything else (a missing file, a directory, a device, a path that is not a path)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise InvalidArgumentError(f"{where}: {type(path).__name__} is not a path")
+    try:
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    except (OSError, ValueError) as err:
+        raise InvalidArgumentError(f"{where}: {_shown(path)}: {getattr(err, 'strerror', None) or err}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidArgumentError(f"{where}: {_shown(path)} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_file(path: object, where: str) -> np.ndarray:
+    """The whole regular file ``path`` as a private, read-only uint8 array: a copy, so that the
+    caller can verify it once and rely on it (later writes to the file, or its truncation, do
+    not reach it; a mapping would change under the reader, or raise SIGBUS)."""
+    fd = open_regular_file(path, where)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            size = os.fstat(fd).st_size
+            out = np.empty(size, np.uint8)
+            got = f.readinto(out.data)
+    except OSError as err:
+        raise InvalidArgumentError(f"{where}: {_shown(path)}: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+    out = out[:got]  # a file that shrank while read: what was there
+    out.flags.writeable = False
+    return out
+
+
+def _check_shared_memory_room(size: int) -> None:
+    """RESOURCE_EXHAUSTED before creating a segment larger than the shared-memory file system
+    can hold (Linux ``/dev/shm``): pages past its room would fault (SIGBUS) when first touched."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except (OSError, AttributeError):
+        return  # no /dev/shm: creation itself reports a failure
+    total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    if size > free:
+        raise ResourceExhaustedError(
+            f"Memory.from_shared_memory: {size} bytes asked for, {free} of {total} bytes of shared memory are free",
+            status=ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT if size > total else ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,17 @@
 
 from nnrt.model._builder import ModelBuilder, OperandRef, OutputSpec
 from nnrt.model._model import Model
-from nnrt.model._operand import ChannelQuant, Operand, Operation, SupportsBuffer, dims_product
+from nnrt.model._operand import (
+    ChannelQuant,
+    Operand,
+    Operation,
+    SupportsBuffer,
+    as_dims,
+    as_float,
+    as_int,
+    as_int_list,
+    dims_product,
+)
 
 __all__ = [
     "ChannelQuant",
@@ -13,5 +23,9 @@ __all__ = [
     "Operation",
     "OutputSpec",
     "SupportsBuffer",
+    "as_dims",
+    "as_float",
+    "as_int",
+    "as_int_list",
     "dims_product",
 ]

@@ -172,8 +172,8 @@ class ModelBuilder:
     def _input(self, value: Any, half: bool) -> OperandRef:
         if isinstance(value, OperandRef):
             return value
-        if isinstance(value, float):
-            return self.scalar(value, T.FLOAT16 if half else T.FLOAT32)
+        if isinstance(value, float | np.floating):
+            return self.scalar(float(value), T.FLOAT16 if half else T.FLOAT32)
         if isinstance(value, bool | int | np.integer | np.bool_):
             return self.scalar(value.item() if isinstance(value, np.generic) else value)
         if isinstance(value, np.ndarray):

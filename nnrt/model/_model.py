@@ -20,7 +20,18 @@ import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.errors import InvalidArgumentError
-from nnrt.model._operand import ChannelQuant, Operand, Operation, SupportsBuffer, check_quant_params, dims_product
+from nnrt.model._operand import (
+    ChannelQuant,
+    Operand,
+    Operation,
+    SupportsBuffer,
+    as_dims,
+    as_float,
+    as_int,
+    as_int_list,
+    check_quant_params,
+    dims_product,
+)
 from nnrt.model._signatures import check_operation
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
@@ -85,12 +96,13 @@ class Model:
         index = len(self.operands)
         t = _enum_value(OperandType, type, f"add_operand (operand {index})")
         assert isinstance(t, OperandType)
-        try:
-            dims = tuple(int(d) for d in (dimensions or ()))
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"add_operand (operand {index}): dimensions {dimensions!r} are not integers") from None
-        check_quant_params(t, dims, float(scale), int(zero_point), f"operand {index}")
-        self.operands.append(Operand(index, t, dims, float(scale), int(zero_point), name=name))
+        where = f"add_operand (operand {index})"
+        dims = as_dims(dimensions, f"{where}: dimensions")
+        fscale, zp = as_float(scale, f"{where}: scale"), as_int(zero_point, f"{where}: zero_point")
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"{where}: name {name!r:.60} is not a str")
+        check_quant_params(t, dims, fscale, zp, f"operand {index}")
+        self.operands.append(Operand(index, t, dims, fscale, zp, name=name))
         return index
 
     def set_operand_value(self, index: int, value: object) -> None:
@@ -111,6 +123,8 @@ class Model:
             buf = memory.buffer
         except AttributeError:
             raise InvalidArgumentError(f"set_operand_value_from_memory: {op.label}: {memory!r} is not a Memory") from None
+        offset = as_int(offset, f"set_operand_value_from_memory: {op.label}: offset")
+        length = as_int(length, f"set_operand_value_from_memory: {op.label}: length")
         if offset < 0 or length <= 0 or offset + length > buf.nbytes:
             raise InvalidArgumentError(
                 f"set_operand_value_from_memory: {op.label}: offset {offset} + length {length} "
@@ -136,9 +150,14 @@ class Model:
         where = f"set_operand_symm_per_channel_quant_params: {op.label}"
         if op.type is not OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL:
             raise InvalidArgumentError(f"{where}: type {op.type.name} is not TENSOR_QUANT8_SYMM_PER_CHANNEL")
+        channel_dim = as_int(channel_dim, f"{where}: channel_dim")
         if not 0 <= channel_dim < len(op.dimensions):
             raise InvalidArgumentError(f"{where}: channel_dim {channel_dim} is out of range for rank {len(op.dimensions)}")
-        sc = tuple(float(s) for s in scales)
+        if isinstance(scales, np.ndarray):
+            scales = scales.tolist()
+        if not isinstance(scales, (list, tuple)):
+            raise InvalidArgumentError(f"{where}: scales {scales!r:.60} is not a list of numbers")
+        sc = tuple(as_float(s, f"{where}: scales[{k}]") for k, s in enumerate(scales))
         if op.dimensions[channel_dim] and len(sc) != op.dimensions[channel_dim]:
             raise InvalidArgumentError(
                 f"{where}: {len(sc)} scales for dimension {channel_dim} of size {op.dimensions[channel_dim]}"
@@ -173,8 +192,10 @@ class Model:
         t = _enum_value(OperationType, type, f"add_operation (operation {index})")
         assert isinstance(t, OperationType)
         label = f"add_operation: operation {index} ({t.name})"
-        ins = tuple(self._operand(i, f"{label} input {k}").index for k, i in enumerate(inputs))
-        outs = tuple(self._operand(i, f"{label} output {k}").index for k, i in enumerate(outputs))
+        ins = tuple(self._operand(i, f"{label} input {k}").index for k, i in enumerate(as_int_list(inputs, f"{label} inputs")))
+        outs = tuple(
+            self._operand(i, f"{label} output {k}").index for k, i in enumerate(as_int_list(outputs, f"{label} outputs"))
+        )
         if not outs and t is not OperationType.IF:
             raise InvalidArgumentError(f"{label}: an operation needs at least one output")
         check_operation(label, t, [self.operands[i] for i in ins], [self.operands[i] for i in outs])
@@ -183,8 +204,9 @@ class Model:
 
     def identify_inputs_and_outputs(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         self._check_mutable("identify_inputs_and_outputs")
-        ins = [self._operand(i, "identify_inputs_and_outputs: input") for i in inputs]
-        outs = [self._operand(i, "identify_inputs_and_outputs: output") for i in outputs]
+        call = "identify_inputs_and_outputs"
+        ins = [self._operand(i, f"{call}: input") for i in as_int_list(inputs, f"{call}: inputs")]
+        outs = [self._operand(i, f"{call}: output") for i in as_int_list(outputs, f"{call}: outputs")]
         for kind, group in (("input", ins), ("output", outs)):
             seen: set[int] = set()
             for op in group:
@@ -395,15 +417,22 @@ class Model:
         self._check_subgraph_cycles()
 
     def _check_subgraph_cycles(self) -> None:
+        # Depth first, each model explored once: the referenced models form a DAG in which
+        # one model may be reached along exponentially many paths (IF levels whose branches
+        # are the same model), so a model already explored without a cycle is not walked again.
         on_path: set[int] = set()
+        done: set[int] = set()
 
         def walk(m: Model) -> None:
             if id(m) in on_path:
                 raise InvalidArgumentError(f"finish: referenced models form a cycle through {m!r}")
+            if id(m) in done:
+                return
             on_path.add(id(m))
             for sub in _subgraphs(m.operands):
                 walk(sub)
             on_path.discard(id(m))
+            done.add(id(m))
 
         walk(self)
 

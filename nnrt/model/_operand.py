@@ -20,7 +20,10 @@ from nnrt.types import OperandLifeTime, OperandType, OperationType
 if TYPE_CHECKING:
     from nnrt.model._model import Model
 
-__all__ = ["ChannelQuant", "Operand", "Operation", "SupportsBuffer", "check_quant_params", "dims_product"]
+__all__ = [
+    "ChannelQuant", "Operand", "Operation", "SupportsBuffer", "as_dims", "as_float", "as_int", "as_int_list",
+    "check_quant_params", "dims_product",
+]
 
 _INT32_MAX = 2**31 - 1
 
@@ -96,6 +99,46 @@ class Operation:
 
 def dims_product(dims: tuple[int, ...]) -> int:
     return math.prod(dims) if dims else 1
+
+
+# -- argument coercion at the public boundary ------------------------------------------------------
+# One place turns what a caller passed into ints and floats, so that every entry point rejects the
+# same things the same way: bools, non-integral or non-finite floats, strings, None, and values
+# whose conversion overflows all become INVALID_ARGUMENT naming the argument.
+
+
+def as_int(value: object, what: str) -> int:
+    """``value`` as an int (a Python or numpy integer; no bool, no float)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise InvalidArgumentError(f"{what}: {value!r:.60} is not an integer")
+
+
+def as_float(value: object, what: str) -> float:
+    """``value`` as a float (any real number that fits a double; no bool)."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        try:
+            return float(value)
+        except OverflowError:
+            pass
+    raise InvalidArgumentError(f"{what}: {value!r:.60} is not a real number that fits a double")
+
+
+def as_int_list(values: object, what: str) -> tuple[int, ...]:
+    """A sequence of ints (a list, tuple, range or 1-D numpy array) as a tuple."""
+    if isinstance(values, np.ndarray):
+        values = values.tolist() if values.ndim == 1 else None
+    if not isinstance(values, (list, tuple, range)):
+        raise InvalidArgumentError(f"{what}: {values!r:.60} is not a list of integers")
+    return tuple(as_int(v, f"{what}[{k}]") for k, v in enumerate(values))
+
+
+def as_dims(values: object, what: str) -> tuple[int, ...]:
+    """Dimensions: a sequence of non-negative ints (None: no dimensions)."""
+    dims = () if values is None else as_int_list(values, what)
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"{what}: negative dimension in {list(dims)}")
+    return dims
 
 
 def check_quant_params(type_: OperandType, dims: tuple[int, ...], scale: float, zero_point: int, label: str) -> None:

@@ -19,7 +19,10 @@ operand. An operation is ``{"type", "inputs", "outputs"}``. Enum fields hold NNA
 
 Loading rebuilds the model through the public ``Model`` calls, so a malformed file fails with
 INVALID_ARGUMENT like a badly built model; a truncated or unreadable file is INVALID_ARGUMENT
-too. Constant tensors are read-only views of the mapped file (no copy).
+too. The file is read once into private memory and constant tensors are read-only views of
+that copy: a loaded model never changes when the file is rewritten or truncated afterwards
+(a mapping of the file would compute on the new bytes, or die of SIGBUS). The header is strict
+JSON (no ``NaN``/``Infinity``) of bounded nesting; anything else is INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -33,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnrt.errors import InvalidArgumentError
+from nnrt.model._operand import dims_product
 from nnrt.types import OperandLifeTime
 
 if TYPE_CHECKING:
     from nnrt.model._model import Model
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "load_model", "model_from_dict", "model_to_dict", "save_model"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "array_at", "load_model", "model_from_dict", "model_to_dict", "parse_header", "save_model"]
 
 MAGIC = b"NNRTMDL1"
 FORMAT_VERSION = 1
@@ -128,8 +132,8 @@ def model_from_dict(doc: Any, get_array: GetArray) -> Model:
         return build(int(doc["main"]), ())
     except InvalidArgumentError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError) as err:
-        raise InvalidArgumentError(f"Model.load: malformed model description ({type(err).__name__}: {err})") from None
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError, RecursionError) as err:
+        raise InvalidArgumentError(f"Model.load: malformed model description ({type(err).__name__}: {str(err)[:200]})") from None
 
 
 def save_model(model: Model, path: str | os.PathLike[str]) -> None:
@@ -159,29 +163,43 @@ def save_model(model: Model, path: str | os.PathLike[str]) -> None:
         f.truncate(base + size)
 
 
-def load_model(path: str | os.PathLike[str]) -> Model:
-    """Read a model written by ``save_model``; constants are views of the mapped file."""
-    from nnrt.memory import Memory
+def parse_header(data: bytes) -> Any:
+    """Strict JSON: ``NaN``/``Infinity`` and nesting too deep for the parser raise ValueError."""
 
-    mem = Memory.from_file(path)
-    raw = mem.buffer
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON value")
+
+    try:
+        return json.loads(data, parse_constant=no_constant)
+    except RecursionError:
+        raise ValueError("the header nests too deeply") from None
+
+
+def load_model(path: str | os.PathLike[str]) -> Model:
+    """Read a model written by ``save_model`` (into private memory, see the module doc)."""
+    from nnrt.memory import read_regular_file
+
+    raw = read_regular_file(path, "Model.load")
+    shown = repr(os.fspath(path))
     if raw.size < 16 or raw[:8].tobytes() != MAGIC:
-        raise InvalidArgumentError(f"Model.load: {os.fspath(path)!r} is not an nnrt model file")
+        raise InvalidArgumentError(f"Model.load: {shown} is not an nnrt model file")
     (n,) = struct.unpack("<Q", raw[8:16].tobytes())
     if 16 + n > raw.size:
-        raise InvalidArgumentError(f"Model.load: {os.fspath(path)!r} is truncated")
+        raise InvalidArgumentError(f"Model.load: {shown} is truncated")
     try:
-        doc = json.loads(raw[16 : 16 + n].tobytes())
+        doc = parse_header(raw[16 : 16 + n].tobytes())
     except (UnicodeDecodeError, ValueError):
-        raise InvalidArgumentError(f"Model.load: {os.fspath(path)!r} has a malformed header") from None
+        raise InvalidArgumentError(f"Model.load: {shown} has a malformed header") from None
     base = -(-(16 + n) // ALIGN) * ALIGN
     return model_from_dict(doc, lambda d, dtype, dims: array_at(raw, base, d, dtype, dims))
 
 
 def array_at(raw: np.ndarray, base: int, d: dict[str, Any], dtype: np.dtype[Any], dims: tuple[int, ...]) -> np.ndarray:
     """The array a descriptor names in the flat bytes ``raw`` (data section at ``base``)."""
-    offset, nbytes = int(d["offset"]), int(d["nbytes"])
-    if offset < 0 or nbytes != dtype.itemsize * int(np.prod(dims)) or base + offset + nbytes > raw.size:
+    offset, nbytes = d["offset"], d["nbytes"]
+    if not isinstance(offset, int) or not isinstance(nbytes, int):
+        raise InvalidArgumentError(f"Model.load: a constant's offset {offset!r:.40} and size {nbytes!r:.40} must be integers")
+    if offset < 0 or nbytes != dtype.itemsize * dims_product(dims) or base + offset + nbytes > raw.size:
         raise InvalidArgumentError(f"Model.load: a constant of {nbytes} bytes at {offset} does not fit the file or its shape")
     return raw[base + offset : base + offset + nbytes].view(dtype).reshape(dims)
 

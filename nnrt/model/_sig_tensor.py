@@ -201,7 +201,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "Locates the maximum of each keypoint heatmap, refined to sub-pixel precision, in image coordinates.",
         ("heatmaps:FQ boxes:FA nchw:bool", "scores:FQ keypoints:FA"),
         heatmaps="4-D [num_boxes, height, width, num_keypoints]", boxes="[num_boxes, 4]",
-        keypoints="[num_boxes, num_keypoints, 2]",
+        keypoints="[num_boxes, num_keypoints, 2]: each keypoint's (x, y) in the image",
+        scores="[num_boxes, num_keypoints]: each keypoint's heatmap maximum",
     ),
     sig(
         Op.ROI_ALIGN,

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from nnrt.errors import ResourceExhaustedError
 from nnrt.model import Operand
 from nnrt.ops._registry import OpCall
-from nnrt.types import OperandType
+from nnrt.types import ErrorStatus, OperandType
 
 __all__ = [
     "ACT_NONE",
@@ -32,6 +34,7 @@ __all__ = [
     "check_activation",
     "ChannelRows",
     "check_padding_scheme",
+    "check_result_size",
     "from_nchw",
     "float_scalar_type",
     "from_real",
@@ -417,3 +420,20 @@ def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int, shift: int)
     left, right = max(shift, 0), max(-shift, 0)
     shifted = _wrap32(np.asarray(x, dtype=_I64) << left)
     return rounding_divide_by_pot(saturating_doubling_high_mul(shifted, multiplier, 32), right)
+
+
+#: The largest result a kernel may allocate: NNAPI's limit on one operand (what ``add_operand``
+#: checks for sizes known when the model is built).
+MAX_RESULT_BYTES = 2**31 - 1
+
+
+def check_result_size(call: OpCall, shape: Sequence[int], dtype: np.dtype[Any] | type[Any]) -> None:
+    """RESOURCE_EXHAUSTED_PERSISTENT, before allocating, when a result whose shape is known only
+    at run time (FILL, TILE, PAD, RESIZE) exceeds ``MAX_RESULT_BYTES``."""
+    nbytes = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+    if nbytes > MAX_RESULT_BYTES:
+        raise ResourceExhaustedError(
+            f"{call.label}: a result of shape {list(shape)} needs {nbytes} bytes, more than the "
+            f"{MAX_RESULT_BYTES} bytes one operand may hold",
+            status=ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+        )

@@ -22,7 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import ACT_NONE, from_nchw, normalize_axis, output_values, quant_range, requantize, to_nchw
+from nnrt.ops._common import (
+    ACT_NONE,
+    check_result_size,
+    from_nchw,
+    normalize_axis,
+    output_values,
+    quant_range,
+    requantize,
+    to_nchw,
+)
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.shape import (
     DATA_INT_TYPES,
@@ -228,6 +237,7 @@ def prepare_pad(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, paddings: np.ndarray, value: Any = None) -> np.ndarray:
         pads = _pad_plan(call, x.shape, paddings)
+        check_result_size(call, [d + lo + hi for d, (lo, hi) in zip(x.shape, pads)], dst.type.dtype)
         fill = default if value is None else value
         if t.is_quantized and not qmin <= int(fill) <= qmax:
             call.fail(f"input 2: pad value {fill} is out of range for {t.name}")
@@ -261,6 +271,7 @@ def prepare_mirror_pad(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, paddings: np.ndarray, mode: int) -> np.ndarray:
         pads, name = plan(x.shape, paddings, mode)
+        check_result_size(call, [d + lo + hi for d, (lo, hi) in zip(x.shape, pads)], dst.type.dtype)
         y = output_values(x, src, dst)
         return np.pad(y, pads, mode="reflect") if name == "reflect" else np.pad(y, pads, mode="symmetric")
 

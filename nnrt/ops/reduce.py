@@ -13,6 +13,7 @@ and their indices.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,14 @@ _REDUCERS: dict[Op, Callable[..., np.ndarray]] = {
 }
 
 
+def _extreme(dtype: np.dtype[Any], op: Op) -> Any:
+    """The identity of REDUCE_MAX (the type's lowest value) or REDUCE_MIN (its highest)."""
+    if dtype.kind == "f":
+        return -np.inf if op is Op.REDUCE_MAX else np.inf
+    info = np.iinfo(dtype)
+    return info.min if op is Op.REDUCE_MAX else info.max
+
+
 @kernel(*_REDUCE_TYPES)
 def prepare_reduce(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
@@ -76,10 +85,17 @@ def prepare_reduce(call: OpCall) -> Kernel:
     in_op, out_op = call.inputs[0], call.outputs[0]
     accumulate = call.type in (Op.MEAN, Op.REDUCE_PROD, Op.REDUCE_SUM)
     unchanged = same_quant(in_op, out_op)
+    if call.type in (Op.REDUCE_MAX, Op.REDUCE_MIN):  # an identity for empty axes (module doc)
+        np_reducer, op_type = reducer, call.type
+
+        def reducer(a: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+            return np.asarray(np_reducer(a, axis=axis, keepdims=keepdims, initial=_extreme(a.dtype, op_type)))
 
     def run(x: np.ndarray, axes: np.ndarray, keep_dims: int | bool) -> np.ndarray:
         ax = _axes(call, axes, x.ndim)
         keep = bool(keep_dims)
+        if call.type is Op.MEAN and any(x.shape[a] == 0 for a in ax):
+            call.fail(f"input 0 has shape {list(x.shape)}: the mean over an empty axis has no value")
         if t.is_quantized:
             if not accumulate and unchanged:  # MAX/MIN of the stored values
                 return _at_least_1d(np.asarray(reducer(x, axis=ax, keepdims=keep)))

@@ -17,7 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import float_scalar_type, from_nchw, from_real, round_half_away, same_quant, to_nchw, to_real
+from nnrt.ops._common import (
+    check_result_size,
+    float_scalar_type,
+    from_nchw,
+    from_real,
+    round_half_away,
+    same_quant,
+    to_nchw,
+    to_real,
+)
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -113,6 +122,7 @@ def prepare_resize(call: OpCall) -> Kernel:
         img = from_nchw(x) if nchw else x
         oh = _out_size(call, img.shape[1], height, by_scale, 2)
         ow = _out_size(call, img.shape[2], width, by_scale, 1)
+        check_result_size(call, [img.shape[0], oh, ow, img.shape[3]], dst.type.dtype)
         if nearest and unchanged:  # a pure gather: stays in the tensor's own type
             y = _nearest(img, oh, ow, align, half)
             return (to_nchw(y) if nchw else y).astype(dst.type.dtype, order="C")

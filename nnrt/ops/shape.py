@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import normalize_axis, output_values, requantize
+from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -65,7 +65,7 @@ def int_list(call: OpCall, value: Any, i: int, size: int | None = None) -> list[
 
 def all_const(call: OpCall, *inputs: int) -> bool:
     """True when every listed input is a constant or an omitted optional input."""
-    return all(call.const(i) is not None or not call.has_input(i) for i in inputs)
+    return all(not call.has_input(i) or call.const(i) is not None for i in inputs)
 
 
 def same_io(call: OpCall, types: Sequence[T], n_in: int = 1) -> None:
@@ -406,7 +406,9 @@ def prepare_tile(call: OpCall) -> Kernel:
         reps_of(len(src.dimensions), call.const(1))
 
     def run(x: np.ndarray, multiples: np.ndarray) -> np.ndarray:
-        return np.tile(output_values(x, src, dst), reps_of(x.ndim, multiples))
+        reps = reps_of(x.ndim, multiples)
+        check_result_size(call, [d * r for d, r in zip(x.shape, reps)], dst.type.dtype)
+        return np.tile(output_values(x, src, dst), reps)
 
     return run
 
@@ -481,7 +483,9 @@ def prepare_fill(call: OpCall) -> Kernel:
         shape_of(call.const(0))
 
     def run(dims: np.ndarray, value: Any) -> np.ndarray:
-        return np.full(shape_of(dims), value, dtype=dtype)
+        shape = shape_of(dims)
+        check_result_size(call, shape, dtype)
+        return np.full(shape, value, dtype=dtype)
 
     return run
 

@@ -178,3 +178,19 @@ def test_int8_fully_connected_with_per_channel_weights(device: nnrt.CpuDevice, k
     g.io([x], [y])
     out = compare(device, m.build(), [RNG.integers(-128, 128, (2, 3, 6)).astype(np.int8)])
     assert out[0].shape == ((2, 3, 4) if keep else (6, 4))
+
+
+def test_constants_are_views_of_the_loaded_file() -> None:
+    """A float32 filter is not copied: its value's buffer is the one bytearray the file was read into."""
+    from tests.importers.tflite_builder import load_bytes
+
+    o = opts(S.Conv2DOptionsT, padding=S.Padding.SAME, strideW=1, strideH=1)
+    data = _conv_model(BO.CONV_2D, [1, 8, 8, 3], [4, 3, 3, 3], [1, 8, 8, 4], o, OPT.Conv2DOptions)
+    model = load_bytes(data)
+    (w,) = [op for op in model.operands if op.name == "filter"]
+    assert w.lifetime is nnrt.OperandLifeTime.CONSTANT_POOL and isinstance(w.value, np.ndarray)
+    base: object = w.value
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    assert isinstance(base, memoryview) and base.nbytes == len(data)
+    assert not w.value.flags.writeable

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import nnrt
-from tests.importers.tflite_builder import BO, OPT, S, TflModel, compare, opts
+from nnrt.importers import UnsupportedModelError
+from tests.importers.tflite_builder import BO, OPT, S, TflModel, compare, load_bytes, opts
 
 RNG = np.random.default_rng(7)
 
@@ -319,3 +320,134 @@ def test_l2_norm_lrn_cast_and_int64_indices(device: nnrt.CpuDevice) -> None:
     g.op(BO.CAST, [gathered], [y])
     g.io([x], [y])
     compare(device, m.build(), [_f(4, 3) * 10])
+
+
+def test_gelu_tanh_form_and_relu_0_to_1(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.GELU, [[3, 7]], [[3, 7]], OPT.GeluOptions, opts(S.GeluOptionsT, approximate=True)),
+            [_f(3, 7) * 3])
+    compare(device, _one_op(BO.RELU_0_TO_1, [[3, 7]], [[3, 7]]), [_f(3, 7)])
+
+
+def test_logic_pow_fill_embedding_and_int64_argmax(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    a, b = g.tensor([2, 3], name="a"), g.tensor([2, 3], name="b")
+    la, lb = g.tensor([2, 3], np.bool_, name="la"), g.tensor([2, 3], np.bool_, name="lb")
+    g.op(BO.GREATER, [a, b], [la])
+    g.op(BO.LESS, [a, g.const([0.0])], [lb])
+    both, either, neither = (g.tensor([2, 3], np.bool_, name=n) for n in ("both", "either", "neither"))
+    g.op(BO.LOGICAL_AND, [la, lb], [both])
+    g.op(BO.LOGICAL_OR, [la, lb], [either])
+    g.op(BO.LOGICAL_NOT, [either], [neither])
+    p = g.tensor([2, 3], name="pow")
+    g.op(BO.POW, [b, g.const([2.0])], [p])
+    filled = g.tensor([2, 2], name="filled")
+    g.op(BO.FILL, [g.const([2, 2], np.int32), g.const(np.array(1.5, np.float32))], [filled])
+    emb = g.tensor([2, 4], name="emb")
+    g.op(BO.EMBEDDING_LOOKUP, [g.const([2, 0], np.int32), g.const(RNG.standard_normal((3, 4)))], [emb])
+    arg = g.tensor([2], np.int64, name="arg")
+    g.op(BO.ARG_MAX, [a, g.const([1], np.int32)], [arg], OPT.ArgMaxOptions,
+         opts(S.ArgMaxOptionsT, outputType=S.TensorType.INT64))
+    g.io([a, b], [both, either, neither, p, filled, emb, arg])
+    data = m.build()
+    got = compare(device, data, [_f(2, 3), _f(2, 3)])
+    assert got[-1].dtype == np.int32  # NNAPI's ARGMAX gives int32; the values are LiteRT's int64 ones
+
+
+def test_float_transpose_conv(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([1, 3, 3, 2], name="x")
+    w = g.const(RNG.standard_normal((4, 3, 3, 2)), name="w")
+    y = g.tensor([1, 6, 6, 4], name="y")
+    g.op(BO.TRANSPOSE_CONV, [g.const([1, 6, 6, 4], np.int32), w, x, g.const(RNG.standard_normal(4))], [y],
+         OPT.TransposeConvOptions, opts(S.TransposeConvOptionsT, padding=S.Padding.SAME, strideW=2, strideH=2))
+    g.io([x], [y])
+    compare(device, m.build(), [_f(1, 3, 3, 2)])
+
+
+def test_integer_division_semantics(device: nnrt.CpuDevice) -> None:
+    """TFLite's int32 DIV truncates and NNAPI's rounds down: DIV is refused, FLOOR_DIV maps."""
+    a, b = np.array([-7, 7, -7, 7, 6], np.int32), np.array([2, 2, -2, -2, 3], np.int32)
+    compare(device, _one_op(BO.FLOOR_DIV, [[5], [5]], [[5]], dtype=np.int32), [a, b])
+    compare(device, _one_op(BO.FLOOR_DIV, [[5], [5]], [[5]]), [a.astype(np.float32), b.astype(np.float32) + 0.5])
+    with pytest.raises(UnsupportedModelError, match="truncates"):
+        load_bytes(_one_op(BO.DIV, [[5], [5]], [[5]], OPT.DivOptions, opts(S.DivOptionsT), dtype=np.int32))
+
+
+def test_add_n_topk_reverse(device: nnrt.CpuDevice) -> None:
+    compare(device, _one_op(BO.ADD_N, [[2, 3], [2, 3], [2, 3]], [[2, 3]]), [_f(2, 3), _f(2, 3), _f(2, 3)])
+    m = TflModel()
+    g = m.main
+    x = g.tensor([2, 6], name="x")
+    vals, idx = g.tensor([2, 3], name="values"), g.tensor([2, 3], np.int32, name="indices")
+    g.op(BO.TOPK_V2, [x, g.const(3, np.int32)], [vals, idx])
+    g.io([x], [vals, idx])
+    compare(device, m.build(), [_f(2, 6)])
+    compare(device, _one_op(BO.REVERSE_V2, [[2, 3, 4]], [[2, 3, 4]], consts=[([1], np.int32)]), [_f(2, 3, 4)])
+
+
+@pytest.mark.parametrize(("code", "out_q"), [(BO.HARD_SWISH, (0.03, -20)), (BO.LOGISTIC, (1 / 256, -128)),
+                                            (BO.TANH, (1 / 128, 0)), (BO.RELU6, (0.03, -128)),
+                                            (BO.MAXIMUM, (0.05, 3))])
+def test_int8_activations(device: nnrt.CpuDevice, code: int, out_q: tuple[float, int]) -> None:
+    m = TflModel()
+    g = m.main
+    x = g.tensor([2, 8], np.int8, name="x", scale=0.05, zp=3)
+    y = g.tensor([2, 8], np.int8, name="y", scale=out_q[0], zp=out_q[1])
+    extra = [g.const(np.zeros((1, 8)), np.int8, scale=0.05, zp=3)] if code == BO.MAXIMUM else []
+    g.op(code, [x, *extra], [y])
+    g.io([x], [y])
+    compare(device, m.build(), [RNG.integers(-128, 128, (2, 8)).astype(np.int8)])
+    if code == BO.MAXIMUM:  # LiteRT does not rescale a MAXIMUM between differing quantizations: refused
+        g.t.tensors[y].quantization.zeroPoint = [0]
+        with pytest.raises(UnsupportedModelError, match="LiteRT does not rescale"):
+            load_bytes(m.build())
+
+
+def test_strided_slice_shrink_and_negative_stride(device: nnrt.CpuDevice) -> None:
+    o = opts(S.StridedSliceOptionsT, shrinkAxisMask=1)
+    compare(device, _one_op(BO.STRIDED_SLICE, [[4, 6]], [[3]], OPT.StridedSliceOptions, o,
+                            consts=[([2, 0], np.int32), ([3, 6], np.int32), ([1, 2], np.int32)]), [_f(4, 6)])
+    o = opts(S.StridedSliceOptionsT, endMask=2)
+    compare(device, _one_op(BO.STRIDED_SLICE, [[4, 6]], [[2, 6]], OPT.StridedSliceOptions, o,
+                            consts=[([3, 5], np.int32), ([1, 0], np.int32), ([-1, -1], np.int32)]), [_f(4, 6)])
+
+
+def test_hashtable_lookup(device: nnrt.CpuDevice) -> None:
+    m = TflModel()
+    g = m.main
+    lookups = g.tensor([4], np.int32, name="lookups")
+    out = g.tensor([4, 2], name="rows")
+    hits = g.tensor([4], np.uint8, name="hits")
+    g.op(BO.HASHTABLE_LOOKUP, [lookups, g.const([1, 3, 7], np.int32), g.const(_f(3, 2))], [out, hits])
+    g.io([lookups], [out, hits])
+    got = compare(device, m.build(), [np.array([3, 5, 1, 7], np.int32)])
+    assert got[1].tolist() == [1, 0, 1, 1]
+
+
+def test_int64_arg_max_then_cast(device: nnrt.CpuDevice) -> None:
+    """ARG_MAX to int64 then CAST (to int32, float32 and int64): nnrt holds the int64 values as int32."""
+    m = TflModel()
+    g = m.main
+    x = g.tensor([3, 5], name="x")
+    arg = g.tensor([3], np.int64, name="arg")
+    g.op(BO.ARG_MAX, [x, g.const([1], np.int32)], [arg], OPT.ArgMaxOptions,
+         opts(S.ArgMaxOptionsT, outputType=S.TensorType.INT64))
+    outs = [g.tensor([3], dt, name=f"as_{np.dtype(dt).name}") for dt in (np.int32, np.float32, np.int64)]
+    for y in outs:
+        g.op(BO.CAST, [arg], [y])
+    g.io([x], outs)
+    got = compare(device, m.build(), [_f(3, 5)])
+    assert [a.dtype for a in got] == [np.int32, np.float32, np.int32]
+
+
+def test_reduce_any_all(device: nnrt.CpuDevice) -> None:
+    for code in (BO.REDUCE_ANY, BO.REDUCE_ALL):
+        m = TflModel()
+        g = m.main
+        x = g.tensor([3, 4], np.bool_, name="x")
+        y = g.tensor([3], np.bool_, name="y")
+        g.op(code, [x, g.const([1], np.int32)], [y], OPT.ReducerOptions, opts(S.ReducerOptionsT, keepDims=False))
+        g.io([x], [y])
+        compare(device, m.build(), [RNG.random((3, 4)) > 0.3])

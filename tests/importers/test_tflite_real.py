@@ -77,3 +77,15 @@ def test_int8_streaming_model_carries_its_state(device: nnrt.CpuDevice, name: st
         moved += sum(int(np.any(a != b)) for a, b in zip(outs[1:], state))
         state = list(outs[1:])
     assert moved > 0  # the state really changes from step to step
+
+
+def test_an_imported_model_saves_and_reloads(device: nnrt.CpuDevice, tmp_path: Path) -> None:
+    """Constants that are views of the loaded file survive ``Model.save`` / ``Model.load``."""
+    model = nnrt.load(DATA / "mediapipe_hand_recrop.tflite")
+    model.save(tmp_path / "recrop.nnrt")
+    again = nnrt.Model.load(tmp_path / "recrop.nnrt")
+    x = np.random.default_rng(5).standard_normal((1, 256, 256, 3)).astype(np.float32)
+    a = device.prepare_model_sync(model).execute_sync([x]).outputs[0]
+    b = device.prepare_model_sync(again).execute_sync([x]).outputs[0]
+    np.testing.assert_array_equal(a, b)
+    assert [again.operands[i].name for i in again.input_indexes] == ["input_1"]

@@ -105,3 +105,18 @@ def test_without_the_reference_runtime_the_bench_says_how_to_install_it(monkeypa
     out = capsys.readouterr().out
     assert "reference: none (LiteRT is not installed: pip install ai-edge-litert (or pip install 'nnrt[bench]'))" in out
     assert re.search(r"^  burst( +\d+\.\d+){5}$", out, re.M) and "accuracy vs" not in out
+
+
+def test_a_stream_carries_the_state_like_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    """hey_mycroft over 40 steps: its output moves (0 to about 20 units), and nnrt, fed each
+    step's state_out as the next state_in, follows LiteRT's stateful interpreter. Resetting the
+    state each step instead stays at 2 units: far outside the tolerance."""
+    path = DATA / "microwakeword_hey_mycroft.tflite"
+    report = asyncio.run(run_bench(str(path), BenchOptions(runs=1, warmup=0, modes=("execute",), stream_steps=40)))
+    (acc,) = report.stream
+    assert report.stream_steps == 40 and report.stream_varied and acc.quant_units is not None and acc.quant_units <= 3
+    assert main(["bench", str(path), "--runs", "1", "--warmup", "0", "--modes", "execute", "--stream", "5"]) == 0
+    assert "over a stream of 5 steps, state carried from step to step (worst step per output):" in capsys.readouterr().out
+    stateless = asyncio.run(run_bench(str(DATA / "mediapipe_hand_recrop.tflite"),
+                                      BenchOptions(runs=1, warmup=0, modes=("execute",), stream_steps=3)))
+    assert stateless.stream == [] and stateless.stream_steps == 0

@@ -49,3 +49,13 @@ def test_config_mistakes_name_the_field(tmp_path: Path, capsys: pytest.CaptureFi
 def test_unknown_model(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["devices", "--model", "no-such-model"]) == 2
     assert "nnrt devices: INVALID_ARGUMENT: " in (err := capsys.readouterr().err) and "'no-such-model'" in err
+
+
+def test_devices_with_a_real_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "devices.toml"
+    config.write_text(CONFIG)
+    model = Path(__file__).parents[1] / "data" / "models" / "mediapipe_hand_recrop.tflite"
+    assert main(["devices", "--config", str(config), "--model", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "npu does not run operation" in out and "PRELU" in out
+    assert "step 0 on npu: operations 0" in out

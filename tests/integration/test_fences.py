@@ -253,7 +253,7 @@ async def test_app_and_nnrt_fences() -> None:
         fence.signal()
     with pytest.raises(InternalError):
         fence.signal_error(ErrorStatus.GENERAL_FAILURE, "late")
-    with pytest.raises(InternalError, match="NONE"):
+    with pytest.raises(InvalidArgumentError, match="NONE"):  # the app's mistake, not nnrt's
         SyncFence().signal_error(ErrorStatus.NONE, "not an error")
     derived = all_of([SyncFence()])
     with pytest.raises(InvalidArgumentError, match="only app-created"):

@@ -74,3 +74,29 @@ def test_scenario_mistakes_name_the_field(change: tuple[str, str], match: str) -
     text = TWO_DEVICES.replace(*change)
     with pytest.raises(ScenarioError, match=match):
         parse_scenario(text.format(placement=""))
+
+
+def test_partitioned_runs_are_deterministic() -> None:
+    text = TWO_DEVICES.replace('step_costs_us = [1000, 500, 1000, 200, 100, 1200]',
+                               'step_costs_us = [1000, 500, 1000, 200, 100, 1200]\njitter = 0.3')
+    text = text.replace('arrival = "periodic"\nperiod_ms = 10', 'arrival = "poisson"\nrate_hz = 400')
+    scenario = parse_scenario(text.format(placement='devices = ["npu", "cpu"]'))
+    first, second = (simulate(scenario, progress=False).reports[0] for _ in range(2))
+    assert first == second
+    c = first.get("camera", "high")
+    assert c.offered == 50 and len({v for v in c.latency_ms.values()}) > 1  # jitter and queueing vary latencies
+
+
+def test_a_slow_cpu_counts_its_speed() -> None:
+    """The reference CPU's figure is 1 / speed too: an npu at speed 0.8 beats a CPU at 0.5."""
+    text = TWO_DEVICES.replace("[devices.cpu]\nspeed = 1.0", "[devices.cpu]\nspeed = 0.5").replace("speed = 4.0",
+                                                                                                    "speed = 0.8")
+    (rep,) = simulate(parse_scenario(text.format(placement='devices = ["npu", "cpu"]')), progress=False).reports
+    used = {d.name: d.device_s for d in rep.devices}
+    assert used["npu"] > 0 and used["cpu"] > 0
+
+
+def test_no_device_for_an_operation_is_a_scenario_error() -> None:
+    scenario = parse_scenario(TWO_DEVICES.format(placement='devices = ["npu"]'))
+    with pytest.raises(ScenarioError, match=r"models.block: no device can run operation 3 \(AVERAGE_POOL_2D\)"):
+        simulate(scenario, progress=False)

@@ -33,8 +33,10 @@ def test_float_scalars_follow_a_float16_model_and_none_is_omitted() -> None:
     m = b.model
     beta = m.operands[m.operations[0].inputs[1]]
     assert beta.type is T.FLOAT16 and m.operands[y].type is T.TENSOR_FLOAT16 and m.operands[y].dimensions == ()
+    b.op(Op.SOFTMAX, x, np.float32(0.5))  # numpy scalars are scalars too
+    assert m.operands[m.operations[1].inputs[1]].value == 0.5
     z = b.op(Op.SQUEEZE, x, None, out=[4])
-    assert m.operands[m.operations[1].inputs[1]].lifetime is nnrt.OperandLifeTime.NO_VALUE
+    assert m.operands[m.operations[2].inputs[1]].lifetime is nnrt.OperandLifeTime.NO_VALUE
     assert m.operands[z].dimensions == (4,)
 
 

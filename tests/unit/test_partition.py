@@ -96,10 +96,12 @@ def test_operations_and_operand_types_restrict(cpu: nnrt.CpuDevice) -> None:
         ({"feature_level": True}, "feature_level"),
         ({"operations": ["NOT_AN_OP"]}, "operations"),
         ({"operations": "ADD"}, "operations"),
+        ({"operations": 5}, "operations"),
         ({"operand_types": [999]}, "operand_types"),
         ({"performance": -1.0}, "performance"),
         ({"performance": "fast"}, "performance"),
         ({"fail_prepare": ErrorStatus.NONE}, "fail_prepare"),
+        ({"fail_execute": 1}, "fail_execute"),
         ({"device_type": 3}, "device_type"),
     ],
 )
@@ -257,3 +259,18 @@ def test_steps_cover_every_operation_once(cpu: nnrt.CpuDevice) -> None:
     seen = sorted(n for s in steps for n in s.operations)
     assert seen == list(range(len(ops)))
     assert len(steps) == 50  # alternating pairs
+
+
+def test_while_is_chosen_whole_by_its_subgraphs(cpu: nnrt.CpuDevice) -> None:
+    from nnrt.conformance._cts import build_model, load_spec
+
+    m = build_model(load_spec("V1_3/while_fib")[0])
+    inner = {op.type for sub in m.referenced_models() for op in sub.operations}
+    full = RestrictedDevice("full", operations=[Op.WHILE, *inner])
+    fast = ExecutionPreference.FAST_SINGLE_ANSWER
+    assert choose_devices(m, [cpu, full], fast) == [1]
+    missing = sorted(inner)[0]
+    partial = RestrictedDevice("partial", operations=[Op.WHILE, *(inner - {missing})])
+    assert choose_devices(m, [cpu, partial], fast) == [0]
+    assert "its subgraph's operation" in partial.operation_support(m)[0].reason
+    assert missing.name in partial.operation_support(m)[0].reason

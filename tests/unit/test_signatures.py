@@ -24,6 +24,7 @@ def test_every_operation_type_has_a_signature_and_a_kernel_or_the_executor() -> 
         for v in sig.variants:
             for a in (*v.inputs, *v.outputs):
                 assert a.types, (sig.op.name, a.name)
+                assert a.doc, f"{sig.op.name} {a.name}: no meaning written"
 
 
 def test_the_committed_reference_page_is_the_rendering_of_the_tables() -> None:

@@ -1,0 +1,175 @@
+"""The fuzz targets: one function per parser of untrusted bytes, each taking ``bytes``.
+
+A target returns normally when nnrt accepted the input or refused it with an ``NnrtError``
+carrying an NNAPI status; anything else escapes, and the fuzzer reports it as a crash (with
+the input that caused it). Targets:
+
+* ``model_file``: ``Model.load`` of the bytes as a file; an accepted model is prepared and,
+  when its inputs are small and fully specified, executed once on zeros.
+* ``cache``: a compilation-cache entry. The input is ``u32 n`` + the model cache's body (``n``
+  bytes) + the data cache. The harness signs the body with the entry's key, as a writer holding
+  the key would: the HMAC check alone would otherwise refuse every mutation, and the fuzzer
+  must reach the JSON, model and re-laid-array parsing behind it.
+* ``burst_packet``: the bytes as little-endian int64 datums of a flat burst request packet,
+  served by a burst server holding two registered pools.
+* ``load``: ``nnrt.load`` (TFLite or ONNX by content) of the bytes as a file; an accepted model
+  is prepared. It covers the importers as they grow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import nnrt
+from nnrt import ErrorStatus, zoo
+
+__all__ = ["TARGETS", "UnexpectedError", "check_status"]
+
+#: Statuses an NNAPI call may fail with.
+NNAPI_STATUSES = frozenset(s for s in ErrorStatus if s is not ErrorStatus.NONE)
+
+
+class UnexpectedError(AssertionError):
+    """An outcome outside the contract (a wrong status, a bare exception turned into a packet)."""
+
+
+def check_status(err: nnrt.NnrtError) -> None:
+    if err.status not in NNAPI_STATUSES:
+        raise UnexpectedError(f"NnrtError with status {err.status!r}")
+
+
+class _Env:
+    """What the targets share in one process: a device, a scratch directory, a burst."""
+
+    def __init__(self) -> None:
+        self.device = nnrt.CpuDevice(name="nnrt-fuzz", calibrate=False)
+        self.dir = tempfile.mkdtemp(prefix="nnrt-fuzz-")
+        self.path = os.path.join(self.dir, "input")
+        self.loop = asyncio.new_event_loop()
+        self._burst: Any = None
+
+    def write(self, data: bytes) -> str:
+        with open(self.path, "wb") as f:
+            f.write(data)
+        return self.path
+
+    def burst(self) -> Any:
+        if self._burst is None:
+            prepared = self.device.prepare_model_sync(zoo.one_add())
+            self._burst = self.loop.run_until_complete(prepared.burst().configure())
+            self._burst.register_memory(nnrt.Memory(np.zeros(64, np.float32)))
+            self._burst.register_memory(nnrt.Memory(np.zeros(16, np.float32)))
+            self._prepared = prepared
+        return self._burst
+
+
+_env: _Env | None = None
+
+
+def env() -> _Env:
+    global _env
+    if _env is None:
+        _env = _Env()
+    return _env
+
+
+def _try_model(model: nnrt.Model) -> None:
+    """Prepare an accepted model and run it once on zeros when that is cheap."""
+    prepared = env().device.prepare_model_sync(model)
+    inputs = []
+    for i in model.input_indexes:
+        op = model.operands[i]
+        if not op.fully_specified or op.byte_size > 1 << 16:
+            return
+        inputs.append(op.type.dtype.type(0).item() if op.type.is_scalar else np.zeros(op.dimensions, op.type.dtype))
+    prepared.execute_sync(inputs, loop_timeout=0.01)
+
+
+def _guard(fn: Callable[[bytes], None]) -> Callable[[bytes], None]:
+    def target(data: bytes) -> None:
+        try:
+            fn(data)
+        except nnrt.NnrtError as err:
+            check_status(err)
+
+    target.__name__ = fn.__name__
+    return target
+
+
+@_guard
+def model_file(data: bytes) -> None:
+    _try_model(nnrt.Model.load(env().write(data)))
+
+
+_CACHE_TOKEN = bytes(range(32))
+
+
+@_guard
+def cache(data: bytes) -> None:
+    import hashlib
+    import hmac
+
+    from nnrt.cache import cache_key, file_names, load_from_cache
+    from nnrt.types import ExecutionPreference, Priority
+
+    if len(data) < 4:
+        return
+    (n,) = struct.unpack("<I", data[:4])
+    body, blob = data[4 : 4 + n], data[4 + n :]
+    dev = env().device
+    key = cache_key(_CACHE_TOKEN, dev.name, dev.version, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM)
+    model_name, data_name = file_names(key)
+    where = env().dir
+    with open(os.path.join(where, model_name), "wb") as f:
+        f.write(body + hmac.new(key, body, hashlib.sha256).digest())
+    with open(os.path.join(where, data_name), "wb") as f:
+        f.write(blob)
+    meta = {"device": dev.name, "version": dev.version, "preference": int(ExecutionPreference.FAST_SINGLE_ANSWER),
+            "priority": int(Priority.MEDIUM)}
+    load_from_cache(where, key, meta, dev.inline_limit_ns)
+
+
+def cache_seed(model: nnrt.Model) -> bytes:
+    """A corpus entry for ``cache``: the entry the device writes for ``model``, re-framed."""
+    from nnrt.cache import cache_key, file_names
+    from nnrt.types import ExecutionPreference, Priority
+
+    dev = env().device
+    where = tempfile.mkdtemp(prefix="nnrt-seed-")
+    env().loop.run_until_complete(dev.prepare_model(model, cache_dir=where, token=_CACHE_TOKEN))
+    key = cache_key(_CACHE_TOKEN, dev.name, dev.version, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM)
+    model_name, data_name = file_names(key)
+    with open(os.path.join(where, model_name), "rb") as f:
+        body = f.read()[:-32]
+    with open(os.path.join(where, data_name), "rb") as f:
+        blob = f.read()
+    return struct.pack("<I", len(body)) + body + blob
+
+
+@_guard
+def burst_packet(data: bytes) -> None:
+    burst = env().burst()
+    usable = len(data) - len(data) % 8
+    datums = [int(v) for v in np.frombuffer(data[:usable], "<i8")]
+    result = env().loop.run_until_complete(burst._server.serve(datums))
+    if result.message.startswith("bad request packet:") and "MalformedPacketError" not in result.message:
+        raise UnexpectedError(f"the server turned a bare exception into a packet: {result.message}")
+    if result.status is not ErrorStatus.NONE and result.status not in NNAPI_STATUSES:
+        raise UnexpectedError(f"result status {result.status!r}")
+
+
+@_guard
+def load(data: bytes) -> None:
+    _try_model(nnrt.load(env().write(data)))
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "model_file": model_file, "cache": cache, "burst_packet": burst_packet, "load": load,
+}
