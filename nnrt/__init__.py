@@ -38,6 +38,7 @@ from nnrt.framework import prepare
 from nnrt.importers import UnsupportedModelError, load
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, Memory, MemoryLocation
 from nnrt.model import Model, ModelBuilder, OperandRef
+from nnrt.process import ProcessDevice
 from nnrt.types import (
     TIMING_UNAVAILABLE,
     Capabilities,
@@ -99,6 +100,7 @@ __all__ = [
     "Partition",
     "PerformanceInfo",
     "PreparedModel",
+    "ProcessDevice",
     "Priority",
     "ResourceExhaustedError",
     "RestrictedDevice",

@@ -48,10 +48,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from nnrt._log import get_logger, vlog_enabled
 from nnrt.errors import InvalidArgumentError
 from nnrt.importers import _tflite_control, _tflite_ops_elementwise, _tflite_ops_nn, _tflite_ops_rnn, _tflite_ops_shape
 from nnrt.importers._common import Rejections, check_operations
-from nnrt.importers._tflite_control import State, record_state
+from nnrt.importers._tflite_control import State, record_state, state_variables
 from nnrt.importers._tflite_graph import MAPPERS, Graph, Unsupported
 from nnrt.importers._tflite_schema import TflFile, TflOp, TflSubgraph, parse_tflite
 from nnrt.model import Model
@@ -59,6 +60,8 @@ from nnrt.types import OperandLifeTime as L
 from nnrt.types import OperandType as T
 
 __all__ = ["load_tflite"]
+
+_log = get_logger("importers")
 
 # The op mapper modules register themselves with ``MAPPERS`` when imported.
 _MAPPER_MODULES = (_tflite_control, _tflite_ops_elementwise, _tflite_ops_nn, _tflite_ops_rnn, _tflite_ops_shape)
@@ -72,7 +75,12 @@ _MAX_NESTING = 32
 def load_tflite(data: memoryview, *, name: str, input_shapes: Mapping[str, tuple[int, ...]]) -> Model:
     """Import a ``TFL3`` flatbuffer (see the module docstring for the rules)."""
     file = parse_tflite(data, name)
-    return _Importer(file, name).run(dict(input_shapes))
+    model = _Importer(file, name).run(dict(input_shapes))
+    if vlog_enabled("model"):
+        _log.debug("model.imported", model=name, format="tflite", operators=len(file.subgraphs[0].operators),
+                   operations=len(model.operations), subgraphs=len(file.subgraphs),
+                   state=len(state_variables(model)))
+    return model
 
 
 def _live_operators(sub: TflSubgraph) -> set[int]:

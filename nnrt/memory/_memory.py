@@ -27,6 +27,7 @@ import mmap
 import os
 import stat
 import sys
+import weakref
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from types import TracebackType
@@ -37,7 +38,28 @@ import numpy as np
 from nnrt.errors import InvalidArgumentError, ResourceExhaustedError
 from nnrt.types import ErrorStatus
 
-__all__ = ["Memory", "MemoryLocation", "open_regular_file", "read_regular_file"]
+__all__ = ["Memory", "MemoryLocation", "open_regular_file", "read_regular_file", "shared_segment"]
+
+#: The mapping of every shared-memory segment this process created or attached -> its name
+#: (``shared_segment``: an out-of-process driver passes such arrays by name, not by value).
+_segment_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def shared_segment(array: np.ndarray) -> tuple[str, int] | None:
+    """``(segment name, byte offset)`` when ``array`` is a view of a named shared-memory
+    segment (``Memory.from_shared_memory``), else None."""
+    root: Any = array
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    mapped = root.obj if isinstance(root, memoryview) else root
+    try:
+        name = _segment_names.get(mapped)
+    except TypeError:  # not weak-referenceable: not a segment's mapping
+        return None
+    if name is None:
+        return None
+    start = np.frombuffer(mapped, np.uint8, count=1).ctypes.data  # type: ignore[arg-type]
+    return name, int(array.ctypes.data - start)
 
 
 class _Segment(shared_memory.SharedMemory):
@@ -151,6 +173,7 @@ class Memory:
         mem = cls.__new__(cls)
         assert seg._mmap is not None  # type: ignore[attr-defined]
         buf = np.frombuffer(seg._mmap, dtype=np.uint8)  # type: ignore[attr-defined]
+        _segment_names[seg._mmap] = seg.name  # type: ignore[attr-defined]
         if size is not None:
             if size > buf.size:
                 seg.release()

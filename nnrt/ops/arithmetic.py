@@ -21,6 +21,7 @@ from nnrt.ops._common import (
     ChannelRows,
     apply_activation,
     broadcast_shape,
+    broadcasts,
     check_activation,
     from_real,
     lookup_binary,
@@ -52,6 +53,7 @@ _TYPES = {
 
 
 @kernel(Op.ADD, Op.SUB, Op.MUL, Op.DIV)
+@broadcasts(0, 1)
 def prepare_binary(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
     t = call.expect_type(0, *_TYPES[call.type])

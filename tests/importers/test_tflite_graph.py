@@ -517,3 +517,18 @@ def test_resized_input_reaches_if_branches(device: nnrt.CpuDevice) -> None:
         it.invoke()
         got = run_nnrt(device, model, [np.array([cond]), xs])[0]
         np.testing.assert_allclose(got, it.get_tensor(it.get_output_details()[0]["index"]), atol=1e-6)
+
+
+def test_an_import_logs_one_event_under_the_model_tag() -> None:
+    from structlog.testing import capture_logs
+
+    from nnrt._log import reload_vlog
+
+    reload_vlog("model")
+    try:
+        with capture_logs() as logs:
+            load_bytes(_accumulator())
+    finally:
+        reload_vlog()
+    (event,) = [e for e in logs if e["event"] == "model.imported"]
+    assert event["format"] == "tflite" and event["state"] == 1 and event["subgraphs"] == 2

@@ -52,3 +52,11 @@ def test_partitioning_example() -> None:
     assert re.search(r"step 0 on nnrt-cpu operations .*\(fallback: npu failed to prepare it\)", out)
     assert "output identical to the CPU alone: True" in out
     assert "without the CPU -> INVALID_ARGUMENT: npu cannot prepare the model: operation 3 (AVERAGE_POOL_2D)" in out
+
+
+def test_driver_process_example() -> None:
+    out = run("06_driver_process.py")
+    assert re.search(r"frame 1[2-5]: DEAD_OBJECT", out)
+    assert "device dead: True" in out
+    assert re.search(r"restarted: new service pid \d+, model re-prepared from the cache", out)
+    assert "frames done 30/30" in out and "outputs identical to in-process: True" in out

@@ -1,0 +1,204 @@
+"""A driver in its own process (``nnrt.ProcessDevice``), against the in-process CPU device,
+in one run:
+(a) one-ADD round trip ([1, 4] float32): p50 and p99 of ``await execute`` through the service,
+    next to the same on an in-process ``CpuDevice`` (targets on an idle machine: p50 <= 40 us,
+    p99 <= 200 us);
+(b) what an input's size costs: a MEAN over a [1, n] float32 input (the output is [1, 1], so
+    only the input's transport differs), 1 KB and 1 MB, passed as a location in a shared
+    ``Memory`` (sent by name) and as a plain array (pickled over the socket at 1 KB, copied
+    into the device's shared arena at 1 MB); the service's
+    overhead over in-process execution of the same request, and the 1 MB / 1 KB ratio of that
+    overhead for shared memory (target: <= 1, i.e. the size costs nothing);
+(c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
+    operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
+    requests alternating) against one in-process ``CpuDevice`` (target: >= 1.6x; needs two
+    idle cores; the 200-op chain runs in about 0.1 ms in process, less than a round trip);
+(d) ``kill -9`` of the service during a stream (8 executions in flight): time from the kill to
+    the last in-flight call failing with DEAD_OBJECT (target < 100 ms), and time for
+    ``restart()`` (the model re-prepared from a warm compilation cache) to the stream's next
+    success (target < 1 s), without and with a standby service (``standby=True``).
+Run: python benchmarks/process.py [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+from _common import quick_flag, ratio, report
+
+import nnrt
+from nnrt import Model, zoo
+from nnrt import OperandType as T
+from nnrt import OperationType as Op
+from nnrt.memory import Memory, MemoryLocation
+
+QUICK = quick_flag()
+
+
+def mean_model(n: int) -> Model:
+    m = Model(f"mean_{n}")
+    x = m.add_operand(T.TENSOR_FLOAT32, [1, n])
+    axes = m.add_operand(T.TENSOR_INT32, [1])
+    keep = m.add_operand(T.INT32)
+    y = m.add_operand(T.TENSOR_FLOAT32, [1, 1])
+    m.set_operand_value(axes, np.array([1], np.int32))
+    m.set_operand_value(keep, 1)
+    m.add_operation(Op.MEAN, [x, axes, keep], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    s = sorted(samples)
+    return s[len(s) // 2], s[min(len(s) - 1, int(len(s) * 0.99))]
+
+
+async def latencies(prepared: nnrt.PreparedModel, inputs: list[object], number: int) -> list[float]:
+    out = []
+    for _ in range(number):
+        t = time.perf_counter()
+        await prepared.execute(inputs)
+        out.append((time.perf_counter() - t) * 1e6)
+    return out
+
+
+async def interleaved(a: nnrt.PreparedModel, b: nnrt.PreparedModel, inputs: list[object], number: int,
+                      rounds: int) -> tuple[list[float], list[float]]:
+    la: list[float] = []
+    lb: list[float] = []
+    await a.execute(inputs)
+    await b.execute(inputs)
+    for _ in range(rounds):
+        la += await latencies(a, inputs, number)
+        lb += await latencies(b, inputs, number)
+    return la, lb
+
+
+async def round_trip(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
+    print("(a) one-ADD round trip")
+    model = zoo.one_add()
+    local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
+    x = np.ones((1, 4), np.float32)
+    la, lb = await interleaved(local, remote, [x, x], 200 if QUICK else 1000, 5)
+    (p50a, p99a), (p50b, p99b) = percentiles(la), percentiles(lb)
+    report("in-process execute p50", p50a)
+    report("in-process execute p99", p99a)
+    report("through the service p50 (target <= 40 us idle)", p50b)
+    report("through the service p99 (target <= 200 us idle)", p99b)
+    ratio("service / in-process p50", p50b / p50a)
+
+
+async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
+    print("(b) input size: MEAN over [1, n] float32, output [1, 1]")
+    number, rounds = (100, 3) if QUICK else (300, 5)
+    overhead: dict[str, float] = {}
+    for label, n in (("1 KB", 256), ("1 MB", 262_144)):
+        model = mean_model(n)
+        local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
+        x = np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)
+        with Memory.from_shared_memory(size=x.nbytes) as mem:
+            mem.buffer.view(np.float32)[:] = x.reshape(-1)
+            loc = MemoryLocation(mem, 0, x.nbytes)
+            la, lb = await interleaved(local, remote, [loc], number, rounds)
+            _, lc = await interleaved(local, remote, [x], number, rounds)
+        base, shared, plain = statistics.median(la), statistics.median(lb), statistics.median(lc)
+        report(f"{label}: in-process (shared Memory input) median", base)
+        report(f"{label}: service, shared Memory input (by name) median", shared)
+        report(f"{label}: service, plain array input median", plain)
+        overhead[label] = shared - base
+        report(f"{label}: service overhead, shared Memory input", shared - base)
+        report(f"{label}: service overhead, plain array input", plain - base)
+    ratio("shared Memory overhead 1 MB / 1 KB", overhead["1 MB"] / max(overhead["1 KB"], 1e-9), 1.0)
+
+
+async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
+    print(f"(c) GIL-bound {ops}-ADD chain, 8 executions in flight")
+    model = zoo.add_chain(ops, 16)
+    x = zoo.example_inputs(model)[0]
+    total = (80 if QUICK else 240) * 200 // ops
+    local = await cpu.prepare_model(model)
+    with nnrt.ProcessDevice("svc-1") as d1, nnrt.ProcessDevice("svc-2") as d2:
+        remotes = [await d1.prepare_model(model), await d2.prepare_model(model)]
+
+        async def stream(targets: list[nnrt.PreparedModel]) -> float:
+            sem = asyncio.Semaphore(8)
+
+            async def one(k: int) -> None:
+                async with sem:
+                    await targets[k % len(targets)].execute([x])
+
+            t = time.perf_counter()
+            await asyncio.gather(*(one(k) for k in range(total)))
+            return total / (time.perf_counter() - t)
+
+        await stream([local])
+        await stream(remotes)
+        a, b = [], []
+        for _ in range(3):
+            a.append(await stream([local]))
+            b.append(await stream(remotes))
+        report("in-process CpuDevice throughput", statistics.median(a), "exec/s")
+        report("two services throughput", statistics.median(b), "exec/s")
+        ratio("two services / in-process", statistics.median(b) / statistics.median(a), 1.6, at_least=True)
+
+
+async def death_and_recovery(standby: bool) -> None:
+    print(f"(d) kill -9 during a stream, then restart from a warm compilation cache (standby={standby})")
+    model = zoo.small_cnn()
+    x = zoo.example_inputs(model)[0]
+    to_dead, to_back = [], []
+    with tempfile.TemporaryDirectory() as cache, nnrt.ProcessDevice(standby=standby) as dev:
+        prepared = await dev.prepare_model(model, cache_dir=cache, token=bytes(32))
+        for _ in range(2 if QUICK else 5):
+            if standby:  # recovering with a spare assumes the spare had time to start
+                await asyncio.to_thread(lambda: dev._spare_thread and dev._spare_thread.join())
+            tasks = [asyncio.create_task(prepared.execute([x])) for _ in range(8)]
+            await asyncio.sleep(0.005)
+            pid = dev.pid
+            assert pid is not None
+            t_kill = time.perf_counter()
+            os.kill(pid, signal.SIGKILL)
+            done: list[float] = []
+            for task in tasks:
+                try:
+                    await task
+                except nnrt.DeadObjectError:
+                    done.append(time.perf_counter())
+            if done:
+                to_dead.append((max(done) - t_kill) * 1e3)
+            t = time.perf_counter()
+            await dev.restart()
+            await prepared.execute([x])
+            to_back.append((time.perf_counter() - t) * 1e3)
+    report("kill -9 -> last in-flight call fails, median (target < 100)", statistics.median(to_dead), "ms")
+    report("kill -9 -> last in-flight call fails, max", max(to_dead), "ms")
+    report("restart + first success, median (target < 1000)", statistics.median(to_back), "ms")
+
+
+async def main() -> None:
+    cpu = nnrt.CpuDevice(name="in-process", tune_process=True)
+    try:
+        with nnrt.ProcessDevice() as proc:
+            await round_trip(cpu, proc)
+            await input_size(cpu, proc)
+        for ops in (200, 2000):
+            await gil_bound(cpu, ops)
+        await death_and_recovery(False)
+        await death_and_recovery(True)
+    finally:
+        cpu.close()
+
+
+if __name__ == "__main__":
+    print(f"benchmarks/process.py on {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    asyncio.run(main())

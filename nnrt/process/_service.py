@@ -1,0 +1,224 @@
+"""The service half of a ``ProcessDevice``: a child process running an ordinary device.
+
+Started as ``python -m nnrt.process._service FD`` (a fresh interpreter: the safe start
+method in a parent that runs threads and an event loop), it reads its configuration from
+the socket ``FD`` (the first frame: which device, with which options), builds that device
+(a ``CpuDevice`` or a ``RestrictedDevice``, each with its own scheduler) and serves requests
+on one asyncio event loop, reading frames as the socket becomes readable:
+
+* ``prepare`` rebuilds the model from its wire form, prepares it on the device (through the
+  compilation cache when given ``cache_dir``/``token``) and answers a random handle; the
+  prepared model is filed under ``(app, handle)``, so a request naming another app's handle
+  finds nothing (INVALID_ARGUMENT), as if it did not exist;
+* ``execute`` runs a task per request, so several executions (of several apps) are in flight
+  and the device's scheduler orders them; ``cancel`` cancels one;
+* ``release`` drops a prepared model; ``support``, ``capabilities`` and ``ping`` answer at once
+  (``ping`` is the app's watchdog: a wedged loop does not answer it);
+* ``_hang`` and ``_exit`` are test hooks (block the loop thread forever; exit at once).
+
+A malformed request (a frame that does not unpickle, is not ``(kind, id, ...)``, names an
+unknown kind or has the wrong arguments) is answered with a failure (GENERAL_FAILURE, or
+INVALID_ARGUMENT for an unknown kind; id 0 when the id could not be read) and the service
+keeps serving, as NNAPI's burst server does with an ill-formed FMQ packet. Only a frame whose
+length prefix is absurd ends the connection: the stream's framing is lost.
+
+The service exits when its socket reaches EOF (the device closed it, or the app process died)
+and, should its loop be wedged, when a watcher thread sees that its parent process changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from nnrt._log import get_logger
+from nnrt.devices import CpuDevice, Device, RestrictedDevice
+from nnrt.errors import InvalidArgumentError
+from nnrt.execution import PreparedModel
+from nnrt.memory import Memory
+from nnrt.process._wire import decode_args, error_payload, model_from_wire, recv_frame, send_frame
+from nnrt.types import ErrorStatus
+
+__all__ = ["main"]
+
+_log = get_logger("driver")
+
+
+def make_device(kind: str, options: dict[str, Any]) -> Device:
+    """The device a service runs: ``"cpu"`` (``CpuDevice(**options)``) or ``"restricted"``."""
+    if kind == "restricted":
+        return RestrictedDevice(**options)
+    return CpuDevice(**options)
+
+
+class _Service:
+    def __init__(self, sock: socket.socket, device: Device) -> None:
+        self.sock = sock
+        self.device = device
+        self.prepared: dict[tuple[str, int], PreparedModel] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.segments: dict[str, Memory] = {}
+        self.done: asyncio.Future[None] | None = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.done = loop.create_future()
+        loop.add_reader(self.sock.fileno(), self._on_readable)
+        try:
+            await self.done
+        finally:
+            loop.remove_reader(self.sock.fileno())
+            for task in list(self.tasks.values()):
+                task.cancel()
+            for mem in self.segments.values():
+                mem.close()
+            close = getattr(self.device, "close", None)
+            if close is not None:
+                close()
+
+    def _reply(self, rid: int, ok: bool, payload: Any) -> None:
+        try:
+            send_frame(self.sock, (rid, ok, payload))
+        except OSError:  # the app is gone: stop serving
+            self._stop()
+
+    def _stop(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def _on_readable(self) -> None:
+        try:
+            msg = recv_frame(self.sock)
+        except (EOFError, OSError):  # the app closed the socket or died (or framing is lost)
+            self._stop()
+            return
+        except Exception as err:  # a frame whose body does not unpickle: answered, then serve on
+            self._reply(0, False, (int(ErrorStatus.GENERAL_FAILURE), f"malformed request frame: {err}"))
+            return
+        if not (type(msg) is tuple and len(msg) >= 2 and type(msg[0]) is str and type(msg[1]) is int):
+            self._reply(0, False, (int(ErrorStatus.GENERAL_FAILURE), f"malformed request: {type(msg).__name__}"))
+            return
+        kind, rid = msg[0], msg[1]
+        try:
+            if kind == "execute":
+                if not self._execute_now(rid, *msg[2:]):
+                    self._spawn(rid, self._execute(rid, *msg[2:]))
+            elif kind == "prepare":
+                self._spawn(rid, self._prepare(rid, *msg[2:]))
+            elif kind == "cancel":
+                task = self.tasks.get(msg[3])
+                if task is not None:
+                    task.cancel()
+            elif kind == "release":
+                self.prepared.pop((msg[2], msg[3]), None)
+            elif kind == "ping":
+                self._reply(rid, True, os.getpid())
+            elif kind == "support":
+                model = model_from_wire(*msg[3])
+                self._reply(rid, True, [(s.supported, s.reason) for s in self.device.operation_support(model)])
+            elif kind == "capabilities":
+                self._reply(rid, True, self.device.capabilities)
+            elif kind == "_hang":  # test hook: a wedged service
+                while True:
+                    time.sleep(3600)
+            elif kind == "_exit":  # test hook: a crash
+                os._exit(3)
+            else:
+                self._reply(rid, False, error_payload(InvalidArgumentError(f"unknown request {kind!r}")))
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+
+    def _spawn(self, rid: int, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks[rid] = task
+        task.add_done_callback(lambda _t: self.tasks.pop(rid, None))
+
+    async def _prepare(self, rid: int, app: str, wire: Any, options: dict[str, Any]) -> None:
+        try:
+            model = model_from_wire(*wire)
+            prepared = await self.device.prepare_model(model, app=app, **options)
+            handle = secrets.randbits(62)
+            self.prepared[(app, handle)] = prepared
+            self._reply(rid, True, (handle, prepared.plan.cost_ns))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+
+    def _lookup(self, app: str, handle: int) -> PreparedModel:
+        prepared = self.prepared.get((app, handle))
+        if prepared is None:
+            raise InvalidArgumentError(f"app {app!r} has no prepared model {handle} in this service")
+        return prepared
+
+    def _execute_now(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
+                     loop_timeout: float | None) -> bool:
+        """Run a cheap request at once when the device may (``Driver.can_run_now``: the path a
+        burst's inline requests take), without a task; False: it needs the scheduler."""
+        prepared = self.prepared.get((app, handle))
+        if prepared is None or not prepared._driver.can_run_now(prepared.plan):
+            return False
+        try:
+            result = prepared._execute_now(decode_args(args, self._attach), None, True, deadline, loop_timeout)
+            self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+        return True
+
+    async def _execute(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
+                       loop_timeout: float | None) -> None:
+        try:
+            prepared = self._lookup(app, handle)
+            values = decode_args(args, self._attach)
+            result = await prepared.execute(values, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
+            self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+        except asyncio.CancelledError:
+            self._reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), "the execution was cancelled"))
+            raise
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+
+    def _attach(self, name: str) -> np.ndarray:
+        mem = self.segments.get(name)
+        if mem is None:
+            mem = self.segments[name] = Memory.from_shared_memory(name)
+        return mem.buffer
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit when the parent process is gone, even if the event loop is wedged."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(argv[0]))
+    parent = os.getppid()
+    threading.Thread(target=_watch_parent, args=(parent,), name="nnrt-parent-watch", daemon=True).start()
+    try:
+        kind, options = recv_frame(sock)
+        device = make_device(kind, options)
+    except Exception as err:
+        with contextlib.suppress(OSError):
+            send_frame(sock, (0, False, error_payload(err)))
+        return 1
+    send_frame(sock, (0, True, (os.getpid(), device.name, device.version, device.feature_level, int(device.type))))
+    try:
+        asyncio.run(_Service(sock, device).run())
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
