@@ -76,11 +76,13 @@ class ProcessDevice(Device):
             raise InvalidArgumentError(f"ProcessDevice: arena_bytes must be a non-negative int, got {arena_bytes!r}")
         if not isinstance(hang_timeout, (int, float)) or hang_timeout < 0:
             raise InvalidArgumentError(f"ProcessDevice: hang_timeout must be a non-negative number, got {hang_timeout!r}")
+        # The service is nnrt's own process: it opts in to the process-wide latency settings
+        # (one BLAS thread, a 0.5 ms GIL switch interval, ...), as nnrt's commands do.
         if restricted is not None:
-            self._kind, self._options = "restricted", dict(restricted)
+            self._kind, self._options = "restricted", {"tune_process": True, **restricted}
             self.name = str(self._options.setdefault("name", name))
         else:
-            self._kind, self._options = "cpu", {"name": name, **cpu_options}
+            self._kind, self._options = "cpu", {"name": name, "tune_process": True, **cpu_options}
             self.name = name
         self.type = DeviceType.CPU if restricted is None else DeviceType(self._options.get("device_type", DeviceType.ACCELERATOR))
         self.version = "?"
