@@ -39,7 +39,7 @@ from collections.abc import Generator, Hashable
 from types import TracebackType
 from typing import Any
 
-from nnrt.clock import Clock, MonotonicClock
+from nnrt.clock import Clock, MonotonicClock, default_clock
 from nnrt.devices import Device, DeviceType, OperationSupport
 from nnrt.devices._device import check_preparation_args
 from nnrt.errors import DeadObjectError, InternalError, InvalidArgumentError, MissedDeadlineError
@@ -87,7 +87,10 @@ class ProcessDevice(Device):
         self.type = DeviceType.CPU if restricted is None else DeviceType(self._options.get("device_type", DeviceType.ACCELERATOR))
         self.version = "?"
         self.feature_level = int(self._options.get("feature_level", 7)) if restricted is not None else 7
-        self.clock: Clock = MonotonicClock()
+        # The default clock when it is the monotonic one (so ``nnrt.prepare`` can partition across
+        # this and in-process devices): deadlines cross to the service as monotonic times.
+        shared = default_clock()
+        self.clock: Clock = shared if isinstance(shared, MonotonicClock) else MonotonicClock()
         self.hang_timeout = float(hang_timeout)
         self.start_timeout = float(start_timeout)
         self._service: ServiceProcess | None = None

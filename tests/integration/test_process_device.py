@@ -420,6 +420,25 @@ def test_death_during_execute_sync() -> None:
             timer.join()
 
 
+async def test_partitioned_across_a_service_falls_back_to_the_cpu_when_it_dies() -> None:
+    cpu = nnrt.CpuDevice(name="cpu")
+    try:
+        with nnrt.ProcessDevice(restricted={"name": "npu", "operations": ["CONV_2D", "DEPTHWISE_CONV_2D"],
+                                            "performance": 0.5}) as npu:
+            model = zoo.mobilenet_block()
+            prepared = await nnrt.prepare(model, [npu, cpu])
+            assert "npu" in [part.device for part in prepared.partitions]
+            x = zoo.example_inputs(model)[0]
+            expected = (await (await cpu.prepare_model(model)).execute([x])).outputs[0]
+            np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], expected)
+            os.kill(npu.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            wait_until(lambda: npu.dead)
+            # the npu's steps fail with DEAD_OBJECT and run on the CPU instead (nnrt.framework)
+            np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], expected)
+    finally:
+        cpu.close()
+
+
 # -- the watchdog --------------------------------------------------------------------------------------
 
 
