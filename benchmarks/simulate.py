@@ -3,7 +3,7 @@ against the cost of one real execution of the same path.
 
 (a) One hour: three apps (camera at HIGH, 15 Hz with 33 ms deadlines; assistant at MEDIUM,
     Poisson 10 Hz; background at LOW, bursty) on a two-unit device, about 100,000 executions
-    over 3600 s of virtual time. Target: <= 10 s of wall time on the 2-core reference machine.
+    over 3600 s of virtual time. Target: <= 5 s of wall time on the 2-core reference machine.
     Printed: wall and CPU seconds, simulated seconds per wall second, executions per second.
 (b) Baseline, same run: the real execution path with no simulation around it
     (``prepared.execute`` of the one-ADD model on a real CPU device, idle fast path), in µs
@@ -91,7 +91,8 @@ def main() -> int:
     (report,) = result.reports
     out = sys.stdout.write
     out(f"(a) {stats.executions:,} executions over {stats.simulated_s:,.0f} s simulated\n")
-    out(f"    wall {stats.wall_s:.2f} s (target 10 s: {'met' if stats.wall_s <= 10 * duration / 3600 else 'NOT met'}), "
+    target = 5 * duration / 3600  # issue 15: the one-hour scenario in <= 5 s on the 2-core machine
+    out(f"    wall {stats.wall_s:.2f} s (target {target:g} s: {'met' if stats.wall_s <= target else 'NOT met'}), "
         f"CPU {cpu:.2f} s\n")
     out(f"    {stats.speedup:,.0f} simulated s per wall s; {stats.executions / stats.wall_s:,.0f} executions per wall s; "
         f"{stats.wall_s / stats.executions * 1e6:.1f} µs per execution; {stats.loop_iterations / stats.executions:.2f} "

@@ -19,7 +19,7 @@ import numpy as np
 from nnrt import zoo
 from nnrt.clock import deadline_after
 from nnrt.devices import CpuDevice, Device, devices_from_config, get_devices
-from nnrt.errors import NnrtError
+from nnrt.errors import NnrtError, error_for
 from nnrt.model import Model
 from nnrt.sched import ClassStatistics
 from nnrt.types import ErrorStatus, Priority
@@ -205,14 +205,17 @@ def _show_partitioning(name: str, devices: list[Device]) -> None:
     """What ``nnrt.prepare`` would do with the model on these devices."""
     from nnrt.framework import partition
 
-    if name in zoo.NAMES:
-        model = getattr(zoo, name)()
-    elif name.endswith((".tflite", ".onnx")):
-        from nnrt.importers import load
+    try:
+        if name in zoo.NAMES:
+            model = getattr(zoo, name)()
+        elif name.endswith((".tflite", ".onnx")):
+            from nnrt.importers import load
 
-        model = load(name)
-    else:
-        model = Model.load(name)
+            model = load(name)
+        else:
+            model = Model.load(name)
+    except NnrtError as err:
+        raise error_for(err.status, f"--model {name}: {err.args[0]}") from None
     _write(f"model {model.name or name}: {len(model.operations)} operations")
     for dev in devices[1:]:
         for s in dev.operation_support(model):

@@ -7,7 +7,6 @@ behaviour is deterministic and needs no sleeping.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import time
 from collections.abc import Callable
@@ -132,16 +131,15 @@ def set_default_clock(clock: Clock) -> None:
     _default = clock
 
 
-def call_at(
-    clock: Clock, when: float, callback: Callable[[], object], loop: asyncio.AbstractEventLoop | None = None
-) -> Cancellable:
+def call_at(clock: Clock, when: float, callback: Callable[[], object]) -> Cancellable:
     """Run ``callback`` once ``clock`` reads ``when``: a ``VirtualClock``'s own timer, else a
-    timer on ``loop`` (default: the running one), whose wait is in whole milliseconds, so it
+    timer on the running loop (asyncio or trio), whose wait is in whole milliseconds, so it
     may fire up to 1 ms late."""
     if isinstance(clock, VirtualClock):
         return clock.call_at(when, callback)
-    loop = loop or asyncio.get_running_loop()
-    return loop.call_at(loop.time() + max(0.0, when - clock.now()), callback)
+    from nnrt._aio import call_later
+
+    return call_later(max(0.0, when - clock.now()), callback)
 
 
 def perf_ns() -> int:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +16,10 @@ from nnrt import ErrorStatus, Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 
-__all__ = ["all_outputs", "first_output", "ones", "rejected", "single_op_model", "unknown_shape_add"]
+__all__ = [
+    "Started", "all_outputs", "first_output", "gather", "on_trio_too", "ones", "rejected", "single_op_model", "start",
+    "unknown_shape_add", "wait_all",
+]
 
 Quant = tuple[float, int]
 
@@ -71,3 +78,89 @@ def rejected(device: nnrt.CpuDevice, m: Model | Callable[[], Model], match: str)
     with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
         device.prepare_model_sync(m() if callable(m) else m)
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+def on_trio_too(namespace: dict[str, Any], *, skip: Collection[str] = ()) -> None:
+    """Run every ``async def test_*`` of a test module on trio as well (pytest-asyncio runs them
+    on asyncio and uvloop): each gets a ``<name>_on_trio`` twin, a plain test that runs it with
+    ``trio.run``, with the same fixtures and marks. For modules whose tests use only nnrt's API
+    and backend-neutral calls (``anyio.sleep``); ``skip`` names the others."""
+    for name, fn in list(namespace.items()):
+        if name.startswith("test_") and inspect.iscoroutinefunction(fn) and name not in skip:
+            namespace[f"{name}_on_trio"] = _on_trio(fn)
+
+
+def _on_trio(fn: Callable[..., Any]) -> Callable[..., None]:
+    import trio
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        trio.run(functools.partial(fn, *args, **kwargs))
+
+    return run
+
+
+class Started:
+    """A coroutine running as its own task on asyncio or trio (``start``): ``done``,
+    ``result``, ``cancel`` and ``await``, as an ``asyncio.Task`` offers them."""
+
+    def __init__(self, coro: Any) -> None:
+        from nnrt._aio import create_future, spawn
+
+        self._outcome = create_future()
+        self._task = spawn(self._run(coro), "test")
+
+    async def _run(self, coro: Any) -> None:
+        try:
+            result = await coro
+        except BaseException as exc:
+            self._outcome.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._outcome.set_result(result)
+
+    def done(self) -> bool:
+        return self._outcome.done()
+
+    def result(self) -> Any:
+        return self._outcome.result()
+
+    def cancel(self) -> bool:
+        return self._task.cancel()
+
+    def add_done_callback(self, callback: Callable[[Started], object]) -> None:
+        self._outcome.add_done_callback(lambda _f: callback(self))
+
+    def __await__(self) -> Any:
+        return self._outcome.__await__()
+
+
+def start(coro: Any) -> Started:
+    """Run ``coro`` as a task of the running loop (asyncio or trio)."""
+    return Started(coro)
+
+
+async def gather(*aws: Any) -> list[Any]:
+    """The results of awaitables, in order, coroutines run concurrently as tasks; raises the
+    first failure (``asyncio.gather`` for tests that also run on trio)."""
+    running = [start(aw) if inspect.iscoroutine(aw) else aw for aw in aws]
+    results = [await aw for aw in running]
+    await _settled()
+    return results
+
+
+async def wait_all(aws: Collection[Any]) -> None:
+    """Wait until every awaitable already running has ended, whatever its outcome (``asyncio.wait``)."""
+    for aw in aws:
+        with contextlib.suppress(Exception):  # the outcome is read by the caller
+            await aw
+    await _settled()
+
+
+async def _settled() -> None:
+    """Let the done-callbacks scheduled by the futures just awaited run (asyncio calls them
+    soon, not at once), as they have when ``asyncio.gather`` or ``asyncio.wait`` return."""
+    from nnrt._aio import checkpoint
+
+    await checkpoint()

@@ -12,6 +12,7 @@ one ``is not None`` test per step.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ __all__ = ["OpTypeTime", "Profile", "StepTime", "profile_plan"]
 
 @dataclass(frozen=True)
 class StepTime:
-    """One kernel step: mean milliseconds per execution (all its runs inside a loop summed)."""
+    """One kernel step: median milliseconds per execution (its runs inside a loop summed)."""
 
     label: str
     op_type: str
@@ -48,17 +49,17 @@ class OpTypeTime:
 
 @dataclass(frozen=True)
 class Profile:
-    """Mean per execution over ``runs`` profiled runs."""
+    """Medians per execution over ``runs`` profiled runs."""
 
     runs: int
+    #: The median run, as measured (preemptions by other processes included).
     total_ms: float
+    #: The sum of the kernel steps' medians.
     kernels_ms: float
+    #: The median of each run's time outside the kernels (the interpreter's loop, bookkeeping).
+    interpreter_ms: float
     steps: tuple[StepTime, ...]
     op_types: tuple[OpTypeTime, ...]
-
-    @property
-    def interpreter_ms(self) -> float:
-        return max(0.0, self.total_ms - self.kernels_ms)
 
     def as_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "total_ms": self.total_ms, "kernels_ms": self.kernels_ms,
@@ -76,10 +77,17 @@ def _walk(plan: Plan) -> Iterator[Step]:
 
 def profile_plan(plan: Plan, args: Sequence[Any], *, runs: int, warmup: int = 1,
                  loop_timeout: float | None = None, tick: Callable[[], None] | None = None) -> Profile:
-    """Run ``plan`` ``warmup + runs`` times with the interpreter's per-step timer on."""
+    """Run ``plan`` ``warmup + runs`` times with the interpreter's per-step timer on.
+
+    Each step's time is its median over the runs (0 in a run that did not reach it, such as an
+    IF branch not taken): on a shared machine a run preempted in one step must not make that
+    step look expensive. The interpreter's share is the median of each run's time outside the
+    kernels; ``total_ms`` is the median run as measured, preemptions included.
+    """
     steps = list(_walk(plan))
-    acc: dict[int, int] = {}
-    total_ns = 0
+    per_step: dict[int, list[int]] = {}
+    totals: list[int] = []
+    outside: list[int] = []
     for k in range(warmup + runs):
         times: dict[int, int] = {}
         ctx = ExecContext(profile=times) if loop_timeout is None else ExecContext(loop_timeout=loop_timeout, profile=times)
@@ -95,12 +103,17 @@ def profile_plan(plan: Plan, args: Sequence[Any], *, runs: int, warmup: int = 1,
             tick()
         if k < warmup:
             continue
-        total_ns += spent
+        totals.append(spent)
+        outside.append(max(0, spent - sum(times.values())))
         for key, ns in times.items():
-            acc[key] = acc.get(key, 0) + ns
+            per_step.setdefault(key, []).append(ns)
     n = max(runs, 1)
-    timed = [StepTime(s.label, s.type.name, acc[id(s)] / n / 1e6) for s in steps
-             if s.kind == KERNEL and id(s) in acc]
+
+    def median_ms(samples: list[int]) -> float:
+        return float(statistics.median(samples + [0] * (n - len(samples)))) / 1e6
+
+    timed = [StepTime(s.label, s.type.name, median_ms(per_step[id(s)])) for s in steps
+             if s.kind == KERNEL and id(s) in per_step]
     kernels_ms = sum(s.ms for s in timed)
     by_type: dict[str, list[StepTime]] = {}
     for s in timed:
@@ -109,4 +122,4 @@ def profile_plan(plan: Plan, args: Sequence[Any], *, runs: int, warmup: int = 1,
              for t, group in by_type.items()]
     types.sort(key=lambda t: -t.ms)
     timed.sort(key=lambda s: -s.ms)
-    return Profile(runs, total_ns / n / 1e6, kernels_ms, tuple(timed), tuple(types))
+    return Profile(runs, median_ms(totals), kernels_ms, median_ms(outside), tuple(timed), tuple(types))

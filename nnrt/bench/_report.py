@@ -45,14 +45,16 @@ def format_report(r: BenchReport, *, top: int = 10) -> str:
     if r.modes:
         runs = next(iter(r.modes.values())).runs
         lines.append(f"latency, ms ({runs} runs per mode after warm-up):")
-        lines.append(f"  {'mode':<28}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}{'min':>10}")
+        lines.append(f"  {'mode':<28}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}{'min':>10}{'cpu p50':>10}")
         rows = list(r.modes.items())
         if r.reference_latency is not None and r.reference:
             rows.append((f"reference ({r.reference})", r.reference_latency))
         for name, lat in rows:
-            lines.append(f"  {name:<28}{lat.p50:>10.3f}{lat.p90:>10.3f}{lat.p99:>10.3f}{lat.mean:>10.3f}{lat.min:>10.3f}")
+            lines.append(f"  {name:<28}{lat.p50:>10.3f}{lat.p90:>10.3f}{lat.p99:>10.3f}{lat.mean:>10.3f}{lat.min:>10.3f}"
+                         f"{lat.cpu_p50:>10.3f}")
         if r.ratio is not None:
-            lines.append(f"  ratio nnrt execute / reference (p50): {r.ratio:.2f}x")
+            cpu = f", CPU time {r.cpu_ratio:.2f}x" if r.cpu_ratio is not None else ""
+            lines.append(f"  ratio nnrt execute / reference (p50): {r.ratio:.2f}x{cpu}")
         if r.disagreeing_modes:
             lines.append(f"  WARNING: outputs of {', '.join(r.disagreeing_modes)} differ from the first execution's")
         else:
@@ -78,8 +80,8 @@ def format_report(r: BenchReport, *, top: int = 10) -> str:
                 lines.append(f"  {a.output:<{width}}{list(a.shape)!s:<18}{a.max_abs:>11.3g}{a.max_rel:>11.3g}  {_verdict(a)}")
     if r.profile is not None:
         p = r.profile
-        lines.append(f"profile ({p.runs} runs, the kernels on this thread, no scheduler): {p.total_ms:.3f} ms per execution = "
-                     f"kernels {p.kernels_ms:.3f} ms + interpreter {p.interpreter_ms:.3f} ms")
+        lines.append(f"profile ({p.runs} runs on this thread, no scheduler; medians): kernels {p.kernels_ms:.3f} ms + "
+                     f"interpreter {p.interpreter_ms:.3f} ms per execution (median run as measured: {p.total_ms:.3f} ms)")
         lines.append(f"  {'op type':<30}{'ms':>10}{'share':>9}{'steps':>7}")
         for t in p.op_types:
             lines.append(f"  {t.op_type:<30}{t.ms:>10.3f}{t.share:>8.1%}{t.steps:>7}")

@@ -12,8 +12,8 @@ to the first execution's (the modes share one execution path and must agree bit 
 over a stream with the state carried (``_stream``), ``--reference-spread`` the reference's own
 noise floor.
 
-Inputs the reference does not have (state nnrt makes explicit) start at zero (the zero point of
-a quantized input), as a stream does.
+State inputs an importer made explicit start at their initial values; other inputs the
+reference does not have start at zero (the zero point of a quantized input), as a stream does.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from nnrt.bench._stats import Accuracy, Latency, compare, summarize
 from nnrt.bench._stream import run_stream
 from nnrt.devices import CpuDevice
 from nnrt.execution import PreparedModel
+from nnrt.importers import state_variables
 from nnrt.model import Model
 
 __all__ = ["MODES", "BenchOptions", "BenchReport", "Tick", "run_bench"]
@@ -103,6 +104,15 @@ class BenchReport:
         return ex.p50 / self.reference_latency.p50
 
     @property
+    def cpu_ratio(self) -> float | None:
+        """nnrt's ``execute`` median CPU time over the reference's: what other processes' load
+        does not distort (it lengthens the longer runs more often)."""
+        ex = self.modes.get("execute")
+        if ex is None or self.reference_latency is None or not self.reference_latency.cpu_p50 > 0:
+            return None
+        return ex.cpu_p50 / self.reference_latency.cpu_p50
+
+    @property
     def accurate(self) -> bool | None:
         return all(a.ok for a in (*self.accuracy, *self.stream)) if self.accuracy else None
 
@@ -118,6 +128,7 @@ class BenchReport:
                 "runtime": self.reference,
                 "latency": self.reference_latency.as_dict() if self.reference_latency else None,
                 "ratio": self.ratio,
+                "cpu_ratio": self.cpu_ratio,
                 "accuracy": [a.as_dict() for a in self.accuracy],
                 "accurate": self.accurate,
                 "spread": [a.as_dict() for a in self.reference_spread],
@@ -150,24 +161,27 @@ def _count_ops(model: Model, counts: Counter[str] | None = None) -> Counter[str]
 
 
 async def _timed(fn: Callable[[], Awaitable[Any]], warmup: int, runs: int, tick: Callable[[], None],
-                 beside: Callable[[], Any] | None = None) -> tuple[list[float], list[float], Any]:
-    """Milliseconds per call of ``fn`` (and of ``beside``, run right after each, if given)."""
-    ours: list[float] = []
-    theirs: list[float] = []
+                 beside: Callable[[], Any] | None = None) -> tuple[Latency, Latency | None, Any]:
+    """Wall-clock and CPU milliseconds per call of ``fn`` (and of ``beside``, run right after
+    each, if given), summarized."""
+    ours: tuple[list[float], list[float]] = ([], [])
+    theirs: tuple[list[float], list[float]] = ([], [])
     last: Any = None
     for k in range(warmup + runs):
-        t = time.perf_counter()
+        t, c = time.perf_counter_ns(), time.process_time_ns()
         last = await fn()
-        dt = (time.perf_counter() - t) * 1e3
+        dt, dc = time.perf_counter_ns() - t, time.process_time_ns() - c
+        if k >= warmup:
+            ours[0].append(dt / 1e6)
+            ours[1].append(dc / 1e6)
         if beside is not None:
-            t = time.perf_counter()
+            t, c = time.perf_counter_ns(), time.process_time_ns()
             beside()
             if k >= warmup:
-                theirs.append((time.perf_counter() - t) * 1e3)
-        if k >= warmup:
-            ours.append(dt)
+                theirs[0].append((time.perf_counter_ns() - t) / 1e6)
+                theirs[1].append((time.process_time_ns() - c) / 1e6)
         tick()
-    return ours, theirs, last
+    return summarize(*ours), summarize(*theirs) if beside is not None else None, last
 
 
 def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
@@ -175,12 +189,14 @@ def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
                                     for x, y in zip(a, b))
 
 
-def _open_reference(report: BenchReport, path: str, specs: Sequence[InputSpec], inputs: list[Any]) -> Reference | None:
+def _open_reference(report: BenchReport, model: Model, path: str, specs: Sequence[InputSpec],
+                    inputs: list[Any]) -> Reference | None:
     try:
         ref = open_reference(path, report.format, {s.name: s.shape for s in specs})
         names = [s.name for s in specs]
-        for k, spec in enumerate(specs):  # state nnrt makes explicit starts at (real) zero, as a stream does
-            if spec.name not in ref.input_names and all(n in names for n in ref.input_names):
+        known = {v.input for v in state_variables(model)}  # these start at the importer's initial values
+        for k, spec in enumerate(specs):  # other inputs the reference lacks start at (real) zero, as a stream does
+            if k not in known and spec.name not in ref.input_names and all(n in names for n in ref.input_names):
                 zero = spec.zero_point if spec.type.is_quantized else 0
                 inputs[k] = np.full_like(inputs[k], zero) if isinstance(inputs[k], np.ndarray) else type(inputs[k])(zero)
         feeds_for(ref, names, inputs)  # fails now if the inputs cannot be paired
@@ -210,7 +226,7 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     elif loaded.format == "nnrt":
         report.reference_note = "an nnrt model file has no reference runtime"
     else:
-        ref = _open_reference(report, path, specs, inputs)
+        ref = _open_reference(report, model, path, specs, inputs)
     device = CpuDevice()
     try:
         t = time.perf_counter()
@@ -277,9 +293,9 @@ async def _run_modes(report: BenchReport, prepared: PreparedModel, inputs: list[
             run = await _runner(mode, prepared, inputs, baseline, opts.loop_timeout, stack)
             with_ref = beside if mode == "execute" else None
             ours, theirs, last = await _timed(run, opts.warmup, opts.runs, tick, with_ref)
-        if with_ref is not None:
-            report.reference_latency = summarize(theirs)
-        report.modes[mode] = summarize(ours)
+        if theirs is not None:
+            report.reference_latency = theirs
+        report.modes[mode] = ours
         if not _same(last, baseline):
             report.disagreeing_modes.append(mode)
 

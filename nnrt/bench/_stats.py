@@ -24,7 +24,8 @@ ATOL, RTOL, MAX_UNITS = 1e-4, 1e-3, 3
 
 @dataclass(frozen=True)
 class Latency:
-    """Latency percentiles of one mode, in milliseconds."""
+    """Latency percentiles of one mode, in milliseconds; ``cpu_p50``: the median CPU time the
+    process spent per call (all its threads), which other processes' load does not inflate."""
 
     runs: int
     p50: float
@@ -32,17 +33,19 @@ class Latency:
     p99: float
     mean: float
     min: float
+    cpu_p50: float = float("nan")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def summarize(samples_ms: Sequence[float]) -> Latency:
+def summarize(samples_ms: Sequence[float], cpu_ms: Sequence[float] = ()) -> Latency:
     arr = np.asarray(samples_ms, dtype=np.float64)
     if arr.size == 0:
         return Latency(0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan"))
     p = np.percentile(arr, [50, 90, 99])
-    return Latency(int(arr.size), float(p[0]), float(p[1]), float(p[2]), float(arr.mean()), float(arr.min()))
+    cpu = float(np.median(cpu_ms)) if len(cpu_ms) else float("nan")
+    return Latency(int(arr.size), float(p[0]), float(p[1]), float(p[2]), float(arr.mean()), float(arr.min()), cpu)
 
 
 @dataclass(frozen=True)

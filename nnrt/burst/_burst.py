@@ -60,13 +60,14 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnrt._aio import Future, Task, create_future, in_trio, shield, spawn, wait_done
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._channel import Channel, ChannelClosed
 from nnrt.burst._packet import Location, RequestPacket, ResultPacket, client_args, client_times, shaped_outputs
@@ -126,7 +127,7 @@ class _Pending:
 
     __slots__ = ("future", "outputs", "transient")
 
-    def __init__(self, future: asyncio.Future[ExecutionResult], outputs: list[np.ndarray], transient: tuple[int, ...]) -> None:
+    def __init__(self, future: Future[ExecutionResult], outputs: list[np.ndarray], transient: tuple[int, ...]) -> None:
         self.future = future
         self.outputs = outputs
         self.transient = transient
@@ -152,7 +153,7 @@ class Burst:
         self._prepared = prepared
         self._requests: Channel[Any] = Channel(max_in_flight)
         self._server = BurstServer(prepared, self._requests, self._on_result, float(polling_window))
-        self._task: asyncio.Task[None] | None = None
+        self._task: Task | None = None
         self._state = _NEW
         self._pending: deque[_Pending] = deque()
         # Client half of the slot cache: pool by slot, slot by pool identity, free slots.
@@ -162,8 +163,8 @@ class Burst:
         self._next_slot = 0
         # (direction, index, id(location)) -> (location, view) for output locations.
         self._out_views: dict[tuple[int, int], tuple[Location, np.ndarray]] = {}
-        self._gate: asyncio.Future[None] | None = None  # held while a fallback execution runs
-        self._idle: asyncio.Future[None] | None = None  # set when nothing is pending
+        self._gate: Future[None] | None = None  # held while a fallback execution runs
+        self._idle: Future[None] | None = None  # set when nothing is pending
         model = prepared.model
         self._in_ops = [model.operands[i] for i in model.input_indexes]
         self._out_ops = [model.operands[i] for i in model.output_indexes]
@@ -177,7 +178,8 @@ class Burst:
         self._plan = prepared.plan
         self._run_now = self._server.run_now_fn
         self._lanes = self._server.lanes  # read here, written by the server only
-        self._loop: asyncio.AbstractEventLoop  # set by configure (the burst is open only after it)
+        #: The running loop's ``create_future`` (set by configure: the burst is open only after it).
+        self._new_future: Callable[[], Future[Any]]
 
     def __repr__(self) -> str:
         state = ("new", "open", "closed")[self._state]
@@ -191,7 +193,7 @@ class Burst:
         return self._server.poll_window
 
     @property
-    def server_task(self) -> asyncio.Task[None] | None:
+    def server_task(self) -> Task | None:
         """The server task (``None`` before ``configure``); done after ``close``."""
         return self._task
 
@@ -199,8 +201,10 @@ class Burst:
         """Start the server task on the running loop (``async with`` does this)."""
         if self._state != _NEW:
             raise self._dead() if self._state == _CLOSED else InvalidArgumentError("burst: configure called twice")
-        self._loop = loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._server.run(), name=f"nnrt-burst-{id(self):x}")
+        # asyncio's own create_future on the at-once path (a burst's per-request cost); trio's
+        # future otherwise (``nnrt._aio``).
+        self._new_future = create_future if in_trio() else asyncio.get_running_loop().create_future
+        self._task = spawn(self._server.run(), f"nnrt-burst-{id(self):x}")
         self._task.add_done_callback(self._server_done)
         self._state = _OPEN
         if vlog_enabled("execution"):
@@ -217,7 +221,7 @@ class Burst:
         task = self._task
         if task is not None and not task.done():
             task.cancel()
-            await asyncio.wait([task])
+            await wait_done(task)
         self._shut_down("the burst was closed")
         if vlog_enabled("execution"):
             _log.debug("burst.closed", app=self._prepared.app, completed=self._completed, failed=self._failed)
@@ -228,7 +232,7 @@ class Burst:
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
-    def _server_done(self, task: asyncio.Task[None]) -> None:
+    def _server_done(self, task: Task) -> None:
         if self._state == _OPEN:  # the server ended without close(): its loop is going away
             self._state = _CLOSED
             self._requests.close()
@@ -368,7 +372,7 @@ class Burst:
         measure_timing: bool = False,
         deadline: float | None = None,
         loop_timeout: float | None = None,
-    ) -> asyncio.Future[ExecutionResult]:
+    ) -> Future[ExecutionResult]:
         """Queue one request; return a future for its ``ExecutionResult``.
 
         ``inputs`` (model order) are ``Location``s in registered pools, numpy arrays, or
@@ -387,7 +391,7 @@ class Burst:
                 return done
         self._check_open()
         while self._gate is not None:
-            await asyncio.shield(self._gate)
+            await shield(self._gate)
             self._check_open()
         requests = self._requests
         if requests.full() or requests._writers:
@@ -396,13 +400,13 @@ class Burst:
             except ChannelClosed:
                 raise self._dead() from None
             while self._gate is not None:  # a fallback took the turn while we waited
-                await asyncio.shield(self._gate)
+                await shield(self._gate)
                 self._check_open()
         packed = self._pack(inputs, outputs, measure_timing, deadline, loop_timeout)
         if packed is None:
             return await self._fallback(inputs, outputs, measure_timing, deadline, loop_timeout)
         packet, out_arrays, transient = packed
-        fut: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        fut: Future[ExecutionResult] = self._new_future()
         requests.send_nowait(packet)
         self._pending.append(_Pending(fut, out_arrays, transient))
         self._submitted += 1
@@ -412,7 +416,7 @@ class Burst:
 
     def _try_at_once(
         self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
-    ) -> asyncio.Future[ExecutionResult] | None:
+    ) -> Future[ExecutionResult] | None:
         """Run a request of locations at once if it may (the caller checked that the burst is
         open with nothing queued or running); its future comes back resolved. ``None``: queue it."""
         server = self._server
@@ -427,7 +431,7 @@ class Burst:
                 return None
             if not all(type(y) is Location for y in outputs):
                 return None
-        fut: asyncio.Future[ExecutionResult] = self._loop.create_future()
+        fut: Future[ExecutionResult] = self._new_future()
         self._submitted += 1
         self._inline += 1
         try:
@@ -447,10 +451,10 @@ class Burst:
             fut.set_result(result)
         return fut
 
-    def _send_raw(self, item: Any) -> asyncio.Future[ExecutionResult]:
+    def _send_raw(self, item: Any) -> Future[ExecutionResult]:
         """Queue any object as a request packet, unchecked (tests: malformed packets)."""
         self._check_open()
-        fut: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        fut: Future[ExecutionResult] = self._new_future()
         self._requests.send_nowait(item)
         self._pending.append(_Pending(fut, [], ()))
         self._submitted += 1
@@ -544,15 +548,14 @@ class Burst:
 
     async def _fallback(
         self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
-    ) -> asyncio.Future[ExecutionResult]:
+    ) -> Future[ExecutionResult]:
         """Run a request the packet cannot express as a normal execution, in its turn."""
-        loop = asyncio.get_running_loop()
-        gate = self._gate = loop.create_future()
-        fut: asyncio.Future[ExecutionResult] = loop.create_future()
+        gate = self._gate = create_future()
+        fut: Future[ExecutionResult] = create_future()
         try:
             while self._pending:
-                idle = self._idle = loop.create_future()
-                await asyncio.shield(idle)
+                idle = self._idle = create_future()
+                await shield(idle)
                 self._check_open()
             self._fallbacks += 1
             self._submitted += 1

@@ -5,10 +5,10 @@ queue is the writer's problem, and the reader, after each message, spins for a *
 window* before it blocks on the queue's event flag (a futex), because waking a blocked thread
 costs more than a few microseconds of spinning when messages come back to back.
 
-Here both ends live on one event loop. ``send_nowait`` appends or raises ``ChannelFull``;
+Here both ends live on one event loop (asyncio, uvloop or trio: ``nnrt._aio``). ``send_nowait`` appends or raises ``ChannelFull``;
 ``wait_for_space`` lets a writer wait for room (writers are woken in arrival order).
 ``receive(poll_window)`` returns a queued item at once; otherwise it polls, yielding to the
-loop with ``asyncio.sleep(0)`` until the window has elapsed on the channel's clock, and only
+loop (``asyncio.sleep(0)``, trio's ``checkpoint``) until the window has elapsed on the channel's clock, and only
 then parks on a future. Whether the window pays for itself on a single loop is measured by
 ``benchmarks/burst.py``; the counters ``poll_hits`` and ``blocking_waits`` show what happened.
 ``close()`` wakes every waiter with ``ChannelClosed``; items still queued can be ``drain``-ed.
@@ -16,12 +16,12 @@ then parks on a future. Whether the window pays for itself on a single loop is m
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from nnrt._aio import Future, checkpoint, create_future
 from nnrt.clock import perf_ns
 
 __all__ = ["Channel", "ChannelClosed", "ChannelFull"]
@@ -52,8 +52,8 @@ class Channel(Generic[T]):
         self.capacity = capacity
         self._clock = clock
         self._items: deque[T] = deque()
-        self._reader: asyncio.Future[None] | None = None
-        self._writers: deque[asyncio.Future[None]] = deque()
+        self._reader: Future[None] | None = None
+        self._writers: deque[Future[None]] = deque()
         self._closed = False
         #: Receives satisfied while polling (the item arrived within the window).
         self.poll_hits = 0
@@ -97,7 +97,7 @@ class Channel(Generic[T]):
                 raise ChannelClosed("the channel was closed")
             if len(self._items) < self.capacity and not self._writers:
                 return
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = create_future()
             self._writers.append(waiter)
             try:
                 await waiter
@@ -113,7 +113,7 @@ class Channel(Generic[T]):
             if len(self._items) < self.capacity:
                 return
 
-    def _forget(self, waiter: asyncio.Future[None]) -> None:
+    def _forget(self, waiter: Future[None]) -> None:
         with contextlib.suppress(ValueError):
             self._writers.remove(waiter)
 
@@ -144,7 +144,7 @@ class Channel(Generic[T]):
                 clock = self._clock
                 end = clock() + poll_window
                 while not items and not self._closed:
-                    await asyncio.sleep(0)
+                    await checkpoint()
                     if items:
                         self.poll_hits += 1
                         break
@@ -154,7 +154,7 @@ class Channel(Generic[T]):
                 if self._closed:
                     raise ChannelClosed("receive on a closed channel")
                 self.blocking_waits += 1
-                reader = self._reader = asyncio.get_running_loop().create_future()
+                reader = self._reader = create_future()
                 try:
                     await reader
                 finally:

@@ -34,12 +34,13 @@ would.
 """
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnrt._aio import call_soon_threadsafe, wait_future, wait_future_to_end
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._packet import Location
 from nnrt.clock import perf_ns
@@ -163,7 +164,7 @@ class LeanRunner:
         the per-class ``completed`` figure counts requests.
         """
         device, sched, plan = self._device, self._sched, self._plan
-        loop = asyncio.get_running_loop()
+        call_soon = call_soon_threadsafe()
         each = plan.admission_cost_ns / 1e9
         job = Job(self._app, self._priority, cost=each * len(batch), step=each)  # a request runs to its end
         flag = RunFlag()
@@ -180,26 +181,26 @@ class LeanRunner:
             granted = await sched.wait_turn(job)
 
             def post(k: int, outcome: ExecutionResult | NnrtError) -> None:  # on the worker
-                loop.call_soon_threadsafe(deliver, k, outcome)
+                call_soon(functools.partial(deliver, k, outcome))
 
-            future = asyncio.wrap_future(device.workers_for(self._priority).submit(self._run_batch, batch, flag, post,
-                                                                                    each))
+            cf = device.workers_for(self._priority).submit(self._run_batch, batch, flag, post, each)
+            outcomes: list[ExecutionResult | NnrtError]
             try:
-                outcomes = await asyncio.shield(future)
-            except asyncio.CancelledError:
-                flag.stop = True  # end after the request in progress
-                await asyncio.wait([future])
-                if future.cancelled() or future.exception() is not None:  # retrieved: nobody wants it
-                    raise
-                # Its results were delivered already (the client may be closing the burst
-                # because it has them all): account for them as for a batch that ended.
-                self._account(job, future.result(), granted)
-                raise
+                outcomes = await wait_future(cf, shielded=True)
             except Exception as exc:  # nnrt's own bug: fail the batch, keep the server
                 _log.warning("burst.batch_failed", error=f"{type(exc).__name__}: {exc}")
                 outcomes = [GeneralFailureError(f"{type(exc).__name__}: {exc}")] * len(batch)
                 for k in range(len(batch)):
                     deliver(k, outcomes[k])
+            except BaseException:  # cancelled (asyncio or trio): the burst is closing
+                flag.stop = True  # end after the request in progress
+                await wait_future_to_end(cf)
+                if cf.cancelled() or cf.exception() is not None:  # retrieved: nobody wants it
+                    raise
+                # Its results were delivered already (the client may be closing the burst
+                # because it has them all): account for them as for a batch that ended.
+                self._account(job, cf.result(), granted)
+                raise
         except BaseException:
             sched.withdraw(job)  # (a no-op once accounted)
             raise

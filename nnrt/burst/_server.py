@@ -42,7 +42,6 @@ task waits for an eager request to end).
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnrt._aio import Future, create_future
 from nnrt._log import get_logger
 from nnrt.burst._channel import Channel, ChannelClosed
 from nnrt.burst._lane import Lane, LeanRunner, Request
@@ -119,7 +119,7 @@ class BurstServer:
         self.batches = 0
         #: True while a request is executing (in the server task or eagerly in a client's).
         self.busy = False
-        self._eager_done: asyncio.Future[None] | None = None
+        self._eager_done: Future[None] | None = None
 
     # -- slot cache ----------------------------------------------------------------------------
 
@@ -161,7 +161,13 @@ class BurstServer:
         serve = self.serve
         write = self._write_result
         carry = self._carry
+        requests = self._requests
         while True:
+            if requests.closed:
+                # Closing: stop before serving another request (on trio a cancellation waits
+                # for a checkpoint, and a queued request is served without one); the burst
+                # fails what is left with DEAD_OBJECT.
+                return
             if carry:
                 item = carry.popleft()
             else:
@@ -170,7 +176,7 @@ class BurstServer:
                 except ChannelClosed:
                     return
             while self.busy:  # a client is running an eager request (``Burst.execute``)
-                self._eager_done = asyncio.get_running_loop().create_future()
+                self._eager_done = create_future()
                 await self._eager_done
             self.busy = True
             try:

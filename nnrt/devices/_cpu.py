@@ -30,7 +30,6 @@ own commands (``nnrt demo``, the simulator's real runs and calibration) opt in.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import sys
@@ -41,6 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from nnrt._aio import to_thread, wait_future
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, check_deadline, default_clock, perf_ns
@@ -291,15 +291,14 @@ class CpuDevice(Device):
         pref, prio = check_preparation_args(model, preference, priority)
         if deadline is not None and self.clock.now() >= check_deadline(deadline, "prepare_model"):
             raise MissedDeadlineError("prepare_model: the deadline had passed", status=ErrorStatus.MISSED_DEADLINE_PERSISTENT)
-        loop = asyncio.get_running_loop()
         nbytes = self._reserve(model, app)
         try:
             if cache_dir is None and token is None:
-                plan = await loop.run_in_executor(None, self._compile, model)
+                plan = await to_thread(self._compile, model)
             else:
                 where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
-                model, plan = await loop.run_in_executor(
-                    None, prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
+                model, plan = await to_thread(
+                    prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
                 )
         except BaseException:
             self.memory.release(app, nbytes)
@@ -338,9 +337,7 @@ class CpuDevice(Device):
         preparation. A missing, damaged or foreign entry is GENERAL_FAILURE."""
         pref, prio = check_preference_priority(preference, priority)
         where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
-        model, plan = await asyncio.get_running_loop().run_in_executor(
-            None, load_from_cache, where, key, meta, self.inline_limit_ns
-        )
+        model, plan = await to_thread(load_from_cache, where, key, meta, self.inline_limit_ns)
         nbytes = self._reserve(model, app)
         return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
 
@@ -501,8 +498,8 @@ class CpuDevice(Device):
                 ctx.on_loop = False
                 cf = self.workers_for(job.priority).submit(_resume, gen)
                 try:
-                    done, value, ns = await asyncio.wrap_future(cf)
-                except asyncio.CancelledError:
+                    done, value, ns = await wait_future(cf)
+                except BaseException:  # cancelled (asyncio or trio)
                     # The worker may still be inside a kernel: ask the interpreter to stop at
                     # the next checkpoint and close it once the worker lets go of it.
                     ctx.interrupt = True

@@ -8,8 +8,9 @@ first real measurements replace, so a noisy calibration neither locks the estima
 is a floor under it.
 
 * **Early samples, robustly.** Until ``ESTABLISHED`` samples exist the estimate stands on their
-  median and median absolute deviation (the lower median, and a spread of at least a tenth of
-  it): one cold or descheduled run among the first few moves neither. Then it switches to
+  mean and mean absolute deviation (a spread of at least a tenth of the mean), leaving out the
+  largest once there are three: one cold or descheduled run among the first few moves neither,
+  while slow runs that recur (a loaded machine) are planned for. Then it switches to
   exponential averages of the mean and the absolute deviation (in the spirit of TCP's
   retransmission timer), where one outlier counts for at most four spreads above the mean,
   while a lasting change still moves the estimate by a quarter or more per execution.
@@ -66,10 +67,13 @@ class CostModel:
         if self.observations <= ESTABLISHED:
             early = self._early
             early.append(float(service_ns))
-            early.sort()
-            median = early[(len(early) - 1) // 2]
-            spread = sorted(abs(x - median) for x in early)[(len(early) - 1) // 2]
-            self.mean_ns, self.dev_ns = median, max(spread, 0.1 * median)
+            # The largest sample is left out once there are three (a cold first run, a thread
+            # descheduled once); the others count in full, slow ones too: on a loaded machine
+            # they recur, and admission must plan for the mean service time, not the median.
+            kept = sorted(early)[:-1] if len(early) >= 3 else early
+            mean = sum(kept) / len(kept)
+            spread = sum(abs(x - mean) for x in kept) / len(kept)
+            self.mean_ns, self.dev_ns = mean, max(spread, 0.1 * mean)
             if self.observations == ESTABLISHED:
                 self._early = []
             return

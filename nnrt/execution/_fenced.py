@@ -19,14 +19,14 @@ is built when asked.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
+from nnrt._aio import Task, call_soon_threadsafe, spawn
 from nnrt.clock import Cancellable, call_at, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError
 from nnrt.execution._interpreter import ExecContext
@@ -97,11 +97,12 @@ class FencedExecutionCallback:
         #: The ExecutionResult, or, when the outputs went straight into the caller's buffers,
         #: (buffers, output shapes), from which ``result`` builds it if someone asks.
         self._result: ExecutionResult | tuple[Sequence[np.ndarray | None], tuple[OutputShape, ...]] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: Task | None = None
         #: The request while it waits for its fences or its task: None once it has started.
         self._req: _Request | None = None
         #: (gate fence, listener handle, loop, loop thread) while an eager execution waits.
-        self._wait: tuple[SyncFence, int | None, asyncio.AbstractEventLoop, int] | None = None
+        #: (the loop's thread-safe ``call_soon``).
+        self._wait: tuple[SyncFence, int | None, Callable[[Callable[[], object]], object], int] | None = None
         #: Armed at the deadline while the execution waits for its fences (see ``_arm``).
         self._timer: Cancellable | None = None
         self._expired = False
@@ -214,7 +215,7 @@ class FencedExecutionCallback:
         self._pending()
         self._req = req
         gate = fences[0] if len(fences) == 1 else all_of(fences)
-        self._wait = (gate, None, asyncio.get_running_loop(), threading.get_ident())
+        self._wait = (gate, None, call_soon_threadsafe(), threading.get_ident())
         handle = gate._core.add_listener(self._on_gate)
         if self._wait is not None:  # still waiting (else the listener has run already)
             self._wait = (gate, handle, self._wait[2], self._wait[3])
@@ -232,7 +233,7 @@ class FencedExecutionCallback:
         elif threading.get_ident() == wait[3]:
             self._resume()
         else:
-            wait[2].call_soon_threadsafe(self._resume)
+            wait[2](self._resume)
 
     def _resume(self) -> None:
         req = self._req
@@ -270,11 +271,11 @@ class FencedExecutionCallback:
         if self._fence is _COMPLETED:
             self._pending()
         self._req = req
-        self._task = task = asyncio.get_running_loop().create_task(self._run_task(fences))
+        self._task = task = spawn(self._run_task(fences), "nnrt.execute_fenced")
         task.add_done_callback(self._task_done)
         req.prepared._track(task)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: Task) -> None:
         # A task cancelled before its first step never enters ``_run_task``: fail the fence here.
         if self._fence._core.state is _ACTIVE:
             self._fail(ErrorStatus.GENERAL_FAILURE, "the fenced execution was cancelled")
@@ -299,8 +300,8 @@ class FencedExecutionCallback:
             results, device_ns = await prepared._drive(args, ctx)
             self._keep(prepared, results, bufs, args, measure, t_call, device_ns)
         except NnrtError as err:
-            self._fail(err.status, err.message)
-        except asyncio.CancelledError:
+            self._fail(err.status, err.message)  # the message alone: the fence prefixes the status
+        except BaseException:  # cancelled (asyncio or trio), or interrupted
             if self._expired:  # our own deadline timer: a failure, not a cancellation
                 self._fail(ErrorStatus.MISSED_DEADLINE_TRANSIENT, _WAITED_PAST)
                 return

@@ -87,6 +87,7 @@ class Plan:
     _classes: dict[int, CostModel] = field(default_factory=dict)
     #: Fast-path executions to go before the next one is measured (``observe_fast``).
     fast_countdown: int = 0
+    _step_share: float = -1.0
 
     @property
     def cost(self) -> CostModel:
@@ -143,10 +144,14 @@ class Plan:
 
     def step_share(self) -> float:
         """The longest kernel step's share of the plan's cost (0..1): the part of an execution
-        that runs without a checkpoint (control-flow steps have checkpoints inside)."""
-        total = self.cost_ns
-        longest = max((s.cost_ns for s in self.steps if s.kind == KERNEL), default=0.0)
-        return 1.0 if total <= 0 else min(1.0, longest / total)
+        that runs without a checkpoint (control-flow steps have checkpoints inside). Worked
+        out once per ``set_inline_limit`` (after calibration)."""
+        share = self._step_share
+        if share < 0:
+            total = self.cost_ns
+            longest = max((s.cost_ns for s in self.steps if s.kind == KERNEL), default=0.0)
+            share = self._step_share = 1.0 if total <= 0 else min(1.0, longest / total)
+        return share
 
     def set_inline_limit(self, limit_ns: float, _seen: dict[int, bool] | None = None) -> None:
         """Decide, from the step costs, what may run on the event loop thread: each step
@@ -159,6 +164,7 @@ class Plan:
             return
         seen[id(self)] = self.dynamic
         self.inline = not self.has_control_flow and not self.dynamic and self.cost_ns <= limit_ns
+        self._step_share = -1.0
         for step in self.steps:
             step.heavy = self.dynamic or step.cost_ns > limit_ns
             for sub in step.branches:

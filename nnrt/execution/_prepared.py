@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from nnrt._aio import Task
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Clock, check_deadline, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError, OutputInsufficientSizeError
@@ -163,7 +164,7 @@ class PreparedModel:
         self._partitions: tuple[Partition, ...] | None = None
         # Fenced executions run as tasks owned by the prepared model (kept here so they are
         # neither garbage-collected nor lost while running).
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[Task] = set()
 
     def __repr__(self) -> str:
         return f"<PreparedModel {self.model.name or hex(id(self.model))} priority={self.priority.name} app={self.app!r}>"
@@ -254,7 +255,7 @@ class PreparedModel:
 
     async def _drive(self, args: list[Any], ctx: ExecContext) -> tuple[list[Any], int]:
         """Run the plan under the device's scheduler (``Driver.drive``)."""
-        self._loop = asyncio.get_running_loop()
+        self._loop = asyncio._get_running_loop()  # (None on trio)
         plan = self.plan
         return await self._driver.drive(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
 
@@ -292,7 +293,7 @@ class PreparedModel:
     # directly (no wrapper coroutine: a pipeline calls it once per stage).
     execute_fenced = execute_fenced
 
-    def _track(self, task: asyncio.Task[None]) -> None:
+    def _track(self, task: Task) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

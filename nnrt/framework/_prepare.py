@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import check_cache_args
+from nnrt.clock import check_deadline
 from nnrt.devices import CpuDevice, Device, get_devices
 from nnrt.devices._device import check_preparation_args
 from nnrt.errors import InvalidArgumentError, NnrtError
@@ -86,8 +87,8 @@ async def prepare(
 ) -> PreparedModel:
     """Prepare ``model`` on the best of ``devices`` for each operation (see the module doc)."""
     pref, prio = check_preparation_args(model, preference, priority)
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline != deadline):
-        raise InvalidArgumentError(f"prepare: deadline must be an absolute time in seconds or None, got {deadline!r}")
+    if deadline is not None:
+        deadline = check_deadline(deadline, "prepare")
     if not isinstance(app, str):
         raise InvalidArgumentError(f"prepare: app must be a string, got {app!r}")
     found = _check_devices(devices)

@@ -8,18 +8,21 @@ operation reads them, so shape arithmetic (Shape → Gather → Concat → Resha
 numpy at import time (``_onnx_fold``) and Reshape targets become constants. Constant tensors
 become CONSTANT_POOL operands that view the loaded file (``_ArrayPool``): no second copy.
 
-Each node goes to its op family's mapper (``_onnx_nn``: conv, pool, dense, normalisation,
-recurrent; ``_onnx_elem``: elementwise, activations, reductions, quantization;
-``_onnx_shape``: reshaping and data movement; ``_onnx_flow``: If/Loop), which emits NNAPI
+Each node goes to its op family's mapper (``_onnx_nn``: conv, pool, dense, batch/instance
+norm; ``_onnx_norm``: layer/RMS norms; ``_onnx_elem``: elementwise, activations, reductions,
+softmax, cast; ``_onnx_quant``: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul;
+``_onnx_rnn``: LSTM, GRU, RNN; ``_onnx_shape``: reshaping and data movement; ``_onnx_flow``:
+If/Loop), which emits NNAPI
 operations through ``Builder.op``. A mapper that meets something NNAPI cannot express raises
 ``Reject(reason)``; the importer records it (``Rejections``), marks the node's outputs as
 unavailable and carries on, so one ``UnsupportedModelError`` lists every offending node.
 Nodes fed only by unavailable values are skipped without a second, derived complaint.
 
-Layout: the model's inputs and outputs keep the file's layout. Spatial operations (conv,
-pooling, resize, depth/space moves, instance norm) run on NCHW tensors with NNAPI's NCHW
-flag; nnrt's kernels view NCHW data as NHWC and write NCHW outputs, and
-``benchmarks/load_onnx.py --layout`` measures that against explicit transposes.
+Layout: the model's inputs and outputs keep the file's layout (NCHW stays NCHW for the
+caller). Inside, conv, conv-transpose, pools and resize run NHWC, nnrt's native layout, and a
+tensor stays NHWC through elementwise ops and Concat, so a run of spatial ops costs one
+TRANSPOSE in and one out (``_onnx_layout``; measured faster than NNAPI's NCHW flag on every op
+by ``benchmarks/load_onnx.py``). Depth/space moves, instance norm and 1-D convs use the flag.
 Weights are re-laid once at import (OIHW → OHWI, depthwise → [1, H, W, M], Gemm B → [N, K]).
 
 int64 tensors (shapes, indices) become TENSOR_INT32 operands (values must fit), doubles and
@@ -409,7 +412,7 @@ def mapper(*op_types: str) -> Callable[[Mapper], Mapper]:
 
 
 def _load_mappers() -> None:
-    from nnrt.importers import _onnx_elem, _onnx_flow, _onnx_nn, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401
+    from nnrt.importers import _onnx_elem, _onnx_flow, _onnx_nn, _onnx_norm, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401
 
 
 def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
@@ -482,6 +485,8 @@ def graph_input_value(b: Builder, vi_name: str, elem_type: int, dims: tuple[int,
     if dtype is None:
         raise Reject(f"graph input {vi_name!r} has element type {ONNX_TYPE_NAMES.get(elem_type, elem_type)}, "
                      "which nnrt cannot hold")
+    if dims is not None and 0 in dims:
+        raise Reject(f"graph input {vi_name!r} has a zero-sized dimension {list(dims)} (nnrt's 0 means unknown)")
     shape: Shape = None if dims is None else tuple(max(d, 0) for d in dims)
     if fixed is not None:
         if shape is not None and (len(fixed) != len(shape) or any(s and s != f for s, f in zip(shape, fixed))):

@@ -429,21 +429,36 @@ def _reduce(ctx: NodeCtx) -> None:
         raise Reject(f"input 0 has type {x.dtype}, not supported")
     r = x.need_rank(kind)
     since = 13 if kind == "ReduceSum" else 18
-    if ctx.opset >= since:
+    axes_arg: Value | list[int] | None = None
+    runtime = ctx.opt(1) if ctx.opset >= since else None
+    if runtime is not None and runtime.const is None:
+        # Axes known only at run time: NNAPI's reductions take them as a tensor. Its length must be known
+        # and non-zero (ONNX gives an empty list a meaning of its own); the output dims are then unknown.
+        if runtime.shape is None or len(runtime.shape) != 1 or runtime.shape[0] <= 0:
+            raise Reject("run-time axes need a known, non-zero length")
+        axes_arg = runtime
+        axes = None
+    elif ctx.opset >= since:
         c = ctx.const(1, "axes")
         axes = None if c is None else [int(v) for v in c.reshape(-1)]
     else:
         axes = ctx.ints("axes")
-    if not axes:
+    if axes_arg is None and not axes:
         if ctx.i("noop_with_empty_axes", 0) and ctx.opset >= since:
             ctx.set(0, ctx.b.copy(x))
             return
         axes = list(range(r))
-    axes = sorted(set(normalize_axes(axes, r)))
     keep = bool(ctx.i("keepdims", 1))
     assert x.shape is not None
-    shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep else tuple(
-        d for k, d in enumerate(x.shape) if k not in axes)
+    shape: Shape
+    if axes_arg is None:
+        assert axes is not None
+        axes = sorted(set(normalize_axes(axes, r)))
+        axes_arg = axes
+        shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep else tuple(
+            d for k, d in enumerate(x.shape) if k not in axes)
+    else:
+        shape = (0,) * r if keep else None
     # A full reduction without keepdims is a scalar: its operand has unknown rank and holds [1].
     src = x
     if kind in ("ReduceL2", "ReduceSumSquare"):
@@ -454,11 +469,12 @@ def _reduce(ctx: NodeCtx) -> None:
         src = _un(ctx, Op.EXP, x, out=None)
     op = _REDUCE[kind]
     keep_arg = ctx.b.i32(int(keep)) if op is Op.MEAN else ctx.b.bool(keep)
+    axes_in = ctx.b.ints(axes_arg) if isinstance(axes_arg, list) else axes_arg
     if kind in ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp"):
-        s = ctx.b.op1(op, [src, ctx.b.ints(axes), keep_arg], x.dtype, shape)
+        s = ctx.b.op1(op, [src, axes_in, keep_arg], x.dtype, shape)
         _un(ctx, Op.SQRT if kind == "ReduceL2" else Op.LOG, s)
     else:
-        ctx.emit(op, [src, ctx.b.ints(axes), keep_arg], x.dtype, shape)
+        ctx.emit(op, [src, axes_in, keep_arg], x.dtype, shape)
 
 
 @mapper("ArgMax", "ArgMin")

@@ -4,8 +4,9 @@ Conv (2-D, and 1-D as 2-D with H = 1): group 1 → CONV_2D, group = C_in with on
 channel per group → DEPTHWISE_CONV_2D, other groups → GROUPED_CONV_2D (or, when dilated,
 which GROUPED_CONV_2D cannot express, one CONV_2D per group between SPLIT and CONCATENATION).
 Weights are re-laid at import: OIHW → OHWI, depthwise → [1, H, W, M]. A missing bias becomes
-zeros. ``auto_pad`` SAME_UPPER/SAME_LOWER/VALID become explicit pads (or NNAPI's implicit SAME
-when the spatial size is unknown). ConvTranspose → TRANSPOSE_CONV_2D (weights IOHW → OHWI),
+zeros. ``auto_pad`` SAME_UPPER/SAME_LOWER/VALID become explicit pads (SAME needs the spatial
+size known at load). 2-D convs and pools read and write NHWC (``_onnx_layout``).
+ConvTranspose → TRANSPOSE_CONV_2D (weights IOHW → OHWI),
 groups by SPLIT / CONCATENATION, ``output_padding`` taken off the end pads; dilations refused.
 
 BatchNormalization directly after a Conv whose output nothing else reads is folded into the

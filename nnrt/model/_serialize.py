@@ -179,7 +179,7 @@ def load_model(path: str | os.PathLike[str]) -> Model:
     """Read a model written by ``save_model`` (into private memory, see the module doc)."""
     from nnrt.memory import read_regular_file
 
-    raw = read_regular_file(path, "Model.load")
+    raw = read_regular_file(path, "Model.load")  # names the path in its errors
     shown = repr(os.fspath(path))
     if raw.size < 16 or raw[:8].tobytes() != MAGIC:
         raise InvalidArgumentError(f"Model.load: {shown} is not an nnrt model file")

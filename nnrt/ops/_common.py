@@ -12,14 +12,14 @@ integer pipeline (the quantized LSTM cells) build it from the fixed-point helper
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from nnrt.errors import ResourceExhaustedError
 from nnrt.model import Operand
-from nnrt.ops._registry import OpCall
+from nnrt.ops._registry import Kernel, OpCall
 from nnrt.types import ErrorStatus, OperandType
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "QUANT8_TYPES",
     "apply_activation",
     "broadcast_shape",
+    "broadcasts",
     "check_activation",
     "check_padding_scheme",
     "check_result_size",
@@ -222,6 +223,37 @@ def broadcast_shape(call: OpCall, a: Sequence[int], b: Sequence[int]) -> tuple[i
         else:
             call.fail(f"dimensions {list(a)} and {list(b)} cannot be broadcast (axis -{k}: {da} vs {db})")
     return tuple(reversed(out))
+
+
+def broadcasts(*inputs: int) -> Callable[[Callable[[OpCall], Kernel]], Callable[[OpCall], Kernel]]:
+    """Decorate a prepare function whose kernel broadcasts ``inputs`` with numpy's rule: when
+    their dimensions are not all known at preparation (known ones were checked there by
+    ``broadcast_shape``, and requests must match them), the kernel first checks the shapes it
+    is given, so that incompatible ones are INVALID_ARGUMENT naming the operation rather than a
+    numpy ValueError inside the kernel (GENERAL_FAILURE). Static models keep the bare kernel."""
+
+    def decorate(prepare: Callable[[OpCall], Kernel]) -> Callable[[OpCall], Kernel]:
+        def prepare_checked(call: OpCall) -> Kernel:
+            run = prepare(call)
+            if all(call.inputs[i].fully_specified for i in inputs):
+                return run
+
+            def checked(*args: Any) -> Any:
+                shapes = [np.shape(args[i]) for i in inputs]
+                try:
+                    np.broadcast_shapes(*shapes)
+                except ValueError:
+                    call.fail(f"inputs {', '.join(map(str, inputs))} have shapes {[list(x) for x in shapes]}, "
+                              "which do not broadcast")
+                return run(*args)
+
+            return checked
+
+        prepare_checked.__name__ = prepare.__name__
+        prepare_checked.__doc__ = prepare.__doc__
+        return prepare_checked
+
+    return decorate
 
 
 # -- axes ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnrt.ops._common import ACT_NONE, apply_activation, broadcast_shape, check_activation, from_real, to_real
+from nnrt.ops._common import ACT_NONE, apply_activation, broadcast_shape, broadcasts, check_activation, from_real, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -36,6 +36,7 @@ _TYPES = {
 
 
 @kernel(Op.ADD, Op.SUB, Op.MUL, Op.DIV)
+@broadcasts(0, 1)
 def prepare_binary(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
     t = call.expect_type(0, *_TYPES[call.type])

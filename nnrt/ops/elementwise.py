@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, broadcast_shape, from_real, to_real
+from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, broadcast_shape, broadcasts, from_real, to_real
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -93,6 +93,7 @@ def prepare_unary(call: OpCall) -> Kernel:
 
 
 @kernel(Op.POW)
+@broadcasts(0, 1)
 def prepare_pow(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     t = call.expect_type(0, *FLOAT_TYPES)
@@ -114,6 +115,7 @@ def prepare_pow(call: OpCall) -> Kernel:
 
 
 @kernel(Op.MAXIMUM, Op.MINIMUM)
+@broadcasts(0, 1)
 def prepare_min_max(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     t = call.expect_type(0, *FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
@@ -148,6 +150,7 @@ _COMPARISONS: dict[Op, Ufunc] = {
 
 
 @kernel(*_COMPARISONS)
+@broadcasts(0, 1)
 def prepare_comparison(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     t = call.expect_type(0, T.TENSOR_BOOL8, *FLOAT_TYPES, T.TENSOR_INT32, *QUANT8_TYPES)
@@ -174,6 +177,7 @@ def prepare_comparison(call: OpCall) -> Kernel:
 
 
 @kernel(Op.LOGICAL_AND, Op.LOGICAL_OR)
+@broadcasts(0, 1)
 def prepare_logical_binary(call: OpCall) -> Kernel:
     call.expect_counts(2, 1)
     call.expect_type(0, T.TENSOR_BOOL8)

@@ -83,6 +83,9 @@ _TRANSITIONS: dict[tuple[JobState, _Event], JobState] = {
     (S.PREEMPTED, E.CANCEL): S.CANCELLED,
 }
 del S, E
+# The same table keyed by the members' values: an enum member's hash is a Python-level call,
+# a string's is not, and every job moves three times or more (the simulator's hot path).
+_BY_VALUE = {(s.value, e.value): t for (s, e), t in _TRANSITIONS.items()}
 
 _ids = itertools.count(1)
 
@@ -142,7 +145,7 @@ class Job:
             raise ValueError("a deadline cannot be NaN")
         self.id: int = next(_ids) if id is None else id
         self.app: Hashable = app
-        self.priority = Priority(priority)
+        self.priority = priority if type(priority) is Priority else Priority(priority)
         self.cost = float(cost)
         #: The longest stretch it runs without a checkpoint (its longest operation, seconds): a
         #: job it should yield to may wait that long for the unit (admission counts it).
@@ -177,7 +180,7 @@ class Job:
 
     def _move(self, event: _Event) -> None:
         try:
-            self.state = _TRANSITIONS[self.state, event]
+            self.state = _BY_VALUE[self.state._value_, event._value_]
         except KeyError:
             raise InternalError(f"job {self.id}: illegal transition {event.value!r} from {self.state.value!r}") from None
 

@@ -20,12 +20,12 @@ simulations. The policy never sees a clock or a future: this module is the only 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import defaultdict
 from collections.abc import Hashable
 from typing import Any, Protocol
 
+from nnrt._aio import Future, call_later, create_future
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Cancellable, Clock, VirtualClock, call_at, perf_ns
 from nnrt.errors import error_for
@@ -57,7 +57,7 @@ class _Ticket:
 
     def __init__(self, ctx: Interruptible) -> None:
         self.ctx = ctx
-        self.future: asyncio.Future[None] | None = None
+        self.future: Future[None] | None = None
         self.granted_ns = 0
 
 
@@ -69,7 +69,6 @@ class Scheduler:
         self.policy = Policy(units, **policy_options)
         self._timer: Cancellable | None = None
         self._timer_at: float | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         # Executions that ran on the idle fast path (never queued): counted for statistics.
         self._fast: defaultdict[tuple[Hashable, Priority], int] = defaultdict(int)
         self._active = 0
@@ -112,10 +111,10 @@ class Scheduler:
             return ticket.granted_ns or perf_ns()
         fut = ticket.future
         if fut is None:
-            fut = ticket.future = self._get_loop().create_future()
+            fut = ticket.future = create_future()
         try:
             await fut
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (asyncio or trio): it no longer wants the unit
             self.withdraw(job)
             raise
         finally:
@@ -174,11 +173,6 @@ class Scheduler:
 
     # -- carrying out decisions -------------------------------------------------------------------
 
-    def _get_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.get_running_loop()
-        return self._loop
-
     def _pump(self, now: float) -> None:
         actions = self.policy.poll(now)
         for job in actions.start:
@@ -200,7 +194,7 @@ class Scheduler:
         if fut is None:
             if error is not None:
                 # Not waiting right now (between admission and wait_turn): park the outcome.
-                fut = ticket.future = asyncio.get_running_loop().create_future()
+                fut = ticket.future = create_future()
                 fut.set_exception(error)
             return
         if not fut.done():
@@ -219,13 +213,12 @@ class Scheduler:
             return
         # Event loops wait in whole milliseconds (epoll), so a timer can fire up to 1 ms late:
         # on a real clock wake up _SPIN_S early and re-check each loop iteration until it is due.
-        loop = None if isinstance(self.clock, VirtualClock) else self._get_loop()
-        self._timer = call_at(self.clock, when - self._spin_s, self._on_timer, loop)
+        self._timer = call_at(self.clock, when - self._spin_s, self._on_timer)
 
     def _on_timer(self) -> None:
         when = self._timer_at
         if self._spin_s and when is not None and self.clock.now() < when:
-            self._timer = self._get_loop().call_soon(self._on_timer)
+            self._timer = call_later(0.0, self._on_timer)
             return
         self._timer = self._timer_at = None
         self._pump(self.clock.now())

@@ -43,6 +43,7 @@ def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 
 def model_runner(path: str, options: dict[str, Any]) -> str:
     import nnrt
+    from tests.adversarial._targets import check_status
 
     rng = random.Random(options.get("seed", 0))
     model = nnrt.Model.load(path)
@@ -59,7 +60,8 @@ def model_runner(path: str, options: dict[str, Any]) -> str:
                 args = [_hostile(op, rng) for op in ins]
                 try:
                     first = [np.array(x) for x in (await prepared.execute(args, loop_timeout=0.05)).outputs]
-                except nnrt.NnrtError:
+                except nnrt.NnrtError as err:
+                    check_status(err)  # a refusal, not a kernel's bare exception wrapped
                     continue
                 others = [prepared.execute_sync(args, loop_timeout=0.05).outputs]
                 fence, cb = await prepared.execute_fenced(args, loop_timeout=0.05)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import struct
 import tempfile
 from collections.abc import Callable
@@ -40,9 +41,17 @@ class UnexpectedError(AssertionError):
     """An outcome outside the contract (a wrong status, a bare exception turned into a packet)."""
 
 
+#: How the interpreter reports an exception other than ``NnrtError`` escaping a kernel: a kernel
+#: that let a bare Python/numpy exception out, which the suite counts as a crash.
+_WRAPPED = re.compile(r" failed: [A-Za-z_.]*(Error|Exception|Warning)\b")
+
+
 def check_status(err: nnrt.NnrtError) -> None:
+    """The contract for a refusal: an NNAPI status, and no bare exception wrapped inside it."""
     if err.status not in NNAPI_STATUSES:
         raise UnexpectedError(f"NnrtError with status {err.status!r}")
+    if err.status is ErrorStatus.GENERAL_FAILURE and _WRAPPED.search(err.message):
+        raise UnexpectedError(f"a kernel let a bare exception out: {err.message}")
 
 
 class _Env:

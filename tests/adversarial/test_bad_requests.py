@@ -236,3 +236,24 @@ async def test_a_failed_wait_for_fence_names_each_status_once(add_prepared: nnrt
         await fence
     text = str(info.value)
     assert all(text.count(f"{status.name}:") <= 1 for status in ErrorStatus), text
+
+
+# -- found by the suite ---------------------------------------------------------------------
+
+
+def test_inputs_of_unknown_shape_that_do_not_broadcast_are_invalid_argument(device: nnrt.CpuDevice) -> None:
+    """The stateful test found ADD of inputs declared [0] given shapes [2] and [0]: numpy's
+    broadcasting ValueError inside the kernel, reported as GENERAL_FAILURE."""
+    m = Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, [0])
+    b = m.add_operand(T.TENSOR_FLOAT32, [0])
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    c = m.add_operand(T.TENSOR_FLOAT32, [0])
+    m.add_operation(Op.ADD, [a, b, act], [c])
+    m.identify_inputs_and_outputs([a, b], [c])
+    m.finish()
+    prepared = device.prepare_model_sync(m)
+    assert prepared.execute_sync([np.ones(2, np.float32), np.ones(1, np.float32)]).outputs[0].tolist() == [2.0, 2.0]
+    with pytest.raises(nnrt.InvalidArgumentError, match="do not broadcast"):
+        prepared.execute_sync([np.ones(2, np.float32), np.ones(0, np.float32)])

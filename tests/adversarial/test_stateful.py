@@ -26,7 +26,7 @@ from nnrt import BufferDesc, BufferRole, ErrorStatus, Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from tests.adversarial import _tally
-from tests.adversarial._targets import NNAPI_STATUSES
+from tests.adversarial._targets import UnexpectedError, check_status
 
 CATEGORY = "stateful (hypothesis)"
 
@@ -103,9 +103,11 @@ class ApiMachine(RuleBasedStateMachine):
         try:
             return fn()
         except nnrt.NnrtError as err:
-            if err.status not in NNAPI_STATUSES:
+            try:
+                check_status(err)
+            except UnexpectedError:
                 _tally.record(CATEGORY, crashes=1)
-                raise AssertionError(f"status {err.status!r} is not an NNAPI status") from err
+                raise
             return err
         except BaseException:
             _tally.record(CATEGORY, crashes=1)

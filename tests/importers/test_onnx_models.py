@@ -388,3 +388,12 @@ def test_loop_as_while(device: CpuDevice, tmp_path: object, with_cond: bool) -> 
     feeds = {"M": np.asarray(6, np.int64), "c": np.asarray(True), "acc0": np.zeros(3, np.float32),
              "x": np.abs(rand(3))}
     compare_with_ort(device, model, tmp_path, feeds)
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_layer_normalization(device: CpuDevice, tmp_path: object, axis: int) -> None:
+    shape = [2, 3, 8]
+    norm = shape[axis:] if axis != -1 else shape[-1:]
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=axis, epsilon=1e-4)
+    model = make_model([node], [vi("x", shape)], [vi("y", None)], [init("s", rand(*norm)), init("b", rand(*norm))])
+    compare_with_ort(device, model, tmp_path, {"x": rand(*shape)})

@@ -94,8 +94,9 @@ def test_raw_data_of_the_wrong_size(tmp_path: object) -> None:
 def test_nesting_is_bounded(tmp_path: object) -> None:
     # An If whose branch holds an If whose branch holds ... deeper than the reader follows.
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    leaf = graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "leaf", [], [y])
-    for _ in range(MAX_DEPTH // 3 + 2):  # one deep branch (both deep would double the file per level)
+    leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "leaf", [], [y])
+    graph = leaf
+    for _ in range(MAX_DEPTH // 3 + 2):  # nest through then_branch only: the file grows linearly
         node = helper.make_node("If", ["c"], ["y"], then_branch=graph, else_branch=leaf)
         graph = helper.make_graph([node], "g", [], [y])
     model = helper.make_model(graph)

@@ -65,7 +65,7 @@ def test_bench_command_on_a_real_model_with_profile(tmp_path: Path, capsys: pyte
     assert main(["bench", str(path), "--runs", "3", "--warmup", "1", "--profile", "--reference-spread",
                  "--json", str(out_json)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^  reference \(LiteRT [\d.]+\)( +\d+\.\d+){5}$", out, re.M)
+    assert re.search(r"^  reference \(LiteRT [\d.]+\)( +\d+\.\d+){6}$", out, re.M)
     assert re.search(r"^  output_crop +\[1, 1, 1, 4\] .* yes \(tolerance used", out, re.M)
     assert re.search(r"^  PRELU +\d+\.\d+ +\d+\.\d%", out, re.M)
     doc = json.loads(out_json.read_text())
@@ -104,7 +104,7 @@ def test_without_the_reference_runtime_the_bench_says_how_to_install_it(monkeypa
     assert main(["bench", str(DATA / "mediapipe_hand_recrop.tflite"), "--runs", "2", "--warmup", "0"]) == 0
     out = capsys.readouterr().out
     assert "reference: none (LiteRT is not installed: pip install ai-edge-litert (or pip install 'nnrt[bench]'))" in out
-    assert re.search(r"^  burst( +\d+\.\d+){5}$", out, re.M) and "accuracy vs" not in out
+    assert re.search(r"^  burst( +\d+\.\d+){6}$", out, re.M) and "accuracy vs" not in out
 
 
 def test_a_stream_carries_the_state_like_the_reference(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,16 +2,18 @@
 switch) when nothing is queued and the device may run the plan now. Same results and failure
 rules as ``execute``, the scheduler's rules (a busy device queues them, in order), deadlines on
 a virtual clock, the lane cache following slot changes, closing and cancelling, no leaks.
-Every test runs on asyncio and uvloop (``tests/conftest.py``)."""
+Every test runs on asyncio and uvloop (``tests/conftest.py``) and on trio (``on_trio_too``)."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
+import itertools
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
@@ -19,8 +21,11 @@ import nnrt
 from nnrt import ErrorStatus, Model, Priority, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from tests.helpers import ones
+from tests.helpers import gather, on_trio_too, ones, start
 from tests.integration.test_scheduler import Gate, settle
+
+#: Numbers each run of a test that must not share an app with another run.
+_RUNS = itertools.count()
 
 
 def two_adds() -> Model:
@@ -59,7 +64,7 @@ async def vdevice() -> AsyncIterator[nnrt.CpuDevice]:
 
 
 async def test_requests_run_at_once_with_the_results_of_execute(device: nnrt.CpuDevice) -> None:
-    app = f"at-once-{id(asyncio.get_running_loop()):x}"  # the device is shared by both loops' runs
+    app = f"at-once-{next(_RUNS)}"  # the device is shared by every loop's run of the test
     prepared = await device.prepare_model(zoo.one_add(), app=app)
     async with prepared.burst() as burst:
         r = Regions(burst)
@@ -91,7 +96,7 @@ async def test_a_busy_device_queues_them_in_order_under_the_scheduler(vdevice: n
         data[:6, 0] = np.arange(6)
         slot = burst.register_memory(nnrt.Memory(data))
         loc = [burst.location(slot, 16 * k, 16, (1, 4)) for k in range(12)]
-        blocker = asyncio.create_task(busy.execute([ones(1, 16)]))
+        blocker = start(busy.execute([ones(1, 16)]))
         await gate.wait_entered()
         order: list[int] = []
         futures = []
@@ -104,7 +109,7 @@ async def test_a_busy_device_queues_them_in_order_under_the_scheduler(vdevice: n
         assert burst.statistics().inline == 0
         gate.release.set()
         await blocker
-        results = await asyncio.gather(*futures)
+        results = await gather(*futures)
         assert order == [0, 1, 2, 3, 4]
         assert [res.outputs[0][0, 0] for res in results] == [0, 1, 2, 3, 4]
         fut = await burst.submit([loc[5], loc[0]], [loc[11]])  # the device is idle again
@@ -264,7 +269,6 @@ async def test_close_after_requests_ran_at_once_leaks_nothing() -> None:
             await fut
     with pytest.raises(nnrt.DeadObjectError):
         await burst.submit(r.inputs, r.outputs)
-    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("nnrt-burst")]
     assert set(threading.enumerate()) <= threads  # the inline path starts no thread
     device.close()
 
@@ -272,7 +276,7 @@ async def test_close_after_requests_ran_at_once_leaks_nothing() -> None:
 async def test_cancelling_a_streaming_owner_leaves_whole_results(device: nnrt.CpuDevice) -> None:
     prepared = await device.prepare_model(two_adds())
     seen: list[tuple[nnrt.Burst, Regions]] = []
-    ran = asyncio.Event()
+    ran = anyio.Event()
 
     async def owner() -> None:
         async with prepared.burst() as burst:
@@ -284,13 +288,13 @@ async def test_cancelling_a_streaming_owner_leaves_whole_results(device: nnrt.Cp
                 await burst.execute(r.inputs, r.outputs)
                 k += 1
                 ran.set()
-                await asyncio.sleep(0)
+                await anyio.lowlevel.checkpoint()
 
-    task = asyncio.create_task(owner())
+    task = start(owner())
     await ran.wait()
     await settle(5)
     task.cancel()
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(anyio.get_cancelled_exc_class()):
         await task
     ((burst, r),) = seen
     assert burst.server_task is not None and burst.server_task.done()
@@ -298,3 +302,6 @@ async def test_cancelling_a_streaming_owner_leaves_whole_results(device: nnrt.Cp
     np.testing.assert_array_equal(r.data[8:12], x + y)  # the last request's outputs, whole
     np.testing.assert_array_equal(r.data[12:16], x + 2 * y)
     assert burst.statistics().inline >= 1 and burst.statistics().failed == 0
+
+
+on_trio_too(globals())

@@ -2,13 +2,12 @@
 batch on the device's worker under one scheduler job. Results in order and equal to execute,
 per-request failures, preemption between two requests by a higher priority, deadlines that
 pass while a request waits in its batch, closing while the worker runs (outputs whole, no
-task, thread or job left behind). Every test runs on asyncio and uvloop."""
+task, thread or job left behind). Every test runs on asyncio, uvloop and trio."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -16,12 +15,13 @@ import pytest
 
 import nnrt
 from nnrt import ErrorStatus, Priority, zoo
-from tests.helpers import ones
+from nnrt._aio import Future
+from tests.helpers import gather, on_trio_too, ones, start, wait_all
 from tests.integration.test_scheduler import Gate, settle
 
 
 @pytest.fixture
-async def heavy() -> AsyncIterator[nnrt.CpuDevice]:
+def heavy() -> Iterator[nnrt.CpuDevice]:
     """A device on a virtual clock that runs every plan on its worker thread."""
     dev = nnrt.CpuDevice(clock=nnrt.VirtualClock(1000.0), compute_units=1, inline_limit_ns=0)
     yield dev
@@ -42,7 +42,7 @@ class Ring:
         self.one = burst.location(slot, 16 * 2 * n, 16, (1, 4))
         self.n = n
 
-    async def submit(self, burst: nnrt.Burst, k: int, **kwargs: Any) -> asyncio.Future[nnrt.ExecutionResult]:
+    async def submit(self, burst: nnrt.Burst, k: int, **kwargs: Any) -> Future[nnrt.ExecutionResult]:
         return await burst.submit([self.x[k], self.one], [self.y[k]], **kwargs)
 
     def out(self, k: int) -> list[float]:
@@ -60,7 +60,7 @@ async def test_queued_requests_run_in_worker_batches_in_order(heavy: nnrt.CpuDev
             fut = await ring.submit(burst, k)
             fut.add_done_callback(lambda _f, k=k: order.append(k))  # type: ignore[misc]
             futures.append(fut)
-        results = await asyncio.gather(*futures)
+        results = await gather(*futures)
         assert order == list(range(20))
         assert [r.outputs[0].tolist() for r in results] == [[[k + 1.0] * 4] for k in range(20)]
         assert all(np.shares_memory(r.outputs[0], ring.data) for r in results)
@@ -88,7 +88,7 @@ async def test_a_failing_request_fails_alone(heavy: nnrt.CpuDevice) -> None:
     async with prepared.burst() as burst:
         ring = Ring(burst, 3)
         futures = [await ring.submit(burst, k) for k in range(3)]
-        await asyncio.wait(futures)
+        await wait_all(futures)
         with pytest.raises(nnrt.GeneralFailureError, match="no ones"):
             futures[1].result()
         assert futures[0].result().outputs[0][0, 0] == 1 and futures[2].result().outputs[0][0, 0] == 3
@@ -109,12 +109,12 @@ async def test_a_higher_priority_takes_the_unit_between_two_requests(heavy: nnrt
             fut.add_done_callback(lambda _f, k=k: order.append(f"burst{k}"))  # type: ignore[misc]
             futures.append(fut)
         await gate.wait_entered()  # request 0 is inside its kernel, on the worker
-        urgent = asyncio.create_task(high.execute([ones(1, 4), ones(1, 4)]))
+        urgent = start(high.execute([ones(1, 4), ones(1, 4)]))
         urgent.add_done_callback(lambda _t: order.append("high"))
         await settle()
         assert not urgent.done()  # the burst holds the unit until its request ends
         gate.release.set()
-        await asyncio.gather(urgent, *futures)
+        await gather(urgent, *futures)
         assert order == ["burst0", "high", "burst1", "burst2"]
         assert [ring.out(k) for k in range(3)] == [[k + 1.0] * 4 for k in range(3)]
         assert burst.statistics().worker_batches == 2  # the rest came back and ran in a second batch
@@ -136,7 +136,7 @@ async def test_deadlines_in_a_batch(heavy: nnrt.CpuDevice) -> None:
         later = await ring.submit(burst, 4, deadline=clock.now() + 1.0)  # the next batch
         clock.advance(2.0)  # requests 2 and 4 reach their deadlines while they wait
         gate.release.set()
-        await asyncio.wait([first, passed, expires, fine, later])
+        await wait_all([first, passed, expires, fine, later])
         statuses = []
         for fut in (passed, expires, later):
             with pytest.raises(nnrt.MissedDeadlineError) as info:
@@ -161,7 +161,7 @@ async def test_closing_while_the_worker_runs_a_batch(heavy: nnrt.CpuDevice) -> N
     ring = Ring(burst, 4)
     futures = [await ring.submit(burst, k) for k in range(4)]
     await gate.wait_entered()
-    closing = asyncio.create_task(burst.close())
+    closing = start(burst.close())
     await settle()
     assert not closing.done()  # it waits for the request in progress
     gate.release.set()
@@ -173,7 +173,7 @@ async def test_closing_while_the_worker_runs_a_batch(heavy: nnrt.CpuDevice) -> N
     assert ring.out(0) == [1.0] * 4  # the request in progress finished: its output is whole
     assert ring.out(1) == ring.out(2) == ring.out(3) == [-1.0] * 4  # the others never started
     assert heavy.scheduler.idle() and heavy.statistics().running == 0
-    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("nnrt-burst")]
+    assert burst.server_task is not None and burst.server_task.done()
     assert set(threading.enumerate()) <= threads
 
 
@@ -183,20 +183,20 @@ async def test_a_refused_batch_fails_each_of_its_requests() -> None:
         prepared = await device.prepare_model(zoo.one_add(), app="full")
         other = await device.prepare_model(zoo.one_add(), app="full")
         gate = Gate.on_step(other, 0)
-        running = asyncio.create_task(other.execute([ones(1, 4), ones(1, 4)]))
+        running = start(other.execute([ones(1, 4), ones(1, 4)]))
         await gate.wait_entered()
-        waiting = asyncio.create_task(other.execute([ones(1, 4), ones(1, 4)]))  # the app's one queued job
+        waiting = start(other.execute([ones(1, 4), ones(1, 4)]))  # the app's one queued job
         await settle()
         async with prepared.burst() as burst:
             ring = Ring(burst, 2)
             futures = [await ring.submit(burst, k) for k in range(2)]
-            await asyncio.wait(futures)
+            await wait_all(futures)
             for fut in futures:
                 with pytest.raises(nnrt.NnrtError) as info:
                     fut.result()
                 assert info.value.status is ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
             gate.release.set()
-            await asyncio.gather(running, waiting)
+            await gather(running, waiting)
             assert (await (await ring.submit(burst, 1))).outputs[0][0, 0] == 2  # room again
         assert device.scheduler.idle()
     finally:
@@ -232,9 +232,12 @@ async def test_batch_results_arrive_as_each_request_ends_and_none_succeeds_late(
         assert not late.done()
         clock.advance(2.0)  # its deadline passes during the kernel
         gate.release.set()
-        await asyncio.wait([late, fine])
+        await wait_all([late, fine])
         with pytest.raises(nnrt.MissedDeadlineError) as info:
             late.result()
         assert info.value.status is ErrorStatus.MISSED_DEADLINE_TRANSIENT
         assert fine.result().outputs[0][0, 0] == 3
         assert burst.statistics().worker_batches == 1
+
+
+on_trio_too(globals())

@@ -15,6 +15,7 @@ import pytest
 import nnrt
 from nnrt import ErrorStatus, ExecutionPreference, Priority, zoo
 from nnrt.cache import cache_key, file_names, read_entry, write_entry
+from tests.helpers import on_trio_too
 
 TOKEN = bytes(range(32))
 
@@ -256,3 +257,6 @@ def test_concurrent_writers_never_leave_a_loadable_half_entry(device: nnrt.CpuDe
         t.join()
     assert not errors
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".nnrt-tmp")]
+
+
+on_trio_too(globals())

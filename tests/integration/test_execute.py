@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 import nnrt
 from nnrt import ErrorStatus, zoo
 from nnrt._log import reload_vlog
-from tests.helpers import ones, unknown_shape_add
+from tests.helpers import on_trio_too, ones, unknown_shape_add
 
 
 class TickingClock:
@@ -240,3 +240,8 @@ async def test_vlog_execution_emits_one_summary_event(device: nnrt.CpuDevice) ->
     with capture_logs() as quiet:
         await prepared.execute([ones(1, 4), ones(1, 4)])
     assert quiet == []
+
+
+# (the two skipped use asyncio's own gather and task cancellation; test_trio.py covers both on trio)
+on_trio_too(globals(), skip={"test_many_concurrent_executions",
+                             "test_cancelling_an_offloaded_execution_stops_it_at_a_checkpoint"})

@@ -3,16 +3,17 @@ propagation, deadlines counted from the fences, timing info, chaining and cancel
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 
+import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
 import nnrt
 from nnrt import ErrorStatus, SyncFence, zoo
-from tests.helpers import ones
+from tests.helpers import on_trio_too, ones
 
 
 @pytest.fixture(scope="module", params=["eager", "task"])
@@ -25,7 +26,7 @@ def device(request: pytest.FixtureRequest) -> Iterator[nnrt.CpuDevice]:
 
 async def spin(n: int = 5) -> None:
     for _ in range(n):
-        await asyncio.sleep(0)
+        await anyio.lowlevel.checkpoint()
 
 
 def spy_on_first_step(prepared: nnrt.PreparedModel) -> list[int]:
@@ -287,3 +288,6 @@ async def test_fences_signaled_after_the_deadline_give_the_right_reason(device: 
     message = str(info.value)
     assert message.count("MISSED_DEADLINE") == 1 and "deadline passed" in message and "needs about" not in message
     dev.close()
+
+
+on_trio_too(globals())

@@ -3,9 +3,10 @@ without them. The library never configures structlog."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
+import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 from structlog.testing import capture_logs
@@ -13,6 +14,7 @@ from structlog.testing import capture_logs
 import nnrt
 from nnrt import Priority, zoo
 from nnrt._log import TAGS, reload_vlog
+from tests.helpers import gather, on_trio_too, start
 
 
 @pytest.fixture
@@ -29,9 +31,9 @@ async def workload() -> None:
     for step in low.plan.steps:
         step.cost_ns = 1e9
     x16, x4 = np.ones((1, 16), np.float32), np.ones((1, 4), np.float32)
-    task = asyncio.create_task(low.execute([x16]))
-    await asyncio.sleep(0)
-    await asyncio.gather(high.execute([x4, x4]), task)
+    task = start(low.execute([x16]))
+    await anyio.lowlevel.checkpoint()
+    await gather(high.execute([x4, x4]), task)
     with pytest.raises(nnrt.MissedDeadlineError):
         await low.execute([x16], deadline=device.clock.now() + 1e-7)  # shorter than any real run
     device.close()
@@ -57,3 +59,6 @@ async def test_silent_without_tags(vlog: None) -> None:
     with capture_logs() as logs:
         await workload()
     assert logs == []
+
+
+on_trio_too(globals())

@@ -12,6 +12,7 @@ import nnrt
 from nnrt import BufferDesc, BufferRole, BufferToken, ErrorStatus, Memory, Model, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from tests.helpers import on_trio_too
 
 
 def add_model(type_: T = T.TENSOR_FLOAT32, dims: list[int] | None = None, scale: float = 0.0, zp: int = 0,
@@ -384,3 +385,6 @@ def test_device_without_memory_domains() -> None:
 
     with pytest.raises(nnrt.GeneralFailureError, match="does not support memory domains"):
         Bare().allocate(BufferDesc(), [], [])
+
+
+on_trio_too(globals())

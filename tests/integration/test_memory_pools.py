@@ -12,7 +12,7 @@ import nnrt
 from nnrt import ErrorStatus, Memory, MemoryLocation, Model, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from tests.helpers import unknown_shape_add
+from tests.helpers import on_trio_too, unknown_shape_add
 
 
 def scalar_input_add() -> Model:
@@ -163,3 +163,6 @@ def test_reused_locations_after_close_are_rejected(device: nnrt.CpuDevice) -> No
         shm.close()
         with pytest.raises(nnrt.InvalidArgumentError, match="outside the memory of 0 bytes"):
             prepared.execute_sync([(shm, 0, 16), (shm, 16, 16)])
+
+
+on_trio_too(globals())

@@ -16,7 +16,7 @@ import pytest
 import nnrt
 from nnrt import ErrorStatus, zoo
 from nnrt.sched import Job
-from tests.helpers import ones, unknown_shape_add
+from tests.helpers import on_trio_too, ones, unknown_shape_add
 
 
 def _slow_last_step(prepared: nnrt.PreparedModel, clock: nnrt.VirtualClock, seconds: float) -> None:
@@ -148,3 +148,6 @@ async def test_a_model_with_unknown_dimensions_runs_on_the_worker_and_learns_per
     assert prepared.plan.cost_for([big, big]).observations == 1
     assert prepared.plan.cost_for([big[:1], big[:1]]).observations == 0
     device.close()
+
+
+on_trio_too(globals())

@@ -4,16 +4,18 @@ isolation, aborts at checkpoints, resource limits, statistics."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
 
+import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
 import nnrt
 from nnrt import ErrorStatus, Priority, zoo
-from tests.helpers import ones
+from nnrt._aio import to_thread
+from tests.helpers import on_trio_too, ones, start
 
 
 class Gate:
@@ -41,12 +43,12 @@ class Gate:
         return gate
 
     async def wait_entered(self) -> None:
-        assert await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, 10)
+        assert await to_thread(self.entered.wait, 10)  # (the loop's default executor on asyncio)
 
 
 async def settle(n: int = 20) -> None:
     for _ in range(n):
-        await asyncio.sleep(0)
+        await anyio.lowlevel.checkpoint()
 
 
 def count_calls(prepared: nnrt.PreparedModel) -> list[int]:
@@ -69,7 +71,7 @@ def set_cost(prepared: nnrt.PreparedModel, seconds_per_step: float) -> None:
 
 
 @pytest.fixture
-async def vdevice() -> AsyncIterator[nnrt.CpuDevice]:
+def vdevice() -> Iterator[nnrt.CpuDevice]:
     dev = nnrt.CpuDevice(clock=nnrt.VirtualClock(1000.0), compute_units=1, inline_limit_ns=0)
     yield dev
     dev.close()
@@ -81,9 +83,9 @@ async def test_queued_execution_expires_at_its_deadline_while_another_runs(vdevi
     long = await vdevice.prepare_model(zoo.add_chain(5))
     short = await vdevice.prepare_model(zoo.one_add())
     gate = Gate.on_step(long, 0)
-    running = asyncio.create_task(long.execute([ones(1, 16)]))
+    running = start(long.execute([ones(1, 16)]))
     await gate.wait_entered()
-    queued = asyncio.create_task(short.execute([ones(1, 4), ones(1, 4)], deadline=clock.now() + 1.0))
+    queued = start(short.execute([ones(1, 4), ones(1, 4)], deadline=clock.now() + 1.0))
     await settle()
     assert not queued.done()
     clock.advance(0.5)
@@ -114,13 +116,14 @@ async def test_high_priority_preempts_low_of_the_same_app_and_low_resumes(vdevic
         order.append(name)
         return result
 
-    low_task = asyncio.create_task(run("low", low, [ones(1, 16)]))
+    low_task = start(run("low", low, [ones(1, 16)]))
     await gate.wait_entered()
-    high_task = asyncio.create_task(run("high", high, [ones(1, 4), ones(1, 4)]))
+    high_task = start(run("high", high, [ones(1, 4), ones(1, 4)]))
     await settle()
     assert not high_task.done()  # LOW holds the unit until its next checkpoint
     gate.release.set()
-    low_result, _ = await asyncio.gather(low_task, high_task)
+    low_result = await low_task
+    await high_task
     assert order == ["high", "low"]
     assert calls == [1] * 10  # resumed where it stopped: nothing recomputed
     expected = low.execute_sync([ones(1, 16)]).outputs[0]
@@ -138,12 +141,13 @@ async def test_other_apps_never_preempt(vdevice: nnrt.CpuDevice) -> None:
         await coro  # type: ignore[misc]
         order.append(name)
 
-    low_task = asyncio.create_task(run("low", low.execute([ones(1, 16)])))
+    low_task = start(run("low", low.execute([ones(1, 16)])))
     await gate.wait_entered()
-    high_task = asyncio.create_task(run("high", high.execute([ones(1, 4), ones(1, 4)])))
+    high_task = start(run("high", high.execute([ones(1, 4), ones(1, 4)])))
     await settle()
     gate.release.set()
-    await asyncio.gather(low_task, high_task)
+    await low_task
+    await high_task
     assert order == ["low", "high"]
     assert vdevice.statistics().get("assistant", Priority.LOW).preemptions == 0
 
@@ -154,7 +158,7 @@ async def test_running_execution_aborts_at_the_next_checkpoint_after_its_deadlin
     prepared = await vdevice.prepare_model(zoo.add_chain(10))
     calls = count_calls(prepared)
     gate = Gate.on_step(prepared, 3)
-    task = asyncio.create_task(prepared.execute([ones(1, 16)], deadline=clock.now() + 1.0))
+    task = start(prepared.execute([ones(1, 16)], deadline=clock.now() + 1.0))
     await gate.wait_entered()
     clock.advance(5.0)
     gate.release.set()
@@ -169,7 +173,7 @@ async def test_admission_uses_the_cost_model(vdevice: nnrt.CpuDevice) -> None:
     prepared = await vdevice.prepare_model(zoo.add_chain(5))
     set_cost(prepared, 1.0)  # 5 s of work per execution
     gate = Gate.on_step(prepared, 0)
-    first = asyncio.create_task(prepared.execute([ones(1, 16)], deadline=clock.now() + 6.0))
+    first = start(prepared.execute([ones(1, 16)], deadline=clock.now() + 6.0))
     await gate.wait_entered()
     # Fits on an idle device (5 s < 7 s) but not behind the 5 s running with an earlier
     # deadline (EDF runs that one first): TRANSIENT.
@@ -190,27 +194,28 @@ async def test_full_queue_is_resource_exhausted() -> None:
     dev = nnrt.CpuDevice(clock=nnrt.VirtualClock(), compute_units=1, inline_limit_ns=0, max_queued_per_app=1)
     prepared = await dev.prepare_model(zoo.add_chain(3))
     gate = Gate.on_step(prepared, 0)
-    first = asyncio.create_task(prepared.execute([ones(1, 16)]))
+    first = start(prepared.execute([ones(1, 16)]))
     await gate.wait_entered()
-    second = asyncio.create_task(prepared.execute([ones(1, 16)]))
+    second = start(prepared.execute([ones(1, 16)]))
     await settle()
     with pytest.raises(nnrt.ResourceExhaustedError) as info:
         await prepared.execute([ones(1, 16)])
     assert info.value.status is ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
     gate.release.set()
-    await asyncio.gather(first, second)
+    await first
+    await second
     dev.close()
 
 
 async def test_cancelling_a_queued_execution_frees_its_place(vdevice: nnrt.CpuDevice) -> None:
     prepared = await vdevice.prepare_model(zoo.add_chain(3))
     gate = Gate.on_step(prepared, 0)
-    first = asyncio.create_task(prepared.execute([ones(1, 16)]))
+    first = start(prepared.execute([ones(1, 16)]))
     await gate.wait_entered()
-    queued = asyncio.create_task(prepared.execute([ones(1, 16)]))
+    queued = start(prepared.execute([ones(1, 16)]))
     await settle()
     queued.cancel()
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(anyio.get_cancelled_exc_class()):
         await queued
     gate.release.set()
     await first
@@ -285,3 +290,6 @@ async def test_admission_recovers_from_an_inflated_estimate(inline_limit_ns: flo
     assert outcomes[first_ok:] == ["ok"] * (60 - first_ok)  # the probe's measurement sticks
     assert plan.admission_cost_ns < 50e6
     dev.close()
+
+
+on_trio_too(globals())

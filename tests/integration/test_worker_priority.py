@@ -14,6 +14,7 @@ import pytest
 
 import nnrt
 from nnrt import ErrorStatus, Priority, zoo
+from tests.helpers import on_trio_too
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
 
@@ -105,3 +106,6 @@ def test_bad_niceness_is_invalid_argument(bad: object) -> None:
     with pytest.raises(nnrt.InvalidArgumentError, match="low_priority_nice") as info:
         nnrt.CpuDevice(low_priority_nice=bad)  # type: ignore[arg-type]
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+on_trio_too(globals())

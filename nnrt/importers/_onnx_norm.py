@@ -1,0 +1,105 @@
+"""ONNX normalisations over axes → NNAPI MEAN / SUB / MUL / RSQRT chains.
+
+LayerNormalization (axis..last), RMSNormalization and MeanVarianceNormalization have no NNAPI
+operation; each is built from the ops its definition names, in float32/float16:
+``d = x - mean(x)``, ``y = d * rsqrt(mean(d * d) + epsilon)`` (RMS: ``x * rsqrt(mean(x * x) +
+epsilon)``), then scale and bias. The optional Mean / InvStdDev outputs of LayerNormalization
+(training) are refused. (Batch, instance and LRN normalisations live in ``_onnx_nn``.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnrt.importers._onnx import NodeCtx, Reject, Value, mapper
+from nnrt.importers._onnx_elem import normalize_axes
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _mean(ctx: NodeCtx, x: Value, axes: list[int]) -> Value:
+    assert x.shape is not None
+    shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+    return ctx.b.op1(Op.MEAN, [x, ctx.b.ints(axes), ctx.b.i32(1)], x.dtype, shape)
+
+
+def _bin(ctx: NodeCtx, op: Op, a: Value, b: Value, shape: tuple[int, ...] | None) -> Value:
+    return ctx.b.op1(op, [a, b, ctx.b.i32(0)], a.dtype, shape)
+
+
+def _eps(x: Value, value: float) -> Value:
+    arr = np.asarray([value], dtype=x.dtype)
+    return Value(arr.dtype, arr.shape, const=arr)
+
+
+def _normalized(ctx: NodeCtx, x: Value, axes: list[int], eps: float, center: bool) -> Value:
+    """(x - mean) * rsqrt(mean((x - mean)^2) + eps) over ``axes``; without ``center``, x * rsqrt(mean(x^2) + eps)."""
+    d = _bin(ctx, Op.SUB, x, _mean(ctx, x, axes), x.shape) if center else x
+    var = _mean(ctx, _bin(ctx, Op.MUL, d, d, x.shape), axes)
+    inv = ctx.b.op1(Op.RSQRT, [_bin(ctx, Op.ADD, var, _eps(x, eps), var.shape)], x.dtype, var.shape)
+    return _bin(ctx, Op.MUL, d, inv, x.shape)
+
+
+def _finish(ctx: NodeCtx, y: Value, scale: Value | None, bias: Value | None) -> None:
+    steps = [(Op.MUL, scale), (Op.ADD, bias)]
+    steps = [(op, v) for op, v in steps if v is not None]
+    if not steps:
+        ctx.set(0, ctx.b.copy(y))
+        return
+    for k, (op, v) in enumerate(steps):
+        assert v is not None
+        if k == len(steps) - 1:
+            ctx.emit(op, [y, v, ctx.b.i32(0)], y.dtype, y.shape)
+        else:
+            y = _bin(ctx, op, y, v, y.shape)
+
+
+def _input(ctx: NodeCtx) -> tuple[Value, int]:
+    x = ctx.inp(0)
+    if x.dtype not in _FLOATS or x.quant is not None:
+        raise Reject(f"input of type {x.dtype} is not supported")
+    if any(ctx.out(k) for k in range(1, len(ctx.node.outputs))):
+        raise Reject("the Mean / InvStdDev outputs (training) are not supported")
+    r = x.need_rank(ctx.node.op_type)
+    if r > 4:
+        raise Reject(f"rank {r} is not supported (NNAPI's MEAN takes rank <= 4)")
+    return x, r
+
+
+def _param(ctx: NodeCtx, i: int, x: Value) -> Value | None:
+    v = ctx.opt(i)
+    if v is not None and v.dtype != x.dtype:
+        if v.const is None:
+            raise Reject(f"input {i} has type {v.dtype}, not the input's {x.dtype}")
+        c = v.const.astype(x.dtype)
+        v = Value(c.dtype, c.shape, const=c)
+    return v
+
+
+@mapper("LayerNormalization")
+def _layer_norm(ctx: NodeCtx) -> None:
+    x, r = _input(ctx)
+    if ctx.i("stash_type", 1) != 1:
+        raise Reject("stash_type other than float32 is not supported")
+    axis = normalize_axes([ctx.i("axis", -1)], r)[0]
+    y = _normalized(ctx, x, list(range(axis, r)), ctx.f("epsilon", 1e-5), center=True)
+    _finish(ctx, y, _param(ctx, 1, x), _param(ctx, 2, x))
+
+
+@mapper("RMSNormalization")
+def _rms_norm(ctx: NodeCtx) -> None:
+    x, r = _input(ctx)
+    axis = normalize_axes([ctx.i("axis", -1)], r)[0]
+    y = _normalized(ctx, x, list(range(axis, r)), ctx.f("epsilon", 1e-5), center=False)
+    _finish(ctx, y, _param(ctx, 1, x), None)
+
+
+@mapper("MeanVarianceNormalization")
+def _mvn(ctx: NodeCtx) -> None:
+    x, r = _input(ctx)
+    axes = sorted(set(normalize_axes(ctx.ints("axes", [0, 2, 3]) or [], r)))
+    y = _normalized(ctx, x, axes, 1e-9, center=True)
+    ctx.set(0, y)
