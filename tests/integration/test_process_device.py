@@ -483,3 +483,9 @@ def test_bad_arguments() -> None:
     dev.close()
     with pytest.raises(nnrt.DeadObjectError, match="closed"):
         dev.start()
+    fds = fd_count()
+    bad = nnrt.ProcessDevice(no_such_option=1)
+    with pytest.raises(nnrt.InvalidArgumentError, match="no_such_option"):
+        bad.start()
+    assert bad.pid is None and fd_count() == fds
+    bad.close()
