@@ -376,11 +376,14 @@ async def test_death_during_a_burst() -> None:
         prepared = await dev.prepare_model(model)
         x = zoo.example_inputs(model)[0]
         async with prepared.burst() as burst:
-            task = asyncio.create_task(burst.execute([x]))
-            await asyncio.sleep(0.02)
-            os.kill(dev.pid, signal.SIGKILL)  # type: ignore[arg-type]
-            with pytest.raises(nnrt.DeadObjectError):
-                await asyncio.wait_for(task, 30)
+            timer = threading.Timer(0.02, os.kill, (dev.pid, signal.SIGKILL))
+            timer.start()
+            try:
+                with pytest.raises(nnrt.DeadObjectError):
+                    for _ in range(1000):  # a stream of requests, one of them in flight at the kill
+                        await asyncio.wait_for(burst.execute([x]), 30)
+            finally:
+                timer.join()
             with pytest.raises(nnrt.DeadObjectError):
                 await burst.execute([x])
 
