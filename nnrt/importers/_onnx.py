@@ -514,6 +514,9 @@ def build_model(proto: ModelProto, *, name: str, input_shapes: Mapping[str, tupl
     opset = proto.opsets.get("", proto.opsets.get("ai.onnx", 0))
     if opset < MIN_OPSET:
         rejections.add("<model>", "opset_import", f"ai.onnx opset {opset} is older than {MIN_OPSET}")
+        for node in g.nodes:  # name the op types that would not map under any opset too
+            if node.op_type not in MAPPERS or node.domain not in ("", "ai.onnx"):
+                rejections.add(node.label, node.op_type, f"operator {node.op_type} is not supported")
         rejections.raise_if_any(name)
     model = Model(name=name)
     b = Builder(model, opset)

@@ -49,7 +49,8 @@ def _body(ctx: NodeCtx, graph: Graph, what: str, inputs: list[tuple[str, Value]]
         child.values[t.name] = Value(arr.dtype, arr.shape, const=arr)
     rejections = Rejections("onnx")
     convert_nodes(child, graph, rejections)
-    outs = finish_outputs(child, [vi.name for vi in graph.outputs], rejections, formal)
+    taken = formal + [child.values[n] for n in child.captured]  # an output may not be one of these as it is
+    outs = finish_outputs(child, [vi.name for vi in graph.outputs], rejections, taken)
     if rejections:
         raise Reject(f"{what}: " + "; ".join(str(r) for r in rejections.items))
     return child, model, outs
@@ -109,6 +110,10 @@ def _if(ctx: NodeCtx) -> None:
     t_vals, e_vals = (_out_values(c, o) for c, _m, o in branches)
     if [v.dtype for v in t_vals] != [v.dtype for v in e_vals]:
         raise Reject("the branches produce outputs of different types")
+    for k, (tv, ev) in enumerate(zip(t_vals, e_vals)):
+        if tv.shape is not None and ev.shape is not None and len(tv.shape) != len(ev.shape):
+            raise Reject(f"output {k} has rank {len(tv.shape)} in then_branch and {len(ev.shape)} in else_branch "
+                         "(NNAPI's IF needs one rank; a condition known at load would pick the branch)")
     outer = [ctx.b.logical(v) for v in (ctx.b.lookup(n) for n in names) if v is not None]
     if cond.known and cond.shape and any(d != 1 for d in cond.shape):
         raise Reject("the condition must have one element")

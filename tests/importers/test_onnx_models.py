@@ -397,3 +397,13 @@ def test_layer_normalization(device: CpuDevice, tmp_path: object, axis: int) -> 
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=axis, epsilon=1e-4)
     model = make_model([node], [vi("x", shape)], [vi("y", None)], [init("s", rand(*norm)), init("b", rand(*norm))])
     compare_with_ort(device, model, tmp_path, {"x": rand(*shape)})
+
+
+def test_if_branch_returning_an_outer_value(device: CpuDevice, tmp_path: object) -> None:
+    y = vi("y", None)
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "then", [], [y])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "else", [], [y])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+    model = make_model([node], [vi("c", [], TensorProto.BOOL), vi("x", [2, 3])], [y], opset=13)
+    for c in (True, False):
+        compare_with_ort(device, model, tmp_path, {"c": np.asarray(c), "x": rand(2, 3)})

@@ -149,3 +149,15 @@ def test_fuzzed_files_fail_cleanly_or_load(tmp_path: object) -> None:
         except nnrt.InvalidArgumentError:
             outcomes["invalid"] += 1
     assert outcomes["invalid"] > 100, outcomes
+
+
+def test_if_branches_of_different_ranks_are_refused(tmp_path: object) -> None:
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    ax = numpy_helper.from_array(np.asarray([0], np.int64), "ax")
+    then_g = helper.make_graph([helper.make_node("Unsqueeze", ["x", "ax"], ["y"])], "then", [], [y], initializer=[ax])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "else", [], [y])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="the_if")
+    inputs = [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    with pytest.raises(nnrt.UnsupportedModelError, match=r"the_if \(If\): output 0 has rank 3 in then_branch and 2"):
+        nnrt.load(save(make_model([node], inputs, [y], opset=13), tmp_path))
