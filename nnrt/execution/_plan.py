@@ -18,6 +18,7 @@ from typing import Any
 
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution._cost import ESTABLISHED, CostModel
+from nnrt.execution._fuse import ConstantFolder, fuse_steps
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops import OpCall, prepare_function
 from nnrt.ops._registry import Kernel
@@ -189,11 +190,12 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
     template: list[Any] = [op.value if op.is_constant else None for op in ops]
     steps: list[Step] = []
     has_cf = False
+    folder = ConstantFolder(model, template)
     for operation in model.operations:
         ins = tuple(operation.inputs)
         outs = tuple(operation.outputs)
         label = f"{where}operation {operation.index} ({operation.type.name})"
-        in_ops = tuple(ops[i] for i in ins)
+        in_ops = folder.operands(ins)
         out_ops = tuple(ops[i] for i in outs)
         if operation.type in (OperationType.IF, OperationType.WHILE):
             from nnrt.execution._control import check_control_flow
@@ -213,7 +215,10 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
         step.fetch = _fetcher(ins)
         step.out = outs[0] if len(outs) == 1 else -1
         step.cost_ns = _estimate_ns(list(out_ops))
+        if step.kind == KERNEL and folder.fold(step, in_ops):
+            continue
         steps.append(step)
+    steps = fuse_steps(model, steps, _fetcher)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
     plan.dynamic = not all(ops[i].fully_specified for i in model.input_indexes)

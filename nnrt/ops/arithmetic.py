@@ -3,7 +3,8 @@
 Signature (NNAPI): ``[a, b, activation] -> [out]``; ``a`` and ``b`` broadcast. Float32 and
 float16 compute directly in their own type; TENSOR_INT32 (FL4) computes in int32 with no
 activation (DIV rounds toward negative infinity); quantized types compute in real numbers
-and requantize to the output's scale and zero point. The float kernels are the hottest code
+and requantize to the output's scale and zero point, through a table of every pair of 8-bit
+values built on first use (``quant8_table``). The float kernels are the hottest code
 in nnrt (one numpy call per operation), so they are specialised at preparation when the
 activation is a constant.
 """
@@ -14,12 +15,28 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnrt.ops._common import ACT_NONE, apply_activation, broadcast_shape, broadcasts, check_activation, from_real, to_real
+from nnrt.model import dims_product
+from nnrt.ops._common import (
+    ACT_NONE,
+    ChannelRows,
+    apply_activation,
+    broadcast_shape,
+    broadcasts,
+    check_activation,
+    from_real,
+    lookup_binary,
+    quant8_table,
+    to_real,
+)
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
+
+#: Elements from which a per-channel constant operand is applied over long rows (below, the
+#: reshapes cost more than they save).
+_ROWS_MIN_ELEMENTS = 4096
 
 _UFUNCS: dict[Op, Callable[..., np.ndarray]] = {
     Op.ADD: np.add,
@@ -62,12 +79,38 @@ def prepare_binary(call: OpCall) -> Kernel:
         return run_int
 
     if t.is_quantized:
+        tables: dict[int, np.ndarray] = {}  # by activation: built on first use, then looked up
 
         def run_quant(a: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
-            real = ufunc(to_real(a, a_op, np.float64), to_real(b, b_op, np.float64))
-            return from_real(real, out_op, check_activation(call, act, 2))
+            table = tables.get(act)
+            if table is None:
+                code = check_activation(call, act, 2)
+
+                def formula(qa: np.ndarray, qb: np.ndarray) -> np.ndarray:
+                    return from_real(ufunc(to_real(qa, a_op, np.float64), to_real(qb, b_op, np.float64)), out_op, code)
+
+                table = tables[act] = quant8_table(formula, (a_op, b_op))
+            return lookup_binary(table, a, b)
 
         return run_quant
+
+    const_k = 1 if call.const(1) is not None else 0 if call.const(0) is not None else -1
+    rows = ChannelRows.of(call.const(const_k)) if t is T.TENSOR_FLOAT32 and const_k >= 0 and act is not None else None
+    other = call.inputs[1 - const_k].dimensions if const_k >= 0 else ()
+    if rows is not None and not (other and all(other) and dims_product(other) < _ROWS_MIN_ELEMENTS):
+        # A per-channel constant (a bias, a scale): over long rows when the other operand allows.
+        channel_rows, k = rows, const_k
+
+        def run_channel(a: np.ndarray, b: np.ndarray, act_arg: int) -> np.ndarray:
+            x = b if k == 0 else a
+            views = channel_rows.views(x) if x.size >= _ROWS_MIN_ELEMENTS else None
+            if views is None or act_arg != act:
+                return apply_activation(ufunc(a, b), check_activation(call, act_arg, 2))
+            xv, cv = views
+            out = ufunc(cv, xv) if k == 0 else ufunc(xv, cv)
+            return apply_activation(out, act).reshape(x.shape)
+
+        return run_channel
 
     if act == ACT_NONE:
         # The hot path: one numpy call.

@@ -100,9 +100,11 @@ class ServiceProcess:
             mine.settimeout(None)
         except (OSError, EOFError, pickle.UnpicklingError) as err:
             self._reap(kill=True)
+            mine.close()
             raise DeadObjectError(f"the service process {self.pid} did not start: {err}") from None
         if not ok:
             self._reap(kill=True)
+            mine.close()
             raise error_from(payload)
         self.info: tuple[int, str, str, int, int] = payload
         self._reader = threading.Thread(target=self._read, name=f"nnrt-service-{self.pid}", daemon=True)
@@ -116,11 +118,11 @@ class ServiceProcess:
 
     def _submit(self, waiter: _Waiter, kind: str, args: tuple[Any, ...]) -> int:
         rid = next(self._ids)
+        parts = encode_frame((kind, rid, *args))
         with self._lock:
             if self.dead_reason or self._closing:
                 raise DeadObjectError(self._dead_message())
             self._pending[rid] = waiter
-        parts = encode_frame((kind, rid, *args))
         try:
             with self._send_lock:
                 write_frame(self._sock, parts)

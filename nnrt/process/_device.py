@@ -39,7 +39,7 @@ from collections.abc import Generator, Hashable
 from types import TracebackType
 from typing import Any
 
-from nnrt.clock import Clock, MonotonicClock
+from nnrt.clock import Clock, MonotonicClock, default_clock
 from nnrt.devices import Device, DeviceType, OperationSupport
 from nnrt.devices._device import check_preparation_args
 from nnrt.errors import DeadObjectError, InternalError, InvalidArgumentError, MissedDeadlineError
@@ -76,16 +76,21 @@ class ProcessDevice(Device):
             raise InvalidArgumentError(f"ProcessDevice: arena_bytes must be a non-negative int, got {arena_bytes!r}")
         if not isinstance(hang_timeout, (int, float)) or hang_timeout < 0:
             raise InvalidArgumentError(f"ProcessDevice: hang_timeout must be a non-negative number, got {hang_timeout!r}")
+        # The service is nnrt's own process: it opts in to the process-wide latency settings
+        # (one BLAS thread, a 0.5 ms GIL switch interval, ...), as nnrt's commands do.
         if restricted is not None:
-            self._kind, self._options = "restricted", dict(restricted)
+            self._kind, self._options = "restricted", {"tune_process": True, **restricted}
             self.name = str(self._options.setdefault("name", name))
         else:
-            self._kind, self._options = "cpu", {"name": name, **cpu_options}
+            self._kind, self._options = "cpu", {"name": name, "tune_process": True, **cpu_options}
             self.name = name
         self.type = DeviceType.CPU if restricted is None else DeviceType(self._options.get("device_type", DeviceType.ACCELERATOR))
         self.version = "?"
         self.feature_level = int(self._options.get("feature_level", 7)) if restricted is not None else 7
-        self.clock: Clock = MonotonicClock()
+        # The default clock when it is the monotonic one (so ``nnrt.prepare`` can partition across
+        # this and in-process devices): deadlines cross to the service as monotonic times.
+        shared = default_clock()
+        self.clock: Clock = shared if isinstance(shared, MonotonicClock) else MonotonicClock()
         self.hang_timeout = float(hang_timeout)
         self.start_timeout = float(start_timeout)
         self._service: ServiceProcess | None = None

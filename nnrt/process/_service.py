@@ -55,9 +55,12 @@ _log = get_logger("driver")
 
 def make_device(kind: str, options: dict[str, Any]) -> Device:
     """The device a service runs: ``"cpu"`` (``CpuDevice(**options)``) or ``"restricted"``."""
-    if kind == "restricted":
-        return RestrictedDevice(**options)
-    return CpuDevice(**options)
+    try:
+        if kind == "restricted":
+            return RestrictedDevice(**options)
+        return CpuDevice(**options)
+    except TypeError as err:  # an option the device does not take
+        raise InvalidArgumentError(f"ProcessDevice: the service's device refused its options: {err}") from None
 
 
 class _Service:

@@ -485,3 +485,23 @@ async def test_memory_pools_and_device_buffers(cpu: nnrt.CpuDevice, npu: Restric
     assert pool.buffer.view(np.float32)[4:].tobytes() == expected.tobytes()
     with pytest.raises(nnrt.InvalidArgumentError, match="not a model prepared by this device"):
         cpu.allocate([1, 4], [pm], [nnrt.BufferRole(0, 0)], [])
+
+
+def test_partitioned_model_on_trio() -> None:
+    """``nnrt.prepare`` and a partitioned model's executions (inline and on the workers) on trio."""
+    import trio
+
+    async def main() -> None:
+        for limit in (None, 0):
+            options = {} if limit is None else {"inline_limit_ns": limit}
+            cpu = nnrt.CpuDevice(name="tcpu", **options)  # type: ignore[arg-type]
+            npu = RestrictedDevice("tnpu", operations=NPU_OPS, **options)  # type: ignore[arg-type]
+            m = chain(Op.ADD, Op.LOGISTIC, Op.MUL)
+            pm = await nnrt.prepare(m, [cpu, npu])
+            assert [p.device for p in pm.partitions] == ["tnpu", "tcpu", "tnpu"]
+            expected = cpu.prepare_model_sync(m).execute_sync([x14()]).outputs[0]
+            assert (await pm.execute([x14()])).outputs[0].tobytes() == expected.tobytes()
+            cpu.close()
+            npu.close()
+
+    trio.run(main)

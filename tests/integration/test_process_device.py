@@ -376,11 +376,14 @@ async def test_death_during_a_burst() -> None:
         prepared = await dev.prepare_model(model)
         x = zoo.example_inputs(model)[0]
         async with prepared.burst() as burst:
-            task = asyncio.create_task(burst.execute([x]))
-            await asyncio.sleep(0.02)
-            os.kill(dev.pid, signal.SIGKILL)  # type: ignore[arg-type]
-            with pytest.raises(nnrt.DeadObjectError):
-                await asyncio.wait_for(task, 30)
+            timer = threading.Timer(0.02, os.kill, (dev.pid, signal.SIGKILL))
+            timer.start()
+            try:
+                with pytest.raises(nnrt.DeadObjectError):
+                    for _ in range(1000):  # a stream of requests, one of them in flight at the kill
+                        await asyncio.wait_for(burst.execute([x]), 30)
+            finally:
+                timer.join()
             with pytest.raises(nnrt.DeadObjectError):
                 await burst.execute([x])
 
@@ -418,6 +421,25 @@ def test_death_during_execute_sync() -> None:
                     prepared.execute_sync([x])
         finally:
             timer.join()
+
+
+async def test_partitioned_across_a_service_falls_back_to_the_cpu_when_it_dies() -> None:
+    cpu = nnrt.CpuDevice(name="cpu")
+    try:
+        with nnrt.ProcessDevice(restricted={"name": "npu", "operations": ["CONV_2D", "DEPTHWISE_CONV_2D"],
+                                            "performance": 0.5}) as npu:
+            model = zoo.mobilenet_block()
+            prepared = await nnrt.prepare(model, [npu, cpu])
+            assert "npu" in [part.device for part in prepared.partitions]
+            x = zoo.example_inputs(model)[0]
+            expected = (await (await cpu.prepare_model(model)).execute([x])).outputs[0]
+            np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], expected)
+            os.kill(npu.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            wait_until(lambda: npu.dead)
+            # the npu's steps fail with DEAD_OBJECT and run on the CPU instead (nnrt.framework)
+            np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], expected)
+    finally:
+        cpu.close()
 
 
 # -- the watchdog --------------------------------------------------------------------------------------
@@ -464,3 +486,9 @@ def test_bad_arguments() -> None:
     dev.close()
     with pytest.raises(nnrt.DeadObjectError, match="closed"):
         dev.start()
+    fds = fd_count()
+    bad = nnrt.ProcessDevice(no_such_option=1)
+    with pytest.raises(nnrt.InvalidArgumentError, match="no_such_option"):
+        bad.start()
+    assert bad.pid is None and fd_count() == fds
+    bad.close()

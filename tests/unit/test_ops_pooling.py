@@ -88,3 +88,22 @@ def test_bad_signatures_are_rejected(device: nnrt.CpuDevice) -> None:
     rejected(device, lambda: build(Op.AVERAGE_POOL_2D, [1, 4, 4, 1], [5, 1, 1, 2, 2, 0]), "padding scheme")
     rejected(device, lambda: build(Op.AVERAGE_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 0, 2, 0]), "invalid value 0")
     rejected(device, lambda: build(Op.L2_POOL_2D, [1, 4, 4, 1], [1, 1, 1, 2, 2, 0], t=T.TENSOR_QUANT8_ASYMM, scale=1.0), "type")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    op=st.sampled_from([Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D]), h=st.integers(1, 7), w=st.integers(1, 7),
+    k=st.tuples(st.integers(1, 4), st.integers(1, 4)), s=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    pads=st.tuples(*[st.integers(0, 3)] * 4), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_pool_edge_shapes(device: nnrt.CpuDevice, op: Op, h: int, w: int, k: tuple[int, int], s: tuple[int, int],
+                          pads: tuple[int, int, int, int], seed: int) -> None:
+    """One-row and one-column inputs, strides larger than the window, padding on every side (at
+    most the window less one, so every window keeps a real element)."""
+    pads = (min(pads[0], k[0] - 1), min(pads[1], k[0] - 1), min(pads[2], k[1] - 1), min(pads[3], k[1] - 1))
+    oh, ow = (h + pads[2] + pads[3] - k[1]) // s[1] + 1, (w + pads[0] + pads[1] - k[0]) // s[0] + 1
+    if oh <= 0 or ow <= 0:
+        return
+    x = np.random.default_rng(seed).standard_normal((1, h, w, 2)).astype(np.float32)
+    out = device.prepare_model_sync(build(op, [1, h, w, 2], [*pads, *s, *k, 0])).execute_sync([x]).outputs[0]
+    np.testing.assert_allclose(out, ref_pool(op, x, pads, s, k), rtol=1e-5, atol=1e-5)

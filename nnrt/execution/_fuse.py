@@ -1,0 +1,205 @@
+"""Preparation-time fusions of a plan's kernel steps: exact rewrites that save passes over memory
+and fresh allocations, done once by the plan compiler (``compile_plan`` calls ``fuse_steps``).
+
+Each rewrite computes exactly what the unfused steps compute (the same numpy operations in the
+same order, only into an existing buffer), and applies only where the tensor it removes or
+overwrites is a temporary of this plan with a single reader, is not a model output, and was made
+by a kernel known to return a fresh array of its own (``_FRESH``): such an array is referenced by
+nothing else, so writing into it is invisible.
+
+* SiLU: ``LOGISTIC(x) -> s; MUL(x, s)`` (either order, constant activation) becomes one step
+  computing ``x * sigmoid(x)`` in one array: four passes instead of six, two allocations fewer.
+* Activation folding: ``RELU``/``RELU1``/``RELU6`` after a fresh producer clips the producer's
+  result in place (no new array; the step disappears).
+* In-place binary arithmetic: ``ADD``/``SUB``/``MUL``/``DIV`` on float32 whose operand is a
+  fresh single-reader temporary of the other operand's shape writes into that operand (on
+  outputs of 4096 elements or more: below that an allocation is cheaper than the checks).
+
+Fused steps keep the consumer's operation type and output; their label names both operations.
+Only float32 tensors are rewritten: other types keep their kernels' own conversions.
+
+Before those, ``ConstantFolder`` runs, while the plan is compiled, every operation whose inputs
+are all constants (DENSIFY and DEQUANTIZE of stored weights, shape arithmetic...) and makes its
+outputs constants of the plan: later operations are then prepared with constant inputs (so
+their kernels re-lay them once: convolution matrices, PRELU slopes) and executions skip them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nnrt.model import Model, Operand, dims_product
+from nnrt.ops._common import ACT_NONE, apply_activation
+from nnrt.types import OperandLifeTime, OperandType, OperationType
+
+if TYPE_CHECKING:
+    from nnrt.execution._plan import Step
+
+__all__ = ["ConstantFolder", "fuse_steps"]
+
+Op = OperationType
+
+#: Kernels whose float32 result is always a fresh array owned by the step (never a view of an
+#: input, a constant or a cached array).
+_FRESH = frozenset({
+    Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D, Op.FULLY_CONNECTED,
+    Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH,
+    Op.PRELU,
+})  # fmt: skip
+_ACTIVATIONS = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
+#: Output elements from which binary arithmetic writes into its temporary (known dimensions only).
+_IN_PLACE_MIN_ELEMENTS = 4096
+_UFUNCS: dict[OperationType, Callable[..., np.ndarray]] = {
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
+}  # fmt: skip
+
+
+Fetcher = Callable[[tuple[int, ...]], Callable[[list[Any]], tuple[Any, ...]]]
+
+
+#: Operations never folded: their results differ from run to run.
+_NOT_FOLDED = frozenset({Op.RANDOM_MULTINOMIAL})
+
+
+class ConstantFolder:
+    """Runs kernel steps whose inputs are all constants at compile time (``fold``) and stands in
+    constant operands for their outputs (``operands``), the values going into the plan's template.
+
+    Not folded: steps with an output that is a model output (callers get fresh arrays) or not a
+    temporary, and steps whose kernel fails on the constants (the execution reports it as before).
+    """
+
+    def __init__(self, model: Model, template: list[Any]) -> None:
+        self._ops = model.operands
+        self._outputs = set(model.output_indexes)
+        self._template = template
+        self._folded: dict[int, Operand] = {}
+
+    def operands(self, indexes: tuple[int, ...]) -> tuple[Operand, ...]:
+        """The operands at ``indexes``, folded ones as constants."""
+        return tuple(self._folded.get(i) or self._ops[i] for i in indexes)
+
+    def fold(self, step: Step, in_ops: tuple[Operand, ...]) -> bool:
+        """Run ``step`` now if its inputs are constants; True when its outputs became constants."""
+        if step.fn is None or step.type in _NOT_FOLDED or not step.outs:
+            return False
+        if not all(op.is_constant or op.lifetime is OperandLifeTime.NO_VALUE for op in in_ops):
+            return False
+        if any(i in self._outputs or self._ops[i].lifetime is not OperandLifeTime.TEMPORARY_VARIABLE for i in step.outs):
+            return False
+        args = [op.value if op.is_constant else None for op in in_ops]
+        try:
+            with np.errstate(all="ignore"):
+                result = step.fn(*args)
+        except Exception:
+            return False
+        values = (result,) if len(step.outs) == 1 else tuple(result)
+        for i, value in zip(step.outs, values, strict=True):
+            value = np.asarray(value)
+            value.flags.writeable = False  # shared by every execution
+            self._template[i] = value
+            self._folded[i] = dataclasses.replace(self._ops[i], lifetime=OperandLifeTime.CONSTANT_COPY, value=value,
+                                                  dimensions=tuple(value.shape))
+        return True
+
+
+def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher) -> list[Step]:
+    """``steps`` with the exact fusions above applied (a new list; fused steps are new objects,
+    their argument getters made by ``fetcher``, their cost estimates the sum of the merged ones)."""
+    ops = model.operands
+    readers: Counter[int] = Counter(i for s in steps for i in s.ins)
+    outputs = set(model.output_indexes)
+    producer: dict[int, Step] = {s.outs[0]: s for s in steps if len(s.outs) == 1 and s.fn is not None}
+
+    def f32(i: int) -> bool:
+        return ops[i].type is OperandType.TENSOR_FLOAT32
+
+    def fresh_temp(i: int) -> Step | None:
+        """The producing step of ``i`` when ``i`` is a fresh float32 temporary read once."""
+        p = producer.get(i)
+        ok = (p is not None and p.type in _FRESH and readers[i] == 1 and i not in outputs and f32(i)
+              and ops[i].lifetime is OperandLifeTime.TEMPORARY_VARIABLE)
+        return p if ok else None
+
+    def const_act(i: int) -> int | None:
+        v = ops[i].value if ops[i].is_constant else None
+        return v if isinstance(v, int) and v in (0, 1, 2, 3) else None
+
+    def new(base: Step, label: str, ins: tuple[int, ...], outs: tuple[int, ...], fn: Callable[..., Any],
+            cost_ns: float) -> Step:
+        from nnrt.execution._plan import Step  # the plan compiler imports this module
+
+        step = Step(base.index, base.type, label, base.kind, ins, outs, fn=fn)
+        step.fetch, step.out, step.cost_ns = fetcher(ins), outs[0], cost_ns
+        return step
+
+    dropped: set[int] = set()  # ids of steps merged into a later one
+    replaced: dict[int, Step] = {}
+    for s in steps:
+        if s.fn is None or len(s.outs) != 1 or not f32(s.outs[0]):
+            continue
+        if s.type in _ACTIVATIONS and (p := fresh_temp(s.ins[0])) is not None and id(p) not in dropped:
+            first = replaced.get(id(p), p)
+            assert first.fn is not None
+            replaced[id(p)] = new(first, f"{first.label} + {s.label}", first.ins, s.outs,
+                                  _then_activation(first.fn, _ACTIVATIONS[s.type]), first.cost_ns + s.cost_ns)
+            dropped.add(id(s))
+        elif s.type is Op.MUL and len(s.ins) == 3 and (act := const_act(s.ins[2])) is not None:
+            a, b = s.ins[0], s.ins[1]
+            for x, g in ((a, b), (b, a)):
+                p = fresh_temp(g)
+                if p is not None and p.type is Op.LOGISTIC and p.ins[0] == x and f32(x) and id(p) not in replaced:
+                    replaced[id(s)] = new(s, f"{p.label} + {s.label}", (x,), s.outs, _silu(act), p.cost_ns + s.cost_ns)
+                    dropped.add(id(p))
+                    break
+            else:
+                _in_place_binary(s, fresh_temp, replaced, act, new, ops[s.outs[0]].dimensions)
+        elif s.type in _UFUNCS and len(s.ins) == 3 and (act := const_act(s.ins[2])) is not None:
+            _in_place_binary(s, fresh_temp, replaced, act, new, ops[s.outs[0]].dimensions)
+    if not replaced and not dropped:
+        return steps
+    return [replaced.get(id(s), s) for s in steps if id(s) not in dropped]
+
+
+def _in_place_binary(s: Step, fresh_temp: Callable[[int], Step | None], replaced: dict[int, Step], act: int,
+                     new: Callable[..., Step], out_dims: tuple[int, ...]) -> None:
+    """Let float32 ADD/SUB/MUL/DIV ``s`` write into an operand that is a fresh single-reader temporary."""
+    a, b = s.ins[0], s.ins[1]
+    k = 0 if fresh_temp(a) is not None and a != b else 1 if fresh_temp(b) is not None and a != b else -1
+    if k < 0 or s.fn is None or dims_product(out_dims) < _IN_PLACE_MIN_ELEMENTS:
+        return  # on small tensors an allocation costs less than the wrapper's checks
+    ufunc, plain = _UFUNCS[s.type], s.fn
+
+    def run_in_place(x: np.ndarray, y: np.ndarray, act_arg: Any) -> np.ndarray:
+        target = y if k else x
+        if act_arg != act or x.shape != y.shape or target.dtype != np.float32:
+            return plain(x, y, act_arg)  # type: ignore[return-value]
+        return apply_activation(ufunc(x, y, out=target), act)
+
+    replaced[id(s)] = new(s, s.label, s.ins, s.outs, run_in_place, s.cost_ns)
+
+
+def _then_activation(fn: Callable[..., Any], act: int) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        return apply_activation(fn(*args), act)
+
+    return run
+
+
+def _silu(act: int) -> Callable[[np.ndarray], np.ndarray]:
+    """x * (1 / (1 + exp(-x))), the very operations LOGISTIC then MUL perform, in one array."""
+
+    def run(x: np.ndarray) -> np.ndarray:
+        t: np.ndarray = np.negative(x)
+        np.exp(t, out=t)
+        t += np.float32(1)
+        np.reciprocal(t, out=t)
+        np.multiply(x, t, out=t)
+        return apply_activation(t, act) if act != ACT_NONE else t
+
+    return run
