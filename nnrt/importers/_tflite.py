@@ -5,8 +5,10 @@ imports subgraph 0 as the model and any IF/WHILE subgraphs as referenced models,
 operator with the ``_tflite_ops_*`` and ``_tflite_control`` mappers, which follow TFLite's
 NNAPI delegate. Every node that cannot be expressed is recorded and ``load`` fails once, with
 all of them. Constants are views of the loaded file (``set_operand_value_from_memory``):
-nothing is copied except what must change (float16 weights widened to float32, int64
-constants narrowed to int32, re-scaled biases keep their data).
+nothing is copied except what must change (int64 constants narrowed to int32; re-scaled biases
+keep their data). Narrow constants are not widened at load: float16 weights get a CAST to
+float32 and uint8/uint16 sparse index vectors graph operations to int32, which preparation
+folds once (``nnrt.execution._fuse.ConstantFolder``).
 
 Inputs and outputs are subgraph 0's, in its order, named after their tensors. Rank-0 tensors
 become ``[1]``; ``shape_signature`` -1 dimensions are unknown (0) unless ``input_shapes``
@@ -28,7 +30,7 @@ Supported builtins (NNAPI op in brackets where the name differs):
   ABS EXP LOG NEG SQRT RSQRT SIN FLOOR;
 - comparisons and logic: LESS LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL,
   LOGICAL_AND/OR/NOT, SELECT and SELECT_V2 (equal shapes);
-- types: CAST, QUANTIZE, DEQUANTIZE (float16 constants folded), DENSIFY;
+- types: CAST, QUANTIZE, DEQUANTIZE (of float16: CAST), DENSIFY;
 - shapes and data movement: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PACK, UNPACK
   (SPLIT + SQUEEZE), SPLIT, SPLIT_V (SLICE), PAD, PADV2, MIRROR_PAD, SLICE, STRIDED_SLICE,
   GATHER, TRANSPOSE, TILE, REVERSE_V2 (one axis), SPACE_TO_DEPTH, DEPTH_TO_SPACE,

@@ -6,8 +6,8 @@ not apply them either); int32 DIV is refused (TFLite truncates, NNAPI rounds dow
 FLOOR_DIV is NNAPI's DIV (float: DIV then FLOOR); ADD_N is a chain of ADDs; quantized
 MAXIMUM/MINIMUM need one quantization on all operands (LiteRT does not rescale);
 LEAKY_RELU becomes PRELU with a one-element alpha (float: alpha; quantized: the value 1 with scale
-alpha, as the delegate does); a DEQUANTIZE of a float16 constant is folded into a float32
-constant at load; QUANTIZE from a quantized input (a requantization) becomes DEQUANTIZE then
+alpha, as the delegate does); a DEQUANTIZE of float16 becomes CAST (a constant stays a float16
+view of the file; preparation folds the CAST once); QUANTIZE from a quantized input (a requantization) becomes DEQUANTIZE then
 QUANTIZE; SQUARE is MUL(x, x) and SQUARED_DIFFERENCE is SUB then MUL for float tensors; GELU's
 tanh form is spelled out in MUL/ADD/TANH (its erf form has no NNAPI equivalent).
 """
@@ -166,12 +166,8 @@ def _square(g: Graph, op: TflOp) -> None:
 
 @mapper(_DEQUANTIZE)
 def _dequantize(g: Graph, op: TflOp) -> None:
-    t = g.tensor(op.inputs[0])
-    out_t = g.tensor(op.outputs[0])
-    if t.type == TT.FLOAT16 and t.data is not None and out_t.type == TT.FLOAT32:
-        g.const(t.data.astype(np.float32).reshape(t.shape or (1,)), T.TENSOR_FLOAT32, name=out_t.name,
-                key=op.outputs[0])
-        return
+    # float16 (constant weights too: kept as a float16 view of the file, not widened at load; the
+    # plan folds the CAST of a constant once at preparation) -> CAST; quantized -> DEQUANTIZE
     x = g.input(op.inputs[0])
     y = g.out(op.outputs[0])
     g.op(Op.CAST if g.type_of(x) is T.TENSOR_FLOAT16 else Op.DEQUANTIZE, [x], [y])

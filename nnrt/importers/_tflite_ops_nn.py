@@ -7,8 +7,8 @@ GROUPED_CONV_2D; a missing bias becomes a zero bias (int32 with scale input x fi
 quantized ops); a quantized bias is re-declared with scale input_scale x filter_scale (0 for
 per-channel filters, whose effective scale is per channel); float inputs with quantized
 weights (hybrid ops) get a DEQUANTIZE in front of the weights, and float16 constant weights
-are converted to float32 once at load. FULLY_CONNECTED with ``keep_num_dims`` is followed by a
-RESHAPE to the kept dimensions.
+a CAST to float32 (kept float16 in the model; preparation folds the CAST once).
+FULLY_CONNECTED with ``keep_num_dims`` is followed by a RESHAPE to the kept dimensions.
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ def _padding(code: int) -> int:
 
 
 def float_weights(g: Graph, ti: int) -> int:
-    """Weights for a float op: float32 as is, float16 constants converted, quantized dequantized."""
+    """Weights for a float op: float32 as is, float16 constants CAST, quantized ones dequantized (in the graph)."""
     t = g.tensor(ti)
     if t.type == TT.FLOAT32:
         return g.input(ti)
-    if t.type == TT.FLOAT16 and t.data is not None:
-        return g.const(t.data.astype(np.float32), T.TENSOR_FLOAT32, name=t.name)
-    if t.type in (TT.INT8, TT.UINT8) and t.quantized:
+    float16 = t.type == TT.FLOAT16 and t.data is not None
+    if float16 or (t.type in (TT.INT8, TT.UINT8) and t.quantized):
+        # float16: a view of the file, CAST to float32 by the graph (folded once at preparation)
         w = g.input(ti)
         out = g.temp(w, typ=T.TENSOR_FLOAT32)
-        g.op(Op.DEQUANTIZE, [w], [out])
+        g.op(Op.CAST if float16 else Op.DEQUANTIZE, [w], [out])
         return out
     raise Unsupported(f"weights {t.label()} of type {t.type_name} with a float input")
 

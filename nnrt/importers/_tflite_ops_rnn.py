@@ -5,8 +5,8 @@ TFLite keeps a recurrent op's state in variable tensors it updates in place; NNA
 the state as inputs and return the new state as outputs. The mappers read the variable
 tensors through ``Graph.input`` (which makes them state inputs of the model) and hand the
 op's state outputs to ``State.assign_tensor`` (state outputs of the model). They compute in
-float32: constant int8/uint8 weights (hybrid ops) get a DEQUANTIZE and float16 ones are widened
-at load, as for convolutions (LiteRT's hybrid kernels quantize the activations on the fly
+float32: constant int8/uint8 weights (hybrid ops) get a DEQUANTIZE and float16 ones a CAST
+to float32, as for convolutions (LiteRT's hybrid kernels quantize the activations on the fly
 instead, so the two differ by that rounding). Quantized activations are refused.
 
 DENSIFY turns a sparse constant (TFLite ``SparsityParameters``: traversal order, block map,
@@ -32,7 +32,7 @@ _RNN_ACTS, _LSTM_ACTS = (0, 1, 2, 3), (0, 1, 2, 3, 4, 6)
 
 def _float_inputs(g: Graph, op: TflOp, ks: range) -> list[int]:
     """Operands for inputs ``ks``; omitted optional ones become NO_VALUE operands. Constant
-    weights in int8/uint8 (hybrid ops) or float16 become float32 as for convolutions."""
+    weights in int8/uint8 (hybrid ops) or float16 become float32 in the graph as for convolutions."""
     out = []
     for k in ks:
         if g.has_input(op, k):
@@ -135,7 +135,32 @@ def _index_vector(meta: Table, type_slot: int, value_slot: int, what: str) -> np
     if dtype is None:
         raise Unsupported(f"{what} of union type {kind}")
     arr = table.array(0, dtype, what)
-    return np.zeros(0, np.int32) if arr is None else arr.astype(np.int32)
+    return np.zeros(0, np.int32) if arr is None else arr
+
+
+def _index_operand(g: Graph, arr: np.ndarray) -> int:
+    """A sparse index vector as DENSIFY's TENSOR_INT32 input. uint8 / uint16 vectors stay views
+    of the file (not widened at load): uint8 as TENSOR_QUANT8_ASYMM, CAST to int32; uint16 as
+    its [n, 2] little-endian bytes, CAST, then low + 256 * high. Every one of these operations
+    has constant inputs, so preparation folds them once."""
+    if arr.dtype == np.int32 or arr.size == 0:
+        return g.const(arr.astype(np.int32, copy=False), T.TENSOR_INT32)
+    n = arr.size
+    if arr.dtype == np.uint8:
+        out = g.model.add_operand(T.TENSOR_INT32, (n,))
+        g.op(Op.CAST, [g.const(arr, T.TENSOR_QUANT8_ASYMM, 1.0, 0)], [out])
+        return out
+    pairs = arr.astype("<u2", copy=False).view(np.uint8).reshape(n, 2)
+    wide = g.model.add_operand(T.TENSOR_INT32, (n, 2))
+    g.op(Op.CAST, [g.const(pairs, T.TENSOR_QUANT8_ASYMM, 1.0, 0)], [wide])
+    lo, hi = g.model.add_operand(T.TENSOR_INT32, (n, 1)), g.model.add_operand(T.TENSOR_INT32, (n, 1))
+    g.op(Op.SPLIT, [wide, g.i32(1), g.i32(2)], [lo, hi])
+    scaled, total = g.model.add_operand(T.TENSOR_INT32, (n, 1)), g.model.add_operand(T.TENSOR_INT32, (n, 1))
+    g.op(Op.MUL, [hi, g.const(np.full(1, 256, np.int32), T.TENSOR_INT32), g.i32(0)], [scaled])
+    g.op(Op.ADD, [lo, scaled, g.i32(0)], [total])
+    out = g.model.add_operand(T.TENSOR_INT32, (n,))
+    g.op(Op.RESHAPE, [total, g.ints([n])], [out])
+    return out
 
 
 @mapper(_DENSIFY)
@@ -171,7 +196,7 @@ def _densify(g: Graph, op: TflOp) -> None:
     typ, scale, zp = g.nn_type(t)
     values = g.const(t.data.reshape(-1), typ, scale, zp)
     ins = [values, g.ints(order), g.ints(block_map) if block_map else _omitted(g, T.TENSOR_INT32), g.ints(formats), g.ints(dims)]
-    ins += [g.const(a, T.TENSOR_INT32) if a is not None else _omitted(g, T.TENSOR_INT32) for a in arrays]
+    ins += [_index_operand(g, a) if a is not None else _omitted(g, T.TENSOR_INT32) for a in arrays]
     g.op(Op.DENSIFY, ins, [g.out(op.outputs[0])])
 
 

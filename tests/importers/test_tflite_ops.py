@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 
 import nnrt
+from nnrt import OperandType as T
+from nnrt import OperationType as Op
+from nnrt.execution._plan import compile_plan
 from nnrt.importers import UnsupportedModelError
 from tests.importers.tflite_builder import BO, OPT, S, TflModel, compare, load_bytes, opts
 
@@ -300,7 +303,14 @@ def test_float16_conv_weights_and_hard_swish(device: nnrt.CpuDevice) -> None:
     y = g.tensor([1, 5, 5, 3], name="y")
     g.op(BO.HARD_SWISH, [c], [y])
     g.io([x], [y])
-    compare(device, m.build(), [_f(1, 5, 5, 2)])
+    data = m.build()
+    compare(device, data, [_f(1, 5, 5, 2)])
+    # the float16 constants stay views of the file; preparation folds their CASTs once
+    model = load_bytes(data)
+    f16 = [o.value for o in model.operands if o.type is T.TENSOR_FLOAT16 and o.is_constant]
+    assert len(f16) == 2 and all(v is not None and not v.flags.owndata for v in f16)
+    assert [op.type for op in model.operations] == [Op.CAST, Op.CAST, Op.CONV_2D, Op.HARD_SWISH]
+    assert [s.type for s in compile_plan(model).steps] == [Op.CONV_2D, Op.HARD_SWISH]
 
 
 def test_l2_norm_lrn_cast_and_int64_indices(device: nnrt.CpuDevice) -> None:
