@@ -2,7 +2,8 @@
 
 LSTM: each direction is one UNIDIRECTIONAL_SEQUENCE_LSTM. ONNX packs the gates of ``W``,
 ``R`` and ``B`` in i, o, f, c order ([dirs, 4H, ...]) and the peepholes ``P`` in i, o, f; they
-are cut into NNAPI's per-gate inputs at import, the two ONNX biases summed. A reverse
+are cut into NNAPI's per-gate inputs at import, the two ONNX biases summed (``W``, ``R``,
+``B``, ``P`` given at run time are cut by SLICE + RESHAPE and summed by ADD in the graph). A reverse
 direction runs on the input reversed in time (REVERSE) and its output is reversed back.
 ``Y`` stacks the directions on axis 1 (axis 2 with ``layout=1``), ``Y_h``/``Y_c`` on axis 0
 (1). Only the default activations (Sigmoid, Tanh, Tanh) are accepted; ``clip`` (which ONNX
@@ -37,6 +38,36 @@ def _c(arr: np.ndarray, dtype: np.dtype) -> Value:
     return Value(a.dtype, a.shape, const=a)
 
 
+class _Param:
+    """W, R, B or P ([dirs, rows, ...]): a constant is cut with numpy at import; a run-time
+    tensor (a graph input or computed) by SLICE + RESHAPE in the graph."""
+
+    def __init__(self, ctx: NodeCtx, v: Value, what: str) -> None:
+        self.b = ctx.b
+        self.arr = v.const.astype(np.float32, copy=False) if v.const is not None else None
+        self.v = v
+        if self.arr is None and (v.dtype != _F32 or v.shape is None or len(v.shape) < 2 or not v.known):
+            raise Reject(f"run-time {what} must be float32 of a known shape, not {v.dtype} {v.shape}")
+        assert v.shape is not None
+        self.shape: tuple[int, ...] = tuple(self.arr.shape) if self.arr is not None else tuple(v.shape)
+
+    def part(self, d: int, lo: int, hi: int) -> Value:
+        """Rows ``lo:hi`` of direction ``d``."""
+        if self.arr is not None:
+            return _c(self.arr[d, lo:hi], _F32)
+        b, rest = self.b, list(self.shape[2:])
+        sl = b.op1(Op.SLICE, [self.v, b.ints([d, lo] + [0] * len(rest)), b.ints([1, hi - lo] + [-1] * len(rest))],
+                   _F32, (1, hi - lo, *rest))
+        return b.reshape(sl, [hi - lo, *rest])
+
+    def sum2(self, d: int, lo: int, hi: int, offset: int) -> Value:
+        """Rows ``lo:hi`` plus rows ``offset + lo:offset + hi`` of direction ``d`` (ONNX's two biases)."""
+        if self.arr is not None:
+            return _c(self.arr[d, lo:hi] + self.arr[d, offset + lo:offset + hi], _F32)
+        return self.b.op1(Op.ADD, [self.part(d, lo, hi), self.part(d, offset + lo, offset + hi), self.b.i32(0)], _F32,
+                          (hi - lo, *self.shape[2:]))
+
+
 class _Rnn:
     """What the three recurrent ops share: inputs, directions, layout, initial state."""
 
@@ -47,13 +78,14 @@ class _Rnn:
             raise Reject(f"input of type {x.dtype} is not supported (float32 is)")
         if x.need_rank(ctx.node.op_type) != 3:
             raise Reject("X must be 3-D")
-        w, r = ctx.const(1, "W"), ctx.const(2, "R")
-        assert w is not None and r is not None
+        w, r = _Param(ctx, ctx.inp(1), "W"), _Param(ctx, ctx.inp(2), "R")
         self.hidden = ctx.i("hidden_size", r.shape[-1])
-        self.w, self.r = w.astype(np.float32, copy=False), r.astype(np.float32, copy=False)
-        b = ctx.const(3, "B")
-        self.b = (b.astype(np.float32, copy=False) if b is not None
-                  else np.zeros((w.shape[0], 2 * gates * self.hidden), np.float32))
+        self.w, self.r = w, r
+        b = ctx.opt(3)
+        zeros = np.zeros((w.shape[0], 2 * gates * self.hidden), np.float32)
+        self.b = _Param(ctx, b if b is not None else _c(zeros, _F32), "B")
+        p = ctx.opt(7) if ctx.node.op_type == "LSTM" else None
+        self.p = _Param(ctx, p, "P") if p is not None else None
         direction = ctx.s("direction", "forward")
         dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
         if dirs is None:
@@ -155,21 +187,19 @@ def _lstm(ctx: NodeCtx) -> None:
     rnn = _Rnn(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
     if ctx.i("input_forget", 0):
         raise Reject("input_forget (coupled gates) is not supported")
-    p = ctx.const(7, "P")
+    p = rnn.p
     hdim = rnn.hidden
     ys, hs, cs = [], [], []
     for d, reverse in enumerate(rnn.dirs):
-        w, r, bias = rnn.w[d], rnn.r[d], rnn.b[d]
-        gate = {g: slice(k * hdim, (k + 1) * hdim) for k, g in enumerate("iofc")}
+        lo = {g: k * hdim for k, g in enumerate("iofc")}
         ins: list[Arg] = [rnn.time_major_input(reverse)]
-        ins += [_c(w[gate[g]], _F32) for g in "ifco"]
-        ins += [_c(r[gate[g]], _F32) for g in "ifco"]
+        ins += [rnn.w.part(d, lo[g], lo[g] + hdim) for g in "ifco"]
+        ins += [rnn.r.part(d, lo[g], lo[g] + hdim) for g in "ifco"]
         if p is not None:
-            pd = p[d].astype(np.float32, copy=False)
-            ins += [_c(pd[0:hdim], _F32), _c(pd[2 * hdim:3 * hdim], _F32), _c(pd[hdim:2 * hdim], _F32)]
+            ins += [p.part(d, 0, hdim), p.part(d, 2 * hdim, 3 * hdim), p.part(d, hdim, 2 * hdim)]
         else:
             ins += [None, None, None]
-        ins += [_c(bias[gate[g]] + bias[4 * hdim:][gate[g]], _F32) for g in "ifco"]
+        ins += [rnn.b.sum2(d, lo[g], lo[g] + hdim, 4 * hdim) for g in "ifco"]
         ins += [None, None, rnn.initial(5, "initial_h", d), rnn.initial(6, "initial_c", d)]
         b = ctx.b
         ins += [b.i32(4), b.f32(0.0), b.f32(0.0), b.bool(True)]
@@ -182,9 +212,10 @@ def _lstm(ctx: NodeCtx) -> None:
     rnn.finish(ys, hs, cs)
 
 
-def _fc(ctx: NodeCtx, x: Value, w: np.ndarray, bias: np.ndarray, rows: int) -> Value:
+def _fc(ctx: NodeCtx, x: Value, w: Value, bias: Value, rows: int) -> Value:
     b = ctx.b
-    return b.op1(Op.FULLY_CONNECTED, [x, _c(w, _F32), _c(bias, _F32), b.i32(0)], _F32, (rows, w.shape[0]))
+    assert w.shape is not None
+    return b.op1(Op.FULLY_CONNECTED, [x, w, bias, b.i32(0)], _F32, (rows, w.shape[0]))
 
 
 def _unrolled(ctx: NodeCtx, rnn: _Rnn, step: str) -> None:
@@ -195,22 +226,27 @@ def _unrolled(ctx: NodeCtx, rnn: _Rnn, step: str) -> None:
     gates = rnn.w.shape[1] // hdim
     ys, hs = [], []
     lbr = ctx.i("linear_before_reset", 0)
+    zero_bias = _c(np.zeros(hdim, np.float32), _F32)
     for d, reverse in enumerate(rnn.dirs):
-        w, r, bias = rnn.w[d], rnn.r[d], rnn.b[d]
-        wb, rb = bias[: gates * hdim], bias[gates * hdim:]
+        gh = gates * hdim
         x = rnn.time_major_input(False)
         flat = b.reshape(x, [seq * batch, x.shape[2] if x.shape else 0])
         # All steps' input projections at once (the recurrent bias joins it unless it must stay apart).
-        xw = _fc(ctx, flat, w, wb + rb if step == "rnn" else wb, seq * batch)
+        in_bias = rnn.b.sum2(d, 0, gh, gh) if step == "rnn" else rnn.b.part(d, 0, gh)
+        xw = _fc(ctx, flat, rnn.w.part(d, 0, gh), in_bias, seq * batch)
+        # The recurrent weights and biases, cut once per direction: [z, r] together, then h.
+        rec = (rnn.r.part(d, 0, hdim), zero_bias) if step == "rnn" else \
+            (rnn.r.part(d, 0, 2 * hdim), rnn.b.part(d, gh, gh + 2 * hdim), rnn.r.part(d, 2 * hdim, gh),
+             rnn.b.part(d, gh + 2 * hdim, 2 * gh))
         h = rnn.initial(5, "initial_h", d)
         outs: list[Value | None] = [None] * seq
         for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
             xt = b.op1(Op.SLICE, [xw, b.ints([t * batch, 0]), b.ints([batch, gates * hdim])], _F32, (batch, gates * hdim))
             if step == "rnn":
-                hr = _fc(ctx, h, r, np.zeros(hdim, np.float32), batch)
+                hr = _fc(ctx, h, rec[0], rec[1], batch)
                 h = b.op1(Op.TANH, [b.op1(Op.ADD, [xt, hr, b.i32(0)], _F32, (batch, hdim))], _F32, (batch, hdim))
             else:
-                h = _gru_step(ctx, xt, h, r, rb, hdim, batch, bool(lbr))
+                h = _gru_step(ctx, xt, h, rec, hdim, batch, bool(lbr))
             outs[t] = h
         seq_out = b.op1(Op.CONCATENATION, [*outs, b.i32(0)], _F32, (seq * batch, hdim)) if seq > 1 else outs[0]
         assert seq_out is not None
@@ -219,12 +255,12 @@ def _unrolled(ctx: NodeCtx, rnn: _Rnn, step: str) -> None:
     rnn.finish(ys, hs, in_step_order=False)
 
 
-def _gru_step(ctx: NodeCtx, xt: Value, h: Value, r: np.ndarray, rb: np.ndarray, hdim: int, batch: int,
-              lbr: bool) -> Value:
-    """One GRU step: gates z, r, h in ONNX's order; ``xt`` holds X W^T + Wb for the three gates."""
+def _gru_step(ctx: NodeCtx, xt: Value, h: Value, rec: tuple[Value, ...], hdim: int, batch: int, lbr: bool) -> Value:
+    """One GRU step: gates z, r, h in ONNX's order; ``xt`` holds X W^T + Wb for the three gates;
+    ``rec`` is (R and Rb of gates z and r, R and Rb of gate h)."""
     b = ctx.b
     sh = (batch, hdim)
-    z_, r_, h_ = (slice(k * hdim, (k + 1) * hdim) for k in range(3))
+    r_zr, rb_zr, r_h, rb_h = rec
 
     def part(v: Value, k: int) -> Value:
         return b.op1(Op.SLICE, [v, b.ints([0, k * hdim]), b.ints([batch, hdim])], _F32, sh)
@@ -235,14 +271,14 @@ def _gru_step(ctx: NodeCtx, xt: Value, h: Value, r: np.ndarray, rb: np.ndarray, 
     def mul(a: Value, c: Value) -> Value:
         return b.op1(Op.MUL, [a, c, b.i32(0)], _F32, sh)
 
-    zr = _fc(ctx, h, np.concatenate([r[z_], r[r_]]), np.concatenate([rb[z_], rb[r_]]), batch)
+    zr = _fc(ctx, h, r_zr, rb_zr, batch)
     z = b.op1(Op.LOGISTIC, [add(part(xt, 0), part(zr, 0))], _F32, sh)
     rg = b.op1(Op.LOGISTIC, [add(part(xt, 1), part(zr, 1))], _F32, sh)
     if lbr:
-        hr = _fc(ctx, h, r[h_], rb[h_], batch)
+        hr = _fc(ctx, h, r_h, rb_h, batch)
         cand = add(part(xt, 2), mul(rg, hr))
     else:
-        cand = add(part(xt, 2), _fc(ctx, mul(rg, h), r[h_], rb[h_], batch))
+        cand = add(part(xt, 2), _fc(ctx, mul(rg, h), r_h, rb_h, batch))
     hh = b.op1(Op.TANH, [cand], _F32, sh)
     # h' = (1 - z) * hh + z * h = hh + z * (h - hh)
     return add(hh, mul(z, b.op1(Op.SUB, [h, hh, b.i32(0)], _F32, sh)))
@@ -266,8 +302,8 @@ def _relu_rnn(ctx: NodeCtx, rnn: _Rnn) -> None:
     b, hdim = ctx.b, rnn.hidden
     ys, hs = [], []
     for d, reverse in enumerate(rnn.dirs):
-        bias = rnn.b[d][:hdim] + rnn.b[d][hdim:]
-        ins: list[Arg] = [rnn.time_major_input(reverse), _c(rnn.w[d], _F32), _c(rnn.r[d], _F32), _c(bias, _F32),
+        ins: list[Arg] = [rnn.time_major_input(reverse), rnn.w.part(d, 0, hdim), rnn.r.part(d, 0, hdim),
+                          rnn.b.sum2(d, 0, hdim, hdim),
                           rnn.initial(5, "initial_h", d), b.i32(1), b.i32(1)]
         y, h = b.op(Op.UNIDIRECTIONAL_SEQUENCE_RNN, ins, [(_F32, (rnn.seq, rnn.batch, hdim)), (_F32, (rnn.batch, hdim))])
         ys.append(y)

@@ -87,3 +87,33 @@ def test_unsupported_run_time_weights_are_refused_naming_the_node(tmp_path: obje
     with pytest.raises(nnrt.UnsupportedModelError, match=match) as err:
         nnrt.load(save(model, tmp_path))
     assert str(err.value).startswith("INVALID_ARGUMENT")
+
+
+@pytest.mark.parametrize(("op", "direction", "extra"), [
+    ("LSTM", "bidirectional", {}), ("LSTM", "forward", {"peepholes": True}), ("GRU", "reverse", {}),
+    ("GRU", "bidirectional", {"linear_before_reset": 1}), ("RNN", "bidirectional", {}),
+    ("RNN", "forward", {"activations": ["Relu"]}),
+])
+def test_recurrent_weights_as_graph_inputs(device: CpuDevice, tmp_path: object, op: str, direction: str,
+                                           extra: dict[str, object]) -> None:
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    dirs, hidden, seq, batch, size = (2 if direction == "bidirectional" else 1), 5, 4, 2, 3
+    attrs = {k: v for k, v in extra.items() if k != "peepholes"}
+    ins = ["X", "W", "R", "B"] + (["", "", "", "P"] if extra.get("peepholes") else [])
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ins, outs, hidden_size=hidden, direction=direction, **attrs)
+    shapes = {"X": [seq, batch, size], "W": [dirs, gates * hidden, size], "R": [dirs, gates * hidden, hidden],
+              "B": [dirs, 2 * gates * hidden], "P": [dirs, 3 * hidden]}
+    names = [n for n in ins if n]
+    model = make_model([node], [vi(n, shapes[n]) for n in names], [vi(o, None) for o in outs], opset=14)
+    compare_with_ort(device, model, tmp_path, {n: rand(*shapes[n]) * 0.5 for n in names})
+
+
+def test_lstm_without_bias_and_computed_weights(device: CpuDevice, tmp_path: object) -> None:
+    hidden, size = 4, 3
+    nodes = [helper.make_node("Mul", ["W0", "k"], ["W"]),
+             helper.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=hidden)]
+    model = make_model(nodes, [vi("X", [3, 1, size]), vi("W0", [1, 4 * hidden, size]), vi("R", [1, 4 * hidden, hidden])],
+                       [vi("Y", None)], [numpy_helper.from_array(rand(1, 4 * hidden, size), "k")], opset=14)
+    compare_with_ort(device, model, tmp_path, {"X": rand(3, 1, size), "W0": rand(1, 4 * hidden, size) * 0.5,
+                                               "R": rand(1, 4 * hidden, hidden) * 0.5})
