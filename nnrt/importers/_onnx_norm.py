@@ -4,7 +4,8 @@ LayerNormalization (axis..last), RMSNormalization and MeanVarianceNormalization 
 operation; each is built from the ops its definition names, in float32/float16:
 ``d = x - mean(x)``, ``y = d * rsqrt(mean(d * d) + epsilon)`` (RMS: ``x * rsqrt(mean(x * x) +
 epsilon)``), then scale and bias. The optional Mean / InvStdDev outputs of LayerNormalization
-(training) are refused. (Batch, instance and LRN normalisations live in ``_onnx_nn``.)
+are the chain's MEAN and RSQRT results (float32 inputs: ONNX computes them in float32).
+(Batch, instance and LRN normalisations live in ``_onnx_nn``.)
 """
 
 from __future__ import annotations
@@ -35,11 +36,16 @@ def _eps(x: Value, value: float) -> Value:
     return Value(arr.dtype, arr.shape, const=arr)
 
 
-def _normalized(ctx: NodeCtx, x: Value, axes: list[int], eps: float, center: bool) -> Value:
-    """(x - mean) * rsqrt(mean((x - mean)^2) + eps) over ``axes``; without ``center``, x * rsqrt(mean(x^2) + eps)."""
-    d = _bin(ctx, Op.SUB, x, _mean(ctx, x, axes), x.shape) if center else x
+def _normalized(ctx: NodeCtx, x: Value, axes: list[int], eps: float, center: bool,
+                stats: list[Value] | None = None) -> Value:
+    """(x - mean) * rsqrt(mean((x - mean)^2) + eps) over ``axes``; without ``center``, x * rsqrt(mean(x^2) + eps).
+    ``stats`` (when given, with ``center``) receives the mean and the rsqrt, reduced axes kept as 1."""
+    mean = _mean(ctx, x, axes) if center else None
+    d = _bin(ctx, Op.SUB, x, mean, x.shape) if mean is not None else x
     var = _mean(ctx, _bin(ctx, Op.MUL, d, d, x.shape), axes)
     inv = ctx.b.op1(Op.RSQRT, [_bin(ctx, Op.ADD, var, _eps(x, eps), var.shape)], x.dtype, var.shape)
+    if stats is not None and mean is not None:
+        stats += [mean, inv]
     return _bin(ctx, Op.MUL, d, inv, x.shape)
 
 
@@ -57,12 +63,12 @@ def _finish(ctx: NodeCtx, y: Value, scale: Value | None, bias: Value | None) -> 
             y = _bin(ctx, op, y, v, y.shape)
 
 
-def _input(ctx: NodeCtx) -> tuple[Value, int]:
+def _input(ctx: NodeCtx, stats: bool = False) -> tuple[Value, int]:
     x = ctx.inp(0)
     if x.dtype not in _FLOATS or x.quant is not None:
         raise Reject(f"input of type {x.dtype} is not supported")
-    if any(ctx.out(k) for k in range(1, len(ctx.node.outputs))):
-        raise Reject("the Mean / InvStdDev outputs (training) are not supported")
+    if any(ctx.out(k) for k in range(1, len(ctx.node.outputs))) and not (stats and x.dtype == np.float32):
+        raise Reject("the Mean / InvStdDev outputs are supported for float32 LayerNormalization only")
     r = x.need_rank(ctx.node.op_type)
     if r > 4:
         raise Reject(f"rank {r} is not supported (NNAPI's MEAN takes rank <= 4)")
@@ -81,12 +87,16 @@ def _param(ctx: NodeCtx, i: int, x: Value) -> Value | None:
 
 @mapper("LayerNormalization")
 def _layer_norm(ctx: NodeCtx) -> None:
-    x, r = _input(ctx)
+    x, r = _input(ctx, stats=True)
     if ctx.i("stash_type", 1) != 1:
         raise Reject("stash_type other than float32 is not supported")
     axis = normalize_axes([ctx.i("axis", -1)], r)[0]
-    y = _normalized(ctx, x, list(range(axis, r)), ctx.f("epsilon", 1e-5), center=True)
+    stats: list[Value] = []
+    y = _normalized(ctx, x, list(range(axis, r)), ctx.f("epsilon", 1e-5), center=True, stats=stats)
     _finish(ctx, y, _param(ctx, 1, x), _param(ctx, 2, x))
+    for k, v in enumerate(stats, start=1):
+        if ctx.out(k):
+            ctx.set(k, v)
 
 
 @mapper("RMSNormalization")

@@ -1,5 +1,6 @@
-"""ONNX weights that arrive at run time (graph inputs, or computed): re-laid by operations in
-the graph rather than at import, compared with onnxruntime."""
+"""ONNX weights that arrive at run time (graph inputs, or computed), re-laid by operations in the
+graph rather than at import, and LayerNormalization's Mean / InvStdDev outputs; compared with
+onnxruntime."""
 
 from __future__ import annotations
 
@@ -117,3 +118,25 @@ def test_lstm_without_bias_and_computed_weights(device: CpuDevice, tmp_path: obj
                        [vi("Y", None)], [numpy_helper.from_array(rand(1, 4 * hidden, size), "k")], opset=14)
     compare_with_ort(device, model, tmp_path, {"X": rand(3, 1, size), "W0": rand(1, 4 * hidden, size) * 0.5,
                                                "R": rand(1, 4 * hidden, hidden) * 0.5})
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_layer_normalization_mean_and_inv_std_dev_outputs(device: CpuDevice, tmp_path: object, axis: int) -> None:
+    # scale and bias are graph inputs too
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"], axis=axis, epsilon=1e-3)
+    shape = [2, 3, 5]
+    norm = shape[axis:]
+    model = make_model([node], [vi("x", shape), vi("s", norm), vi("b", norm)],
+                       [vi("y", None), vi("mean", None), vi("inv", None)])
+    got = compare_with_ort(device, model, tmp_path, {"x": rand(*shape), "s": rand(*norm), "b": rand(*norm)})
+    assert got[1].shape == ((2, 1, 1) if axis == 1 else (2, 3, 1))
+
+
+def test_layer_normalization_float16_statistics_are_refused(tmp_path: object) -> None:
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"], name="ln16")
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT16, [2, 4])
+    s = helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT16, [4])
+    model = make_model([node], [x, s], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT16, None),
+                                         vi("mean", None)])
+    with pytest.raises(nnrt.UnsupportedModelError, match=r"ln16 \(LayerNormalization\).*float32 LayerNormalization only"):
+        nnrt.load(save(model, tmp_path))
