@@ -276,9 +276,31 @@ def _bounds(ctx: NodeCtx) -> tuple[float | None, float | None]:
     return out[0], out[1]
 
 
+def _clip_run_time(ctx: NodeCtx, x: Value) -> bool:
+    """Clip with a bound given at run time: MAXIMUM then MINIMUM by the bound tensors (which
+    also gives ONNX's result, max, where min > max). False when both bounds are constants."""
+    bounds = [ctx.opt(1), ctx.opt(2)] if ctx.opset >= 11 else []
+    if all(v is None or v.const is not None for v in bounds):
+        return False
+    if x.dtype not in (*_FLOATS, np.dtype(np.int32), _I64):
+        raise Reject(f"input 0 has type {x.dtype}, not supported")
+    y, last = x, 1 if bounds[1] is not None else 0
+    for k, (op, v) in enumerate(((Op.MAXIMUM, bounds[0]), (Op.MINIMUM, bounds[1]))):
+        if v is None:
+            continue
+        if v.const is not None:
+            v = _const_like(x, float(v.const.reshape(-1)[0]))
+        elif v.dtype != x.dtype:
+            raise Reject(f"bound (input {k + 1}) of type {v.dtype} differs from the input's {x.dtype}")
+        y = _bin(ctx, op, y, v, out=0 if k == last else None)
+    return True
+
+
 @mapper("Clip")
 def _clip(ctx: NodeCtx) -> None:
     x = ctx.inp(0)
+    if _clip_run_time(ctx, x):
+        return
     lo, hi = _bounds(ctx)
     if x.dtype in _FLOATS:
         relus: dict[tuple[float | None, float | None], Op] = {(0.0, 6.0): Op.RELU6, (-1.0, 1.0): Op.RELU1,

@@ -4,6 +4,7 @@ onnxruntime."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import nnrt
@@ -140,3 +141,25 @@ def test_layer_normalization_float16_statistics_are_refused(tmp_path: object) ->
                                          vi("mean", None)])
     with pytest.raises(nnrt.UnsupportedModelError, match=r"ln16 \(LayerNormalization\).*float32 LayerNormalization only"):
         nnrt.load(save(model, tmp_path))
+
+
+@pytest.mark.parametrize(("elem", "ins"), [
+    (onnx.TensorProto.FLOAT, ["x", "lo", "hi"]), (onnx.TensorProto.FLOAT, ["x", "lo"]),
+    (onnx.TensorProto.FLOAT, ["x", "", "hi"]), (onnx.TensorProto.INT32, ["x", "lo", "c"]),
+])
+def test_clip_bounds_given_at_run_time(device: CpuDevice, tmp_path: object, elem: int, ins: list[str]) -> None:
+    dtype = np.float32 if elem == onnx.TensorProto.FLOAT else np.int32
+    node = helper.make_node("Clip", ins, ["y"])
+    inputs = [helper.make_tensor_value_info(n, elem, [3, 4] if n == "x" else []) for n in ins if n and n != "c"]
+    inits = [numpy_helper.from_array(np.asarray(2, dtype), "c")] if "c" in ins else []
+    model = make_model([node], inputs, [helper.make_tensor_value_info("y", elem, None)], inits, opset=13)
+    feeds = {"x": (rand(3, 4) * 5).astype(dtype), "lo": np.asarray(-1, dtype), "hi": np.asarray(1.5, dtype)}
+    compare_with_ort(device, model, tmp_path, {n: feeds[n] for n in ins if n and n != "c"})
+
+
+def test_clip_run_time_min_above_max_gives_max(device: CpuDevice, tmp_path: object) -> None:
+    node = helper.make_node("Clip", ["x", "lo", "hi"], ["y"])
+    model = make_model([node], [vi("x", [5]), vi("lo", []), vi("hi", [])], [vi("y", None)], opset=13)
+    got = compare_with_ort(device, model, tmp_path, {"x": rand(5), "lo": np.asarray(2, np.float32),
+                                                     "hi": np.asarray(1, np.float32)})
+    np.testing.assert_array_equal(got[0], np.ones(5, np.float32))
