@@ -8,8 +8,8 @@ operation reads them, so shape arithmetic (Shape → Gather → Concat → Resha
 numpy at import time (``_onnx_fold``) and Reshape targets become constants. Constant tensors
 become CONSTANT_POOL operands that view the loaded file (``_ArrayPool``): no second copy.
 
-Each node goes to its op family's mapper (``_onnx_nn``: conv, pool, dense, batch/instance
-norm; ``_onnx_norm``: layer/RMS norms; ``_onnx_elem``: elementwise, activations, reductions,
+Each node goes to its op family's mapper (``_onnx_nn``: conv, pool, dense, batch
+norm; ``_onnx_norm``: layer/RMS/instance norms, LRN, Lp; ``_onnx_elem``: elementwise, activations, reductions,
 softmax, cast; ``_onnx_quant``: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul;
 ``_onnx_rnn``: LSTM, GRU, RNN; ``_onnx_shape``: reshaping and data movement; ``_onnx_flow``:
 If/Loop), which emits NNAPI

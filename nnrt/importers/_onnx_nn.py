@@ -24,8 +24,7 @@ GlobalAveragePool / GlobalMaxPool → MEAN / REDUCE_MAX over the spatial axes.
 Gemm / MatMul with a constant 2-D B → FULLY_CONNECTED (B re-laid to [N, K], alpha and
 beta folded, C as bias when it is a row vector, else an ADD), reshaped back to the input's
 leading dims; with a non-constant B → BATCH_MATMUL (equal batch dims, as NNAPI requires).
-InstanceNormalization → INSTANCE_NORMALIZATION + per-channel MUL/ADD; LRN (odd size) →
-LOCAL_RESPONSE_NORMALIZATION; LpNormalization p=2 → L2_NORMALIZATION.
+(InstanceNormalization, LRN and LpNormalization live in ``_onnx_norm``.)
 """
 
 from __future__ import annotations
@@ -36,12 +35,12 @@ from collections.abc import Callable
 import numpy as np
 
 from nnrt.importers._onnx import Arg, NodeCtx, Reject, Value, mapper, to_nhwc
-from nnrt.importers._onnx_elem import bshape, normalize_axes
+from nnrt.importers._onnx_elem import bshape
 from nnrt.importers._onnx_proto import Node
 from nnrt.importers._onnx_shape import reshape_to
 from nnrt.types import OperationType as Op
 
-__all__ = ["BiasFn", "WeightFn", "conv_operands", "emit_conv", "fully_connected"]
+__all__ = ["BiasFn", "WeightFn", "channel_const", "conv_operands", "emit_conv", "fully_connected"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
@@ -384,7 +383,7 @@ def _conv_transpose(ctx: NodeCtx) -> None:
             ctx.b.op_nhwc(Op.CONCATENATION, [*outs, ctx.b.i32(3)], x.dtype, shape, name=ctx.out()))
 
 
-def _channel_const(arr: np.ndarray, rank: int, dtype: np.dtype) -> Value:
+def channel_const(arr: np.ndarray, rank: int, dtype: np.dtype) -> Value:
     return _cv(arr.astype(dtype, copy=False).reshape((-1,) + (1,) * (rank - 2)))
 
 
@@ -410,42 +409,8 @@ def _batchnorm(ctx: NodeCtx) -> None:
         y = ctx.b.op_nhwc(Op.MUL, [xp, _cv(scale.astype(x.dtype)), ctx.b.i32(0)], x.dtype, x.shape)
         ctx.set(0, ctx.b.op_nhwc(Op.ADD, [y, _cv(shift.astype(x.dtype)), ctx.b.i32(0)], x.dtype, x.shape, name=ctx.out()))
         return
-    y = ctx.b.op1(Op.MUL, [x, _channel_const(scale, r, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
-    ctx.emit(Op.ADD, [y, _channel_const(shift, r, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
-
-
-@mapper("InstanceNormalization")
-def _instance_norm(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
-    if x.need_rank("InstanceNormalization") != 4 or x.dtype not in _FLOATS:
-        raise Reject("only 4-D float inputs are supported")
-    gamma, beta = ctx.const(1, "scale"), ctx.const(2, "B")
-    assert gamma is not None and beta is not None
-    y = ctx.b.op1(Op.INSTANCE_NORMALIZATION, [x, ctx.b.f32(1.0, x), ctx.b.f32(0.0, x),
-                                              ctx.b.f32(ctx.f("epsilon", 1e-5), x), ctx.b.bool(True)], x.dtype, x.shape)
-    y = ctx.b.op1(Op.MUL, [y, _channel_const(gamma, 4, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
-    ctx.emit(Op.ADD, [y, _channel_const(beta, 4, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
-
-
-@mapper("LRN")
-def _lrn(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
-    size = ctx.i("size", 0)
-    if size % 2 == 0 or x.dtype not in _FLOATS:
-        raise Reject("only odd sizes and float inputs are supported (NNAPI's window is symmetric)")
-    x.need_rank("LRN")
-    ins: list[Arg] = [x, ctx.b.i32((size - 1) // 2), ctx.b.f32(ctx.f("bias", 1.0), x), ctx.b.f32(ctx.f("alpha", 1e-4) / size, x),
-           ctx.b.f32(ctx.f("beta", 0.75), x), ctx.b.i32(1)]
-    ctx.emit(Op.LOCAL_RESPONSE_NORMALIZATION, ins, x.dtype, x.shape)
-
-
-@mapper("LpNormalization")
-def _lp_norm(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
-    if ctx.i("p", 2) != 2 or x.dtype not in _FLOATS:
-        raise Reject("only p=2 on float inputs is supported")
-    axis = normalize_axes([ctx.i("axis", -1)], x.need_rank("LpNormalization"))[0]
-    ctx.emit(Op.L2_NORMALIZATION, [x, ctx.b.i32(axis)], x.dtype, x.shape)
+    y = ctx.b.op1(Op.MUL, [x, channel_const(scale, r, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
+    ctx.emit(Op.ADD, [y, channel_const(shift, r, x.dtype), ctx.b.i32(0)], x.dtype, x.shape)
 
 
 @mapper("MaxPool", "AveragePool")

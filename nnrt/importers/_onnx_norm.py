@@ -5,15 +5,18 @@ operation; each is built from the ops its definition names, in float32/float16:
 ``d = x - mean(x)``, ``y = d * rsqrt(mean(d * d) + epsilon)`` (RMS: ``x * rsqrt(mean(x * x) +
 epsilon)``), then scale and bias. The optional Mean / InvStdDev outputs of LayerNormalization
 are the chain's MEAN and RSQRT results (float32 inputs: ONNX computes them in float32).
-(Batch, instance and LRN normalisations live in ``_onnx_nn``.)
+InstanceNormalization → INSTANCE_NORMALIZATION + per-channel MUL/ADD (scale and bias constants
+or run-time tensors); LRN (odd size) → LOCAL_RESPONSE_NORMALIZATION; LpNormalization p=2 →
+L2_NORMALIZATION. (BatchNormalization lives in ``_onnx_nn``.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from nnrt.importers._onnx import NodeCtx, Reject, Value, mapper
+from nnrt.importers._onnx import Arg, NodeCtx, Reject, Value, mapper
 from nnrt.importers._onnx_elem import normalize_axes
+from nnrt.importers._onnx_nn import channel_const
 from nnrt.types import OperationType as Op
 
 __all__: list[str] = []
@@ -113,3 +116,47 @@ def _mvn(ctx: NodeCtx) -> None:
     axes = sorted(set(normalize_axes(ctx.ints("axes", [0, 2, 3]) or [], r)))
     y = _normalized(ctx, x, axes, 1e-9, center=True)
     ctx.set(0, y)
+
+
+@mapper("InstanceNormalization")
+def _instance_norm(ctx: NodeCtx) -> None:
+    x = ctx.inp(0)
+    if x.need_rank("InstanceNormalization") != 4 or x.dtype not in _FLOATS:
+        raise Reject("only 4-D float inputs are supported")
+    y = ctx.b.op1(Op.INSTANCE_NORMALIZATION, [x, ctx.b.f32(1.0, x), ctx.b.f32(0.0, x),
+                                              ctx.b.f32(ctx.f("epsilon", 1e-5), x), ctx.b.bool(True)], x.dtype, x.shape)
+    y = ctx.b.op1(Op.MUL, [y, _per_channel(ctx, 1, "scale", x), ctx.b.i32(0)], x.dtype, x.shape)
+    ctx.emit(Op.ADD, [y, _per_channel(ctx, 2, "B", x), ctx.b.i32(0)], x.dtype, x.shape)
+
+
+def _per_channel(ctx: NodeCtx, i: int, what: str, x: Value) -> Value:
+    """Input ``i``, one value per channel, as [C, 1, 1] to broadcast over NCHW ``x`` (a run-time
+    tensor by a RESHAPE)."""
+    v = ctx.inp(i)
+    assert x.shape is not None
+    if v.const is not None:
+        return channel_const(v.const, 4, x.dtype)
+    if v.dtype != x.dtype or v.shape is None or len(v.shape) != 1:
+        raise Reject(f"{what} (input {i}) must be 1-D of {x.dtype}, not {v.shape} of {v.dtype}")
+    return ctx.b.reshape(v, [v.shape[0] or x.shape[1] or -1, 1, 1])
+
+
+@mapper("LRN")
+def _lrn(ctx: NodeCtx) -> None:
+    x = ctx.inp(0)
+    size = ctx.i("size", 0)
+    if size % 2 == 0 or x.dtype not in _FLOATS:
+        raise Reject("only odd sizes and float inputs are supported (NNAPI's window is symmetric)")
+    x.need_rank("LRN")
+    ins: list[Arg] = [x, ctx.b.i32((size - 1) // 2), ctx.b.f32(ctx.f("bias", 1.0), x), ctx.b.f32(ctx.f("alpha", 1e-4) / size, x),
+           ctx.b.f32(ctx.f("beta", 0.75), x), ctx.b.i32(1)]
+    ctx.emit(Op.LOCAL_RESPONSE_NORMALIZATION, ins, x.dtype, x.shape)
+
+
+@mapper("LpNormalization")
+def _lp_norm(ctx: NodeCtx) -> None:
+    x = ctx.inp(0)
+    if ctx.i("p", 2) != 2 or x.dtype not in _FLOATS:
+        raise Reject("only p=2 on float inputs is supported")
+    axis = normalize_axes([ctx.i("axis", -1)], x.need_rank("LpNormalization"))[0]
+    ctx.emit(Op.L2_NORMALIZATION, [x, ctx.b.i32(axis)], x.dtype, x.shape)

@@ -163,3 +163,13 @@ def test_clip_run_time_min_above_max_gives_max(device: CpuDevice, tmp_path: obje
     got = compare_with_ort(device, model, tmp_path, {"x": rand(5), "lo": np.asarray(2, np.float32),
                                                      "hi": np.asarray(1, np.float32)})
     np.testing.assert_array_equal(got[0], np.ones(5, np.float32))
+
+
+@pytest.mark.parametrize("run_time", [("s", "b"), ("s",)])
+def test_instance_norm_scale_and_bias_given_at_run_time(device: CpuDevice, tmp_path: object,
+                                                        run_time: tuple[str, ...]) -> None:
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-3)
+    values = {"s": rand(3), "b": rand(3)}
+    inits = [numpy_helper.from_array(v, n) for n, v in values.items() if n not in run_time]
+    model = make_model([node], [vi("x", [2, 3, 4, 5])] + [vi(n, [3]) for n in run_time], [vi("y", None)], inits)
+    compare_with_ort(device, model, tmp_path, {"x": rand(2, 3, 4, 5)} | {n: values[n] for n in run_time})
