@@ -10,7 +10,7 @@ ConvTranspose → TRANSPOSE_CONV_2D (weights IOHW → OHWI),
 groups by SPLIT / CONCATENATION, ``output_padding`` taken off the end pads; dilations refused.
 Weights that arrive at run time (graph inputs or computed; NNAPI does not need them constant)
 are re-laid by a TRANSPOSE in the graph instead, the bias used as it is (grouped+dilated Conv
-and grouped ConvTranspose refuse them; no BatchNormalization folding then).
+refuses them; no BatchNormalization folding then).
 
 BatchNormalization directly after a Conv whose output nothing else reads is folded into the
 Conv's weights and bias; a Relu (or Clip 0..6 / -1..1) right after is fused as the
@@ -329,8 +329,6 @@ def _conv_transpose(ctx: NodeCtx) -> None:
     run_time = wv.const is None
     w_run = _run_time_weights(ctx, x.dtype, 4) if run_time else wv
     group = ctx.i("group", 1)
-    if run_time and group != 1:
-        raise Reject("a grouped ConvTranspose with run-time weights is not supported")
     assert w_run.shape is not None and x.shape is not None
     _cin_g, mg, kh, kw = w_run.shape  # [C_in, M/group, kH, kW]
     if (ctx.ints("dilations") or [1, 1]) != [1, 1]:
@@ -359,24 +357,30 @@ def _conv_transpose(ctx: NodeCtx) -> None:
              (wd - 1) * strides[1] + kw - left - r_ if wd else 0)
     geo = [ctx.b.i32(v) for v in (left, r_, t, b_, strides[1], strides[0])]
     xp = ctx.b.nhwc(x)
-    if run_time:  # [C_in, M, kH, kW] -> [M, kH, kW, C_in] by a TRANSPOSE in the graph; bias as it is
+    cg = _cin_g // group
+    ws: list[Value]
+    bs: list[Value]
+    if run_time:  # [C_in, M/g, kH, kW] -> [M/g, kH, kW, C_in] by a TRANSPOSE, cut per group by SPLIT
         wt = ctx.b.op1(Op.TRANSPOSE, [w_run, ctx.b.ints([1, 2, 3, 0])], x.dtype, (mg, kh, kw, _cin_g))
-        ins0: list[Arg] = [xp, wt, _run_time_bias(ctx, x.dtype, m), *geo, ctx.b.i32(0), ctx.b.bool(False)]
-        ctx.set(0, ctx.b.op_nhwc(Op.TRANSPOSE_CONV_2D, ins0, x.dtype, shape, name=ctx.out()))
-        return
-    w = ctx.const(1, "weights")
-    assert w is not None
-    w = w.astype(x.dtype, copy=False)
-    bias_c = ctx.const(2, "bias")
-    bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(m, x.dtype)
+        bv = _run_time_bias(ctx, x.dtype, m)
+        ws, bs = [wt], [bv]
+        if group > 1:
+            ws = ctx.b.op(Op.SPLIT, [wt, ctx.b.i32(3), ctx.b.i32(group)], [(x.dtype, (mg, kh, kw, cg))] * group)
+            bs = ctx.b.op(Op.SPLIT, [bv, ctx.b.i32(0), ctx.b.i32(group)], [(x.dtype, (mg,))] * group)
+    else:
+        w = ctx.const(1, "weights")
+        assert w is not None
+        w = w.astype(x.dtype, copy=False)
+        bias_c = ctx.const(2, "bias")
+        bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(m, x.dtype)
+        ws = [_cv(w[g * cg:(g + 1) * cg].transpose(1, 2, 3, 0)) for g in range(group)]  # [M/g, kH, kW, C_in/g]
+        bs = [_cv(bias[g * mg:(g + 1) * mg]) for g in range(group)]
     part_shape = (x.shape[0], x.shape[1] // group if x.shape[1] else 0, h, wd)
     xs = [xp] if group == 1 else ctx.b.op(Op.SPLIT, [xp, ctx.b.i32(3), ctx.b.i32(group)],
                                           [(x.dtype, to_nhwc(part_shape))] * group)
-    cg = w.shape[0] // group
     outs = []
     for g, part in enumerate(xs):
-        wg = w[g * cg:(g + 1) * cg].transpose(1, 2, 3, 0)  # [M/g, kH, kW, C_in/g]
-        ins: list[Arg] = [part, _cv(wg), _cv(bias[g * mg:(g + 1) * mg]), *geo, ctx.b.i32(0), ctx.b.bool(False)]
+        ins: list[Arg] = [part, ws[g], bs[g], *geo, ctx.b.i32(0), ctx.b.bool(False)]
         outs.append(ctx.b.op_nhwc(Op.TRANSPOSE_CONV_2D, ins, x.dtype, shape if group == 1 else
                                   (shape[0], mg, shape[2], shape[3]), name=ctx.out() if group == 1 else ""))
     ctx.set(0, outs[0] if group == 1 else
