@@ -30,6 +30,16 @@ def bench(fn: Callable[[], object], number: int, repeat: int = 7) -> float:
     return statistics.median(times)
 
 
+def best(fn: Callable[[], object], n: int) -> float:
+    """The shortest of ``n`` timed calls, in seconds (one-off work such as loading a file)."""
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
 async def atimed(fn: Callable[[], Awaitable[object]], number: int, repeat: int = 7) -> float:
     """Median microseconds per awaited call over ``repeat`` batches of ``number`` calls."""
     await fn()

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import best
 
 import nnrt
 from nnrt import OperandType as T
@@ -37,14 +38,6 @@ from nnrt import OperationType as Op
 ROOT = Path(__file__).resolve().parent.parent
 BIG = "rapidocr_ch_PP-OCRv4_rec_infer.onnx"
 
-
-def _best(fn: object, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def _find_big(models: str | None) -> str | None:
@@ -100,14 +93,14 @@ def part1(models: str | None, runs: int) -> None:
                 buf = bytearray(size)
                 f.readinto(buf)
 
-        t_read = _best(read, runs)
-        t_load = _best(lambda: nnrt.load(path, input_shapes=shapes), runs)
+        t_read = best(read, runs)
+        t_load = best(lambda: nnrt.load(path, input_shapes=shapes), runs)
         print(f"  {'read the file alone':44} {t_read * 1e3:8.1f} ms")
         print(f"  {'nnrt.load':44} {t_load * 1e3:8.1f} ms  (target < 500 ms: {'met' if t_load < 0.5 else 'NOT met'})")
         try:
             import onnx
 
-            t_onnx = _best(lambda: onnx.load(path), runs)
+            t_onnx = best(lambda: onnx.load(path), runs)
             print(f"  {'onnx.load (C++ protobuf parse, no model built)':44} {t_onnx * 1e3:8.1f} ms")
             print(f"  {'ratio nnrt.load / onnx.load':44} {t_load / t_onnx:8.2f}x")
         except ImportError:
@@ -117,7 +110,7 @@ def part1(models: str | None, runs: int) -> None:
 
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = 1
-            t_ort = _best(lambda: ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]), max(2, runs // 2))
+            t_ort = best(lambda: ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]), max(2, runs // 2))
             print(f"  {'onnxruntime InferenceSession creation':44} {t_ort * 1e3:8.1f} ms")
             print(f"  {'ratio nnrt.load / onnxruntime session':44} {t_load / t_ort:8.2f}x")
         except ImportError:

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import best
 
 import nnrt
 from nnrt.importers import state_variables
@@ -43,14 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Input shapes for models whose inputs have dynamic dimensions (by file name stem).
 SHAPES = {"openwakeword_melspectrogram": [1, 1760], "openwakeword_embedding_model": [1, 76, 32, 1]}
 
-
-def _best(fn: object, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def synthetic_model(path: str, mb: float = 10.0, int8: bool = False) -> None:
@@ -124,9 +117,9 @@ def load_figures(path: str, label: str, repeat: int) -> None:
 
     size = os.path.getsize(path)
     nnrt.load(path)  # warm: imports and the file in the page cache
-    t_load = _best(lambda: nnrt.load(path), repeat)
-    t_read = _best(lambda: Path(path).read_bytes(), repeat)
-    t_litert = _best(lambda: Interpreter(model_path=path, num_threads=1).allocate_tensors(), repeat)
+    t_load = best(lambda: nnrt.load(path), repeat)
+    t_read = best(lambda: Path(path).read_bytes(), repeat)
+    t_litert = best(lambda: Interpreter(model_path=path, num_threads=1).allocate_tensors(), repeat)
     peak = peak_bytes(path)
     print(f"{label}: {size / 2**20:.2f} MB")
     print(f"  nnrt.load                      {t_load * 1e3:8.1f} ms  (target < 500 ms: {'met' if t_load < 0.5 else 'NOT met'})")

@@ -32,6 +32,7 @@ from nnrt.bench._crash import run_quietly
 from nnrt.bench._inputs import LoadedModel
 from nnrt.bench._report import TerminalProgress
 from nnrt.cli import main
+from tests.helpers import on_trio_too
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"
 
@@ -444,3 +445,6 @@ async def test_operations_are_counted_inside_control_flow(tmp_path: Path) -> Non
     endless_loop(limit=5.0).save(path)
     report = await run_bench(str(path), BenchOptions(runs=1, warmup=0, modes=("execute",)))
     assert report.operations == 3 and report.op_types == {"WHILE": 1, "LESS": 1, "ADD": 1}
+
+
+on_trio_too(globals())

@@ -5,6 +5,7 @@ Every test runs on asyncio and uvloop (``tests/conftest.py``) and on trio (``on_
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -486,8 +487,18 @@ def test_streaming_example_runs() -> None:
     from pathlib import Path
 
     script = Path(__file__).parents[2] / "examples" / "04_streaming_burst.py"
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
-    assert "throughput:" in out and "missed: 0" in out and "failed 0" in out
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    out = done.stdout
+    # It ran to its end, and every frame is accounted for: answered in time or failed with a
+    # missed deadline (the only failure the example expects; any other would have crashed it).
+    # How many miss depends on the machine's load, so that count is not checked.
+    assert re.search(r"^frames: 300 through one burst", out, re.M), out
+    assert re.search(r"^throughput: \d+ frames/s$", out, re.M), out
+    met, missed = map(int, re.findall(r"^deadline \(30 ms\) met: (\d+), missed: (\d+)$", out, re.M)[0])
+    completed, failed = map(int, re.findall(r"^burst: completed (\d+), failed (\d+), ran at once", out, re.M)[0])
+    assert met + missed == 300 and (completed, failed) == (met, missed), out
+    assert ("latency ms: median" in out) == (met > 0), out
 
 
 # (the channel test relies on asyncio's FIFO start of tasks; trio starts them in random order)

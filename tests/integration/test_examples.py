@@ -36,10 +36,15 @@ def test_fenced_pipeline_example() -> None:
 
 def test_priorities_deadlines_example() -> None:
     out = run("03_priorities_deadlines.py")
-    for label, n in (("assistant MEDIUM mlp", 40), ("camera HIGH classify", 60), ("camera LOW enhance", 6),
-                     ("camera MEDIUM meta", 6)):
+    # Every request is accounted for; how many of those with a deadline meet it depends on the
+    # machine's load, so only the kind of failure is checked: a missed deadline, never anything
+    # else, and none at all for the requests without a deadline.
+    missed = {"MISSED_DEADLINE_TRANSIENT", "MISSED_DEADLINE_PERSISTENT"}
+    for label, n, failures in (("assistant MEDIUM mlp", 40, set()), ("camera HIGH classify", 60, missed),
+                               ("camera LOW enhance", 6, set()), ("camera MEDIUM meta", 6, missed)):
         row = next(line for line in out.splitlines() if line.startswith(label))
-        assert sum(int(c) for c in re.findall(r"(?:succeeded|[A-Z_]+) (\d+)", row)) == n, row
+        counts = dict(re.findall(r"(succeeded|[A-Z_]+) (\d+)", row.removeprefix(label)))
+        assert sum(map(int, counts.values())) == n and set(counts) - {"succeeded"} <= failures, row
     assert re.search(r"camera\s+LOW\s+completed\s+6\s+preemptions\s+\d+", out)
 
 

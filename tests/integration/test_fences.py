@@ -7,8 +7,9 @@ not anyio's pytest plugin: the repo runs pytest-asyncio in auto mode, which clai
 A sync wrapper is invisible to both plugins. Each run also checks that it is on the loop it
 claims, that every test finishes within a time limit and leaks no task or thread.
 
-A few asyncio-only tests (asyncio futures, task ownership) are plain ``async def`` tests that
-pytest-asyncio runs on asyncio and uvloop (``tests/conftest.py``).
+The rest are plain ``async def`` tests that pytest-asyncio runs on asyncio and uvloop
+(``tests/conftest.py``) and ``tests.helpers.on_trio_too`` on trio, but for the few about
+asyncio's own objects (asyncio futures, task ownership).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import anyio.lowlevel
 import pytest
 import sniffio
 
+from nnrt._aio import to_thread
 from nnrt.errors import (
     GeneralFailureError,
     InternalError,
@@ -37,6 +39,7 @@ from nnrt.errors import (
 from nnrt.fences import FenceState, SyncFence, all_of, any_of, from_awaitable, from_future
 from nnrt.fences import _fence as fence_impl
 from nnrt.types import ErrorStatus
+from tests.helpers import on_trio_too
 
 LIMIT = 10.0  # seconds; no test may hang past this
 
@@ -82,6 +85,15 @@ async def _checked(test: AsyncTest, uvloop: bool) -> None:
 def listeners(fence: SyncFence) -> int:
     """How many listeners the fence core still holds (0 once resolved)."""
     return len(fence._core._listeners or {})
+
+
+async def parked(fences: list[SyncFence], n: int) -> None:
+    """Wait until ``n`` waiters are parked on ``fences`` (their listeners registered): the
+    tasks just started get to run, however long a loaded machine makes them wait (the test's
+    time limit bounds it). Never more than ``n``: each waiter registers once."""
+    while (count := sum(listeners(f) for f in fences)) < n:
+        await anyio.lowlevel.checkpoint()
+    assert count == n
 
 
 async def signal_later(fence: SyncFence, delay: float = 0.01) -> None:
@@ -145,8 +157,7 @@ async def test_error_wakes_every_waiter() -> None:
     async with anyio.create_task_group() as tg:
         for _ in range(50):
             tg.start_soon(waiter)
-        await anyio.sleep(0.01)
-        assert listeners(fence) == 50
+        await parked([fence], 50)
         fence.signal_error(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "busy")
     assert len(errors) == 50
     assert all(isinstance(e, ResourceExhaustedError) and e.status is ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT for e in errors)
@@ -194,8 +205,7 @@ async def test_cancelled_waiter_leaves_the_fence_alone() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(fence.wait, LIMIT)
         tg.start_soon(fence.wait, LIMIT)
-        await anyio.sleep(0.01)
-        assert listeners(fence) == 2
+        await parked([fence], 2)
         tg.cancel_scope.cancel()
     assert fence.state is FenceState.ACTIVE and listeners(fence) == 0
     fence.signal()  # still signals normally afterwards
@@ -234,8 +244,7 @@ async def test_many_fences_signaled_by_a_thread_race_their_waiters() -> None:
     async with anyio.create_task_group() as tg:
         for i in range(150):
             tg.start_soon(waiter, i)
-        await anyio.sleep(0.01)
-        assert sum(listeners(f) for f in fences) == 150
+        await parked(fences, 150)
         thread.start()
         for i in range(150, 300):
             tg.start_soon(waiter, i)
@@ -399,7 +408,7 @@ def test_awaiting_outside_a_loop_is_an_error() -> None:
         SyncFence.signaled().__await__().send(None)
 
 
-# -- asyncio only (pytest-asyncio: asyncio and uvloop) --------------------------------------------
+# -- plain async tests (pytest-asyncio: asyncio and uvloop; trio: on_trio_too, but those skipped) -
 
 
 async def test_from_asyncio_future() -> None:
@@ -474,7 +483,17 @@ async def test_waiter_on_its_own_loop_in_another_thread() -> None:
     thread.start()
     # No event to await: the state is another loop's. Poll until the waiter is parked there.
     while listeners(fence) == 0:  # noqa: ASYNC110
-        await asyncio.sleep(0.001)
-    fence.signal()
-    await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        await anyio.sleep(0.001)
+    fence.signal()  # from this loop's thread (asyncio, uvloop or trio)
+    await to_thread(thread.join)
     assert result == [True, True]
+
+
+# The tests above on trio too, but those of asyncio's own objects: an asyncio future
+# (from_future), an asyncio task owned by nnrt and cancelled (on trio from_awaitable runs a
+# system task, cancelled with its run: test_from_awaitable_is_cancelled_with_its_run), the
+# asyncio waiter on a closed asyncio loop.
+on_trio_too(globals(), skip={
+    "test_from_asyncio_future", "test_from_awaitable_task_is_owned_until_done", "test_task_cancelled_fails_its_fence",
+    "test_wakeup_on_a_closed_loop_is_dropped",
+})

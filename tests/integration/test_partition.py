@@ -5,11 +5,11 @@ dynamic shapes across a boundary, compilation caching per step."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pytest
 from structlog.testing import capture_logs
@@ -19,7 +19,7 @@ from nnrt import ErrorStatus, Model, Priority, RestrictedDevice, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.conformance._cts import build_model, case_inputs, load_spec
-from tests.helpers import ones
+from tests.helpers import gather, on_trio_too, ones, start
 from tests.integration.test_scheduler import Gate, count_calls, settle
 from tests.unit.test_partition import chain, if_model
 
@@ -262,7 +262,7 @@ async def every_path(pm: nnrt.PreparedModel, inputs: list[np.ndarray | None]) ->
 
 
 @pytest.fixture
-async def vdevices() -> AsyncIterator[tuple[nnrt.CpuDevice, RestrictedDevice]]:
+def vdevices() -> Iterator[tuple[nnrt.CpuDevice, RestrictedDevice]]:
     clock = nnrt.VirtualClock(1000.0)
     cpu = nnrt.CpuDevice(name="vcpu", clock=clock, compute_units=1, inline_limit_ns=0)
     npu = RestrictedDevice("vnpu", operations=NPU_OPS, clock=clock, compute_units=1, inline_limit_ns=0)
@@ -282,7 +282,7 @@ async def test_one_deadline_covers_every_step(vdevices: tuple[nnrt.CpuDevice, Re
         await pm.execute([x14()], deadline=clock.now())
     assert info.value.status is ErrorStatus.MISSED_DEADLINE_PERSISTENT
     gate = Gate.on_step(npu_step, 0)
-    task = asyncio.create_task(pm.execute([x14()], deadline=clock.now() + 1.0))
+    task = start(pm.execute([x14()], deadline=clock.now() + 1.0))
     await gate.wait_entered()
     clock.advance(2.0)  # the deadline passes while the npu step runs
     gate.release.set()
@@ -330,12 +330,12 @@ async def test_each_step_runs_under_its_device_scheduler_with_the_apps_priority(
         await prepared.execute(inputs)
         order.append(name)
 
-    low_task = asyncio.create_task(run("low", low, [x14()]))
+    low_task = start(run("low", low, [x14()]))
     await gate.wait_entered()
-    high_task = asyncio.create_task(run("high", high, [ones(1, 4), ones(1, 4)]))
+    high_task = start(run("high", high, [ones(1, 4), ones(1, 4)]))
     await settle()
     gate.release.set()
-    await asyncio.gather(low_task, high_task)
+    await gather(low_task, high_task)
     assert order == ["high", "low"]  # the LOW step yielded the npu to the app's HIGH execution
     assert npu.statistics().get("camera", Priority.LOW).preemptions == 1
     assert npu.statistics().get("camera", Priority.LOW).completed == 1
@@ -348,12 +348,12 @@ async def test_cancelled_partitioned_execution_releases_its_device(
     cpu, npu = vdevices
     pm = await nnrt.prepare(chain(Op.ADD, Op.LOGISTIC), [cpu, npu])
     gate = Gate.on_step(pm.plan.steps[0].target, 0)
-    task = asyncio.create_task(pm.execute([x14()]))
+    task = start(pm.execute([x14()]))
     await gate.wait_entered()
     task.cancel()
     await settle()
     gate.release.set()
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(anyio.get_cancelled_exc_class()):
         await task
     await settle()
     assert npu.statistics().running == 0 and cpu.statistics().running == 0
@@ -505,3 +505,6 @@ def test_partitioned_model_on_trio() -> None:
             npu.close()
 
     trio.run(main)
+
+
+on_trio_too(globals())
