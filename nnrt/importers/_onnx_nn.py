@@ -23,7 +23,9 @@ GlobalAveragePool / GlobalMaxPool → MEAN / REDUCE_MAX over the spatial axes.
 
 Gemm / MatMul with a constant 2-D B → FULLY_CONNECTED (B re-laid to [N, K], alpha and
 beta folded, C as bias when it is a row vector, else an ADD), reshaped back to the input's
-leading dims; with a non-constant B → BATCH_MATMUL (equal batch dims, as NNAPI requires).
+leading dims; with a non-constant B → BATCH_MATMUL (equal ranks and batch dims, as NNAPI
+requires), or FULLY_CONNECTED by B^T (TRANSPOSE) / B as [1, K] (RESHAPE) when B is 2-D / 1-D
+under an A of another rank.
 (InstanceNormalization, LRN and LpNormalization live in ``_onnx_norm``.)
 """
 
@@ -520,6 +522,19 @@ def _matmul(ctx: NodeCtx) -> None:
         fully_connected(ctx, a, b.const.T, np.zeros(b.shape[1], a.dtype), out_shape)
         return
     assert a.shape is not None
+    if (rb == 1 and ra >= 2) or (rb == 2 and ra != 2):
+        # A run-time B [K] or [K, N] under an A of another rank: FULLY_CONNECTED by B as [1, K]
+        # (RESHAPE) or B^T (TRANSPOSE) in the graph; BATCH_MATMUL would need equal ranks.
+        if not b.known:
+            raise Reject(f"a run-time B of rank {rb} under an A of rank {ra} needs B's shape known")
+        k = b.shape[0]
+        n = b.shape[1] if rb == 2 else 1
+        w = ctx.b.reshape(b, [1, k]) if rb == 1 else \
+            ctx.b.op1(Op.TRANSPOSE, [b, ctx.b.ints([1, 0])], b.dtype, (n, k))
+        out_shape = (*a.shape[:-1], n) if rb == 2 else tuple(a.shape[:-1])
+        a2 = reshape_to(ctx, a, [1, a.shape[0]], out=None) if ra == 1 else a
+        fully_connected(ctx, a2, w, np.zeros(n, a.dtype), out_shape)
+        return
     if ra < 2 or rb < 2 or ra > 4 or rb > 4:
         raise Reject(f"ranks {ra} x {rb} with a non-constant B are not supported (BATCH_MATMUL takes 2-4)")
     if ra != rb or any(x != y and x and y for x, y in zip(a.shape[:-2], b.shape[:-2])):

@@ -181,3 +181,19 @@ def test_conv_transpose_constant_weights(device: CpuDevice, tmp_path: object, gr
     inits = [numpy_helper.from_array(rand(4, 3, 3, 3), "w"), numpy_helper.from_array(rand(3 * group), "b")]
     model = make_model([node], [vi("x", [1, 4, 5, 4])], [vi("y", None)], inits)
     compare_with_ort(device, model, tmp_path, {"x": rand(1, 4, 5, 4)})
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [([2, 3, 4], [4, 5]), ([2, 3, 4, 5], [5]), ([4], [4, 3]), ([3, 4], [4])])
+def test_matmul_run_time_b_under_another_rank(device: CpuDevice, tmp_path: object, a_shape: list[int],
+                                              b_shape: list[int]) -> None:
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    model = make_model([node], [vi("a", a_shape), vi("b", b_shape)], [vi("y", None)])
+    compare_with_ort(device, model, tmp_path, {"a": rand(*a_shape), "b": rand(*b_shape)})
+
+
+def test_matmul_run_time_b_of_unknown_shape_is_refused(tmp_path: object) -> None:
+    node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+    model = make_model([node], [vi("a", [2, 3, 4]), helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [4, "n"])],
+                       [vi("y", None)])
+    with pytest.raises(nnrt.UnsupportedModelError, match=r"mm \(MatMul\).*needs B's shape known"):
+        nnrt.load(save(model, tmp_path))
