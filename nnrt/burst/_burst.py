@@ -301,14 +301,17 @@ class Burst:
         self._free.append(slot)
         self._server.free_memory(slot)
 
-    def location(self, slot: int, offset: int = 0, length: int | None = None, dimensions: Sequence[int] = ()) -> Location:
-        """A ``Location`` in a registered pool; ``length`` defaults to the rest of the pool."""
+    def location(
+        self, slot: int, offset: int = 0, length: int | None = None, dimensions: Sequence[int] | None = None
+    ) -> Location:
+        """A ``Location`` in a registered pool; ``length`` defaults to the rest of the pool;
+        ``dimensions`` None means "as the model says", ``()`` rank 0 (``Location``)."""
         pool = self._pools.get(slot)
         if pool is None:
             raise InvalidArgumentError(f"location: slot {slot!r} is not registered")
         if length is None:
             length = pool.size - offset
-        return Location(slot, offset, length, tuple(int(d) for d in dimensions))
+        return Location(slot, offset, length, None if dimensions is None else tuple(int(d) for d in dimensions))
 
     # -- executions ----------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ and fails with INVALID_ARGUMENT.
 
 Flat form: a header ``[size, n_inputs, n_outputs, measure_timing, deadline_ns, loop_timeout_ns]``
 (``size`` counts every datum including itself; -1 for "no deadline" / "default timeout"), then
-per input and per output ``[has_value, slot, offset, length, n_dims, *dims]``.
+per input and per output ``[has_value, slot, offset, length, n_dims, *dims]``, where ``n_dims`` is
+-1 for "no dimensions given" (``Location.dimensions`` None) and 0 for rank 0 (``()``).
 """
 
 from __future__ import annotations
@@ -72,15 +73,17 @@ class MalformedPacketError(GeneralFailureError):
 class Location:
     """Where one operand's data lives: ``length`` bytes at ``offset`` in the pool in ``slot``.
 
-    ``dimensions`` are the operand's dimensions for this request; ``()`` means "as the model
-    says" (the model's dimensions must then be fully specified), except for outputs, where an
-    empty tuple lets the output take any shape that fits in ``length`` bytes.
+    ``dimensions`` are the operand's dimensions for this request; ``None`` means "as the model
+    says" (the model's dimensions must then be fully specified). For an input, a tuple is its
+    shape, as a numpy input's shape is for ``execute``: ``()`` is rank 0 (one element), valid
+    for an operand of unknown rank. For an output, ``None`` or ``()`` lets the output take any
+    shape that fits in ``length`` bytes; other dimensions shape the region the result fills.
     """
 
     slot: int
     offset: int
     length: int
-    dimensions: tuple[int, ...] = ()
+    dimensions: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +134,8 @@ def check_location(where: str, loc: Any) -> None:
     if not (_is_int(loc.slot) and _is_int(loc.offset) and _is_int(loc.length)):
         raise MalformedPacketError(f"{where}: slot, offset and length must be integers")
     dims = loc.dimensions
-    if type(dims) is not tuple or len(dims) > _MAX_RANK or not all(_is_count(d) for d in dims):
-        raise MalformedPacketError(f"{where}: dimensions must be a tuple of at most {_MAX_RANK} non-negative integers")
+    if dims is not None and (type(dims) is not tuple or len(dims) > _MAX_RANK or not all(_is_count(d) for d in dims)):
+        raise MalformedPacketError(f"{where}: dimensions must be None or a tuple of at most {_MAX_RANK} non-negative integers")
 
 
 def check_header(packet: Any) -> RequestPacket:
@@ -191,6 +194,9 @@ def _encode_location(loc: Location | None, out: list[int]) -> None:
     if loc is None:
         out.extend((0, 0, 0, 0, 0))
         return
+    if loc.dimensions is None:
+        out.extend((1, loc.slot, loc.offset, loc.length, -1))
+        return
     out.extend((1, loc.slot, loc.offset, loc.length, len(loc.dimensions)))
     out.extend(loc.dimensions)
 
@@ -231,10 +237,12 @@ def decode_request(datums: Sequence[Any]) -> RequestPacket:
             raise MalformedPacketError(f"request packet: truncated at {where}")
         has_value, slot, offset, length, n_dims = datums[pos : pos + _OPERAND_DATUMS]
         pos += _OPERAND_DATUMS
-        if has_value not in (0, 1) or not _is_count(n_dims) or n_dims > _MAX_RANK or pos + n_dims > len(datums):
+        if has_value not in (0, 1) or n_dims < -1 or n_dims > _MAX_RANK or pos + n_dims > len(datums):
             raise MalformedPacketError(f"request packet: bad operand header for {where}")
-        dims = tuple(datums[pos : pos + n_dims])
-        pos += n_dims
+        dims: tuple[int, ...] | None = None
+        if n_dims >= 0:
+            dims = tuple(datums[pos : pos + n_dims])
+            pos += n_dims
         if has_value == 0:
             if k >= n_in:
                 raise MalformedPacketError(f"request packet: {where} has no value; outputs always have one")

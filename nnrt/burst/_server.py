@@ -383,11 +383,12 @@ class BurstServer:
         if length % itemsize:
             raise InvalidArgumentError(f"{where}: a length of {length} bytes is not a whole number of {dtype} elements")
         raw = pool.buffer[offset : offset + length].view(dtype)
-        dims = loc.dimensions or op.dimensions
+        given = loc.dimensions  # None: as the model says; a tuple, even (): this request's shape
+        dims = op.dimensions if given is None else given
         if direction == 0:
             if op.type.is_scalar:
                 dims = ()
-            elif not dims or 0 in dims:
+            elif (given is None and not dims) or 0 in dims:
                 raise InvalidArgumentError(f"{where}: dimensions {list(dims)} are not fully specified; give them in the location")
             need = math.prod(dims) * itemsize
             if need != length:

@@ -30,10 +30,9 @@ def test_vendored_onnx_model_matches_onnx_runtime_or_is_refused_by_node(path: Pa
     """Each real ONNX model either matches ONNX Runtime in every mode or is refused at load with
     every node nnrt cannot express listed (as the importer grows, more of them run)."""
     shapes, values = _listed_inputs(path)
-    # Not "burst": burst.execute refuses a 0-d array for a tensor input of unknown rank (silero's
-    # sample rate; nnrt/burst/_burst.py makes it Location(dimensions=()), which the server reads
-    # as "not given"), where execute and execute_fenced accept it: reported to the lead.
-    opts = BenchOptions(runs=1, warmup=0, modes=("execute", "fenced"), input_shapes=shapes, input_values=values)
+    # Every mode, burst included: a 0-d array for a tensor input of unknown rank (silero's sample
+    # rate) is rank 0 in a burst as in execute (tests/integration/test_burst.py).
+    opts = BenchOptions(runs=1, warmup=0, modes=("execute", "fenced", "burst"), input_shapes=shapes, input_values=values)
     try:
         report = asyncio.run(run_bench(str(path), opts))
     except UnsupportedModelError as err:

@@ -168,6 +168,52 @@ async def test_outputs_of_unknown_size_and_insufficient_buffers(device: nnrt.Cpu
         assert fallback.outputs[0].shape == (3, 2) and burst.statistics().fallbacks == 2
 
 
+def unknown_rank_add() -> nnrt.Model:
+    """ADD(x, y) of two float32 inputs of unknown rank (no dimensions) into an output of unknown rank."""
+    m = nnrt.Model()
+    x = m.add_operand(nnrt.OperandType.TENSOR_FLOAT32)
+    y = m.add_operand(nnrt.OperandType.TENSOR_FLOAT32)
+    act = m.add_operand(nnrt.OperandType.INT32)
+    m.set_operand_value(act, 0)
+    out = m.add_operand(nnrt.OperandType.TENSOR_FLOAT32)
+    m.add_operation(nnrt.OperationType.ADD, [x, y, act], [out])
+    m.identify_inputs_and_outputs([x, y], [out])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_rank_0_inputs_of_unknown_rank_as_execute_takes_them(device: nnrt.CpuDevice, path: str) -> None:
+    # A 0-d array for an input of unknown rank is rank 0, not "no dimensions given": ``execute``
+    # takes it, and so must a burst, as an array and as a location with dimensions ().
+    prepared = await device.prepare_model(unknown_rank_add())
+    x, y = np.array(1.5, np.float32), np.array(2.0, np.float32)
+    expected = await prepared.execute([x, y])
+    assert expected.outputs[0].shape == () and float(expected.outputs[0]) == 3.5
+    async with prepared.burst() as burst:
+        use_path(burst, path)
+        plain = await burst.execute([x, y])
+        assert plain.outputs[0].shape == () and float(plain.outputs[0]) == 3.5
+        assert plain.output_shapes == expected.output_shapes == (nnrt.OutputShape((), True),)
+        data = np.array([1.5, 2.0, 0.0, 0.0], np.float32)
+        slot = burst.register_memory(nnrt.Memory(data))
+        lx, ly = burst.location(slot, 0, 4, ()), burst.location(slot, 4, 4, ())
+        pooled = await burst.execute([lx, ly], [burst.location(slot, 8, 8)])
+        assert pooled.outputs[0].shape == () and data[2] == 3.5
+        assert await burst.execute([np.ones(3, np.float32)] * 2)  # other ranks still go
+        # No dimensions at all for an operand of unknown rank is still refused, naming the input.
+        with pytest.raises(nnrt.InvalidArgumentError, match=r"input 0 .*not fully specified"):
+            await burst.execute([burst.location(slot, 0, 4), ly], [burst.location(slot, 8, 8)])
+    # Rank 0 where the model knows the rank is refused too, as ``execute`` refuses it.
+    known = await device.prepare_model(zoo.one_add())
+    with pytest.raises(nnrt.InvalidArgumentError, match=r"input 0"):
+        await known.execute([np.array(1.0, np.float32), f32(1, 2, 3, 4)])
+    async with known.burst() as burst:
+        use_path(burst, path)
+        with pytest.raises(nnrt.InvalidArgumentError, match=r"input 0"):
+            await burst.execute([np.array(1.0, np.float32), f32(1, 2, 3, 4)])
+
+
 async def test_deadlines_and_loop_timeout_pass_through(device: nnrt.CpuDevice) -> None:
     clocked = nnrt.CpuDevice(clock=nnrt.VirtualClock(100.0), compute_units=1)
     try:

@@ -17,7 +17,7 @@ locations = st.builds(
     slot=st.integers(0, 50),
     offset=st.integers(0, 1 << 20),
     length=st.integers(0, 1 << 20),
-    dimensions=st.lists(st.integers(0, 64), max_size=5).map(tuple),
+    dimensions=st.one_of(st.none(), st.lists(st.integers(0, 64), max_size=5).map(tuple)),
 )
 packets = st.builds(
     RequestPacket,
@@ -50,6 +50,17 @@ def test_flat_layout_matches_the_documented_header() -> None:
     assert datums[13:18] == (0, 0, 0, 0, 0)  # the omitted input
 
 
+def test_no_dimensions_and_rank_0_are_distinct_in_the_flat_form() -> None:
+    # n_dims -1: no dimensions given (as the model says); 0: rank 0, as a 0-d array's shape.
+    packet = RequestPacket((Location(0, 0, 4), Location(0, 4, 4, ())), (Location(1, 0, 4),))
+    datums = encode_request(packet)
+    assert datums[6:11] == (1, 0, 0, 4, -1)
+    assert datums[11:16] == (1, 0, 4, 4, 0)
+    decoded = decode_request(datums)
+    assert decoded == packet
+    assert decoded.inputs[0].dimensions is None and decoded.inputs[1].dimensions == ()  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     "mutate",
     [
@@ -63,7 +74,7 @@ def test_flat_layout_matches_the_documented_header() -> None:
         pytest.param(lambda d: [*d[:4], -7, *d[5:]], id="negative deadline"),
         pytest.param(lambda d: [*d[:6], 3, *d[7:]], id="has_value not 0 or 1"),
         pytest.param(lambda d: [*d[:10], 99, *d[11:]], id="n_dims past the end"),
-        pytest.param(lambda d: [*d[:10], -1, *d[11:]], id="negative n_dims"),
+        pytest.param(lambda d: [*d[:10], -2, *d[11:]], id="n_dims below -1"),
         pytest.param(lambda d: [*d[:-7], 0, *d[-6:]], id="output without a value"),
         pytest.param(lambda d: [float(x) for x in d], id="floats"),
         pytest.param(lambda d: [], id="empty"),
