@@ -191,10 +191,12 @@ def resolve_request(
     return args, ResolvedOutputs(bufs, written)
 
 
-#: Resolved views per pool: (offset, length, dimensions, operand type and dims, output) -> view.
-#: Apps reuse the same locations execution after execution; a hit skips every check, which
-#: were all passed when the view was made (a pool's size never changes; ``close`` empties it).
-_views: weakref.WeakKeyDictionary[Memory, dict[tuple[Any, ...], np.ndarray]] = weakref.WeakKeyDictionary()
+#: At most this many resolved views per pool (``Memory._views``), keyed by (offset, length,
+#: dimensions, operand type and dims, output, pool size). Apps reuse the same locations
+#: execution after execution; a hit skips every check, which were all passed when the view was
+#: made (a pool's size never changes). The pool owns its cache and ``Memory.close`` empties it,
+#: so a closed pool is never kept mapped (nor its file descriptor open) by views of our own.
+_MAX_VIEWS = 64
 
 
 def _view(x: Any, op: Operand, where: str, *, output: bool) -> np.ndarray:
@@ -203,17 +205,14 @@ def _view(x: Any, op: Operand, where: str, *, output: bool) -> np.ndarray:
     dims = loc.dimensions if loc is not None else (x[3] if len(x) == 4 else None)
     try:
         key = (offset, length, dims, op.type, op.dimensions, output, mem.size)
-        views = _views.get(mem)
+        views: dict[tuple[Any, ...], np.ndarray] | None = mem._views
         view = views.get(key) if views is not None else None
     except (TypeError, AttributeError):  # not a pool, or unhashable parts: no caching, the checks below report them
         key, views, view = None, None, None
     if view is None:
         view = _location_view(_location(x, where), op, where, output=output)
-        if key is not None:
-            if views is None:
-                views = _views.setdefault(mem, {})
-            if len(views) < 64:
-                views[key] = view
+        if key is not None and views is not None and len(views) < _MAX_VIEWS:
+            views[key] = view
     return view
 
 

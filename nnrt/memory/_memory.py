@@ -65,16 +65,21 @@ def shared_segment(array: np.ndarray) -> tuple[str, int] | None:
 class _Segment(shared_memory.SharedMemory):
     """``SharedMemory`` whose finalizer tolerates views that outlive it (see the module doc)."""
 
+    _mmap: mmap.mmap | None  # the base class's mapping (None once closed or handed to the views)
+
     def release(self) -> None:
         try:
             self.close()
         except BufferError:
             # numpy views still export the mapping: it is unmapped when they die; the file
-            # descriptor is not needed by the mapping, so release it now.
+            # descriptor is not needed by the mapping, so release it now. Drop our reference
+            # to the mmap too: the views hold it, and it closes its own (duplicated) file
+            # descriptor and unmaps when the last of them dies, not when this object does.
             fd = getattr(self, "_fd", -1)
             if fd >= 0:
                 os.close(fd)
                 self._fd = -1
+            self._mmap = None
 
     def __del__(self) -> None:
         self.release()
@@ -109,7 +114,7 @@ class Memory:
     segment also ``unlink()``s its name.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_kind", "_map", "_owner", "_segment", "_unlinked")
+    __slots__ = ("__weakref__", "_buffer", "_kind", "_map", "_owner", "_segment", "_unlinked", "_views")
 
     def __init__(self, source: np.ndarray | bytes | bytearray | memoryview) -> None:
         if isinstance(source, np.ndarray):
@@ -130,6 +135,9 @@ class Memory:
         self._segment: _Segment | None = None
         self._map: mmap.mmap | None = None
         self._unlinked = False
+        #: Execution views of locations in this pool, kept for reuse by ``nnrt.execution``
+        #: (key -> view); ``close`` drops them, so they never keep a closed pool mapped.
+        self._views: dict[tuple[Any, ...], np.ndarray] = {}
 
     # -- factories --------------------------------------------------------------------------
 
@@ -171,16 +179,16 @@ class Memory:
                 raise InvalidArgumentError(f"Memory.from_shared_memory: cannot attach to {name!r}: {err}") from None
             owner = False
         mem = cls.__new__(cls)
-        assert seg._mmap is not None  # type: ignore[attr-defined]
-        buf = np.frombuffer(seg._mmap, dtype=np.uint8)  # type: ignore[attr-defined]
-        _segment_names[seg._mmap] = seg.name  # type: ignore[attr-defined]
+        assert seg._mmap is not None
+        buf = np.frombuffer(seg._mmap, dtype=np.uint8)
+        _segment_names[seg._mmap] = seg.name
         if size is not None:
             if size > buf.size:
                 seg.release()
                 raise InvalidArgumentError(f"Memory.from_shared_memory: {name!r} has {buf.size} bytes, {size} asked for")
             buf = buf[:size]
         mem._buffer, mem._kind, mem._owner, mem._segment, mem._map = buf, "shared_memory", owner, seg, None
-        mem._unlinked = False
+        mem._unlinked, mem._views = False, {}
         return mem
 
     @classmethod
@@ -211,6 +219,7 @@ class Memory:
         mem = cls.__new__(cls)
         mem._buffer = np.frombuffer(mapped, dtype=np.uint8)[offset - start : offset - start + size]
         mem._kind, mem._owner, mem._segment, mem._map, mem._unlinked = "file", None, None, mapped, False
+        mem._views = {}
         return mem
 
     # -- properties ---------------------------------------------------------------------------
@@ -248,6 +257,7 @@ class Memory:
     def close(self) -> None:
         """Release this object's mapping (views still alive keep their pages; see the module doc)."""
         self._buffer = np.empty(0, np.uint8)
+        self._views.clear()  # the cached execution views are ours, not the caller's: they go too
         if self._segment is not None:
             self._segment.release()
         elif self._map is not None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ import nnrt
 from nnrt import ErrorStatus, Memory, MemoryLocation, Model, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from nnrt.execution import _request
 from tests.helpers import on_trio_too, unknown_shape_add
 
 
@@ -163,6 +166,75 @@ def test_reused_locations_after_close_are_rejected(device: nnrt.CpuDevice) -> No
         shm.close()
         with pytest.raises(nnrt.InvalidArgumentError, match="outside the memory of 0 bytes"):
             prepared.execute_sync([(shm, 0, 16), (shm, 16, 16)])
+
+
+def segment_fds(name: str) -> int:
+    """This process's open file descriptors on the shared-memory segment ``name``."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the descriptor listdir itself used, closed since
+            continue
+        n += target.removesuffix(" (deleted)") == f"/dev/shm/{name}"
+    return n
+
+
+def segment_mappings(name: str) -> int:
+    """This process's mappings of the shared-memory segment ``name``."""
+    with open("/proc/self/maps") as maps:
+        fields = (line.rstrip("\n").split(maxsplit=5) for line in maps)
+        return sum(len(f) == 6 and f[5].removesuffix(" (deleted)") == f"/dev/shm/{name}" for f in fields)
+
+
+async def test_closed_shared_memory_keeps_no_fd_or_mapping_for_cached_views(
+    device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The views resolved for locations are cached for the next execution, but closing the pool
+    drops them: the segment's descriptor and mapping go at once, even while the Memory lives."""
+    made = 0
+    location_view = _request._location_view
+
+    def counting(*args: Any, **kwargs: Any) -> np.ndarray:
+        nonlocal made
+        made += 1
+        return location_view(*args, **kwargs)
+
+    monkeypatch.setattr(_request, "_location_view", counting)
+    prepared = await device.prepare_model(zoo.one_add())
+    pools = []
+    for i in range(3):
+        with Memory.from_shared_memory(size=48) as shm:
+            assert shm.name is not None and segment_fds(shm.name) > 0 and segment_mappings(shm.name) == 1
+            pools.append(shm)
+            shm.buffer.view(np.float32)[:8] = [i, i, i, i, 1, 1, 1, 1]
+            ins = [MemoryLocation(shm, 0, 16), MemoryLocation(shm, 16, 16)]
+            for _ in range(3):
+                await prepared.execute(ins, [MemoryLocation(shm, 32, 16)])
+            assert shm.buffer.view(np.float32)[8:].tolist() == [i + 1] * 4
+            del ins
+        assert made == 3 * (i + 1)  # three views per pool, made once, reused by the later executions
+    gc.collect()
+    for shm in pools:  # closed and unlinked, but alive: nothing of the segment is left open
+        assert shm.name is not None
+        assert (segment_fds(shm.name), segment_mappings(shm.name)) == (0, 0)
+
+
+async def test_views_the_caller_keeps_hold_a_closed_segment_only_while_they_live(device: nnrt.CpuDevice) -> None:
+    prepared = await device.prepare_model(zoo.one_add())
+    shm = Memory.from_shared_memory(size=48)
+    name = shm.name
+    assert name is not None
+    shm.buffer.view(np.float32)[:8] = 1
+    result = await prepared.execute([(shm, 0, 16), (shm, 16, 16)], [(shm, 32, 16)])
+    out = result.outputs[0]
+    del result
+    shm.close()
+    shm.unlink()
+    assert segment_mappings(name) == 1 and out.tolist() == [[2, 2, 2, 2]]  # still readable
+    del out
+    gc.collect()
+    assert (segment_fds(name), segment_mappings(name)) == (0, 0) and shm.size == 0
 
 
 on_trio_too(globals())
