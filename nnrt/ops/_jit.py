@@ -1,0 +1,76 @@
+"""Optional compiled kernels: numba, when it is installed (``pip install 'nnrt[fast]'``) and not
+switched off with the environment variable ``NNRT_JIT=0``.
+
+Why: a numpy kernel pays about 1 us per ufunc call and a fresh temporary per step; on small
+int8 streaming models that is 15-20 us per operation whatever the work, and the depthwise
+convolution sits at numpy's per-element rate (``benchmarks/kernels.py``). A loop compiled by
+numba does the same arithmetic in one pass.
+
+The numpy kernels stay the reference: the CTS runs them, and every compiled kernel is tested
+against its numpy twin on the same inputs. A kernel asks for its compiled core once, when it is
+prepared (``compiled(fn)`` returns ``None`` when numba is absent or disabled), so executions pay
+no lookup and a model prepared without numba simply runs the numpy path.
+
+Compiled functions are cached on disk by numba (``cache=True``: next to the module's
+``__pycache__``, or under ``NUMBA_CACHE_DIR``), so only the first run on a machine compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["available", "compiled"]
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+_cache: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def available() -> bool:
+    """Whether compiled kernels are in use: numba importable and ``NNRT_JIT`` not ``0``.
+
+    numba is imported on the first call (about 0.2 s), not when nnrt is imported.
+    """
+    if "numba" not in _state:
+        with _lock:
+            if "numba" not in _state:
+                mod: Any = None
+                if os.environ.get("NNRT_JIT", "1").strip().lower() not in ("0", "false", "no", "off"):
+                    try:
+                        import numba  # type: ignore[import-untyped,unused-ignore]
+
+                        mod = numba
+                    except ImportError:  # the fast extra is not installed: the numpy kernels run
+                        mod = None
+                _state["numba"] = mod
+    return _state["numba"] is not None
+
+
+def compiled(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``fn`` compiled by ``numba.njit(cache=True, nogil=True)``, or ``None`` when not available.
+
+    One dispatcher per function, made on first request; numba compiles it on its first call per
+    argument types (or loads it from its disk cache).
+    """
+    if not available():
+        return None
+    hit = _cache.get(fn)
+    if hit is None:
+        with _lock:
+            hit = _cache.get(fn)
+            if hit is None:
+                try:
+                    hit = _state["numba"].njit(cache=True, nogil=True)(fn)
+                except RuntimeError:  # no file to cache beside (a function made at run time)
+                    hit = _state["numba"].njit(nogil=True)(fn)
+                _cache[fn] = hit
+    return hit
+
+
+def reset_for_tests() -> None:
+    """Forget the numba decision so a test can change ``NNRT_JIT`` (compiled functions are kept)."""
+    with _lock:
+        _state.clear()
