@@ -23,6 +23,7 @@ from nnrt.ops._registry import Kernel, OpCall
 from nnrt.types import ErrorStatus, OperandType
 
 __all__ = [
+    "activation_bounds",
     "ACT_NONE",
     "ACT_RELU",
     "ACT_RELU1",
@@ -111,6 +112,14 @@ def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
         return out
     clipped: np.ndarray = np.clip(x, lo, hi, out=x)
     return clipped
+
+
+def activation_bounds(act: int) -> tuple[np.float32, np.float32]:
+    """A fused activation's float32 clamp bounds for a compiled kernel; (1, 0) for none (lo > hi)."""
+    if act == ACT_NONE:
+        return np.float32(1), np.float32(0)
+    lo, hi = _ACT_BOUNDS[act]
+    return np.float32(lo), np.float32(hi)
 
 
 def quant_range(act: int, scale: float, zero_point: int, type_: OperandType) -> tuple[int, int]:

@@ -21,12 +21,25 @@ sums as long as every partial sum stays below 2**24 in float32 (``exact_in_float
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["Geometry", "depthwise_direct", "depthwise_sums", "exact_in_float32", "im2col", "padded", "window_view"]
+from nnrt.ops._common import activation_bounds
+
+__all__ = [
+    "Geometry",
+    "depthwise_compiled",
+    "depthwise_direct",
+    "depthwise_sums",
+    "exact_in_float32",
+    "im2col",
+    "padded",
+    "window_view",
+]
 
 @dataclass(frozen=True, slots=True)
 class Geometry:
@@ -194,3 +207,19 @@ def _phase_taps(k: int, dil: int, stride: int) -> list[tuple[int, tuple[int, int
     for i in range(k):
         by_phase.setdefault(i * dil % stride, []).append(i)
     return [(p, (ts[0], ts[1] - ts[0] if len(ts) > 1 else 1, len(ts))) for p, ts in sorted(by_phase.items())]
+
+
+def depthwise_compiled(fn: Callable[..., Any], x: np.ndarray, taps: np.ndarray, bias: np.ndarray,
+                       g: Geometry) -> np.ndarray:
+    """Depthwise convolution plus bias and fused activation of float32 NHWC ``x`` (depth
+    multiplier already applied) by the compiled ``depthwise_f32`` ``fn``: a fresh [N, OH, OW, C].
+
+    ``taps`` [KH, KW, C] and ``bias`` [C] are C-contiguous float32.
+    """
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    taps = np.ascontiguousarray(taps, dtype=np.float32)
+    bias = np.ascontiguousarray(bias, dtype=np.float32)
+    out = np.empty((x.shape[0], g.out_h, g.out_w, taps.shape[2]), dtype=np.float32)
+    lo, hi = activation_bounds(g.act)
+    fn(x, taps, bias, out, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi)
+    return out

@@ -19,14 +19,24 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["available", "compiled"]
+__all__ = ["available", "compiled", "forced"]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 _cache: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def _import_numba() -> Any:
+    """The numba module, or None when it is not installed (the fast extra)."""
+    try:
+        import numba  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    return numba
 
 
 def available() -> bool:
@@ -37,23 +47,19 @@ def available() -> bool:
     if "numba" not in _state:
         with _lock:
             if "numba" not in _state:
-                mod: Any = None
-                if os.environ.get("NNRT_JIT", "1").strip().lower() not in ("0", "false", "no", "off"):
-                    try:
-                        import numba  # type: ignore[import-untyped,unused-ignore]
-
-                        mod = numba
-                    except ImportError:  # the fast extra is not installed: the numpy kernels run
-                        mod = None
-                _state["numba"] = mod
+                off = os.environ.get("NNRT_JIT", "1").strip().lower() in ("0", "false", "no", "off")
+                _state["numba"] = None if off else _import_numba()
     return _state["numba"] is not None
 
 
-def compiled(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+def compiled(fn: Callable[..., Any], signature: str | None = None) -> Callable[..., Any] | None:
     """``fn`` compiled by ``numba.njit(cache=True, nogil=True)``, or ``None`` when not available.
 
-    One dispatcher per function, made on first request; numba compiles it on its first call per
-    argument types (or loads it from its disk cache).
+    One dispatcher per function, made on first request. With a ``signature`` (numba's string
+    form, e.g. ``"void(float32[:, ::1], int64)"``) the function is compiled for exactly those
+    types right here, or loaded from numba's disk cache: a kernel asks at preparation, so no
+    execution pays a compilation (seconds) and a call with other types fails instead of
+    compiling again. Without one, numba compiles lazily on the first call per argument types.
     """
     if not available():
         return None
@@ -62,12 +68,35 @@ def compiled(fn: Callable[..., Any]) -> Callable[..., Any] | None:
         with _lock:
             hit = _cache.get(fn)
             if hit is None:
+                njit = _state["numba"].njit
+                args: tuple[str, ...] = (signature,) if signature is not None else ()
                 try:
-                    hit = _state["numba"].njit(cache=True, nogil=True)(fn)
+                    hit = njit(*args, cache=True, nogil=True)(fn)
                 except RuntimeError:  # no file to cache beside (a function made at run time)
-                    hit = _state["numba"].njit(nogil=True)(fn)
+                    hit = njit(*args, nogil=True)(fn)
                 _cache[fn] = hit
     return hit
+
+
+@contextmanager
+def forced(on: bool) -> Iterator[None]:
+    """Preparations inside the block use the compiled kernels (``on``, when numba is importable)
+    or the numpy ones, whatever ``NNRT_JIT`` says: for tests and benchmarks that compare both.
+
+    Not for concurrent use: the decision is process-wide while the block runs.
+    """
+    available()
+    with _lock:
+        before = _state["numba"]
+        if on and before is None:
+            _state["numba"] = _import_numba()
+        elif not on:
+            _state["numba"] = None
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["numba"] = before
 
 
 def reset_for_tests() -> None:

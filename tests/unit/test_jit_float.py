@@ -1,0 +1,189 @@
+"""The compiled float32 kernels (``nnrt/ops/_jit_float.py``) against their numpy twins.
+
+Each case prepares the same model twice, once with numba's kernels (the default when numba is
+installed) and once with ``NNRT_JIT=0`` (the numpy reference the CTS also runs), and compares
+the outputs: edge shapes (one-row and one-column inputs, stride larger than the kernel,
+dilation, padding on every side, depth multipliers, one channel and many, batches, NCHW
+through the caller's layout handling, filters and biases given at execution), fused
+activations, NaN. ``NNRT_JIT=0`` must select the numpy kernels.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import nnrt
+from nnrt import Model
+from nnrt import OperandType as T
+from nnrt import OperationType as Op
+from nnrt.ops import _jit, conv
+from nnrt.ops._jit_float import DEPTHWISE_F32, depthwise_f32
+from tests.unit.test_ops_conv import build
+
+numba = pytest.importorskip("numba")
+
+
+@contextmanager
+def env_jit(value: str) -> Iterator[None]:
+    """``NNRT_JIT`` set to ``value`` inside the block (decided afresh on entry and exit)."""
+    before = os.environ.get("NNRT_JIT")
+    os.environ["NNRT_JIT"] = value
+    _jit.reset_for_tests()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["NNRT_JIT"]
+        else:
+            os.environ["NNRT_JIT"] = before
+        _jit.reset_for_tests()
+
+
+def _both(device: nnrt.CpuDevice, m: Model, inputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The model's first output with the compiled kernels and with the numpy ones (checking
+    that the first run took the compiled path and the second did not)."""
+    calls: list[int] = []
+    real = conv.depthwise_compiled
+
+    def counting(*args: Any) -> np.ndarray:
+        calls.append(1)
+        return real(*args)
+
+    conv.depthwise_compiled = counting  # type: ignore[assignment]
+    try:
+        with _jit.forced(True):
+            fast = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
+        assert calls, "the compiled kernel did not run"
+        calls.clear()
+        with _jit.forced(False):
+            ref = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
+        assert not calls, "NNRT_JIT=0 ran the compiled kernel"
+    finally:
+        conv.depthwise_compiled = real  # type: ignore[assignment]
+    return fast, ref
+
+
+def _depthwise(x_dims: list[int], w: np.ndarray, b: np.ndarray, pads: tuple[int, int, int, int],
+               stride: tuple[int, int], mult: int, act: int, nchw: bool, dil: tuple[int, int]) -> Model:
+    return build(Op.DEPTHWISE_CONV_2D, x_dims, [w, b], [*pads, *stride, mult, act, nchw, *dil])
+
+
+def _case(n: int, h: int, w: int, c: int, k: tuple[int, int], mult: int = 1, seed: int = 0
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    f = rng.standard_normal((1, *k, c * mult)).astype(np.float32)
+    b = rng.standard_normal(c * mult).astype(np.float32)
+    return x, f, b
+
+
+# (n, h, w, c, (kh, kw), pads (l, r, t, b), strides (w, h), dilations (w, h), multiplier)
+EDGE = {
+    "one-row": (1, 1, 17, 8, (1, 3), (1, 1, 0, 0), (1, 1), (1, 1), 1),
+    "one-column": (1, 19, 1, 8, (3, 1), (0, 0, 1, 1), (1, 1), (1, 1), 1),
+    "temporal": (1, 1, 24, 64, (1, 24), (0, 0, 0, 0), (1, 1), (1, 1), 1),
+    "stride-over-kernel": (1, 13, 14, 5, (2, 2), (0, 0, 0, 0), (3, 4), (1, 1), 1),
+    "dilation": (1, 12, 11, 6, (3, 3), (2, 2, 2, 2), (1, 1), (2, 2), 1),
+    "dilation-stride": (1, 15, 16, 4, (3, 2), (1, 2, 3, 0), (2, 3), (3, 2), 1),
+    "pad-every-side": (1, 6, 7, 3, (3, 3), (2, 1, 3, 2), (1, 1), (1, 1), 1),
+    "pad-wider-than-input": (1, 2, 2, 3, (3, 3), (3, 3, 3, 3), (2, 2), (1, 1), 1),
+    "multiplier": (1, 9, 9, 3, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 3),
+    "one-channel": (1, 10, 10, 1, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "many-channels": (1, 5, 6, 600, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
+    "many-channels-stride": (1, 9, 9, 144, (3, 3), (0, 1, 0, 1), (2, 2), (1, 1), 1),
+    "batch": (3, 7, 8, 16, (3, 3), (1, 1, 1, 1), (2, 1), (1, 1), 1),
+    "mobile-5x5/2": (1, 32, 32, 48, (5, 5), (1, 2, 1, 2), (2, 2), (1, 1), 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE))
+@pytest.mark.parametrize("act", [0, 3])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_depthwise_edge_shapes(device: nnrt.CpuDevice, name: str, act: int, nchw: bool) -> None:
+    n, h, w, c, k, pads, stride, dil, mult = EDGE[name]
+    x, f, b = _case(n, h, w, c, k, mult)
+    dims = [n, c, h, w] if nchw else [n, h, w, c]
+    xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+    fast, ref = _both(device, _depthwise(dims, f, b, pads, stride, mult, act, nchw, dil), [xin])
+    assert fast.shape == ref.shape
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+geometry = st.fixed_dictionaries({
+    "n": st.integers(1, 2), "h": st.integers(1, 9), "w": st.integers(1, 9), "c": st.integers(1, 40),
+    "kh": st.integers(1, 4), "kw": st.integers(1, 4), "sh": st.integers(1, 4), "sw": st.integers(1, 4),
+    "dh": st.integers(1, 3), "dw": st.integers(1, 3), "pads": st.tuples(*[st.integers(0, 3)] * 4),
+    "mult": st.integers(1, 2), "act": st.sampled_from([0, 1, 2, 3]), "seed": st.integers(0, 2**16),
+})  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(g=geometry)
+def test_depthwise_random_geometry(device: nnrt.CpuDevice, g: dict[str, Any]) -> None:
+    left, right, top, bottom = g["pads"]
+    assume(g["h"] + top + bottom > (g["kh"] - 1) * g["dh"] and g["w"] + left + right > (g["kw"] - 1) * g["dw"])
+    x, f, b = _case(g["n"], g["h"], g["w"], g["c"], (g["kh"], g["kw"]), g["mult"], g["seed"])
+    m = _depthwise([g["n"], g["h"], g["w"], g["c"]], f, b, g["pads"], (g["sw"], g["sh"]), g["mult"], g["act"],
+                   False, (g["dw"], g["dh"]))
+    fast, ref = _both(device, m, [x])
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_filter_and_bias_at_execution(device: nnrt.CpuDevice) -> None:
+    """Filter and bias as model inputs (re-laid per execution), NaN and inf in the input."""
+    x, f, b = _case(2, 6, 5, 7, (3, 3))
+    x[0, 2, 3, 4], x[1, 0, 0, 1] = np.nan, np.inf
+    m = Model()
+    ins = [m.add_operand(T.TENSOR_FLOAT32, list(a.shape)) for a in (x, f, b)]
+    for v in (1, 1, 1, 1, 1, 1, 1, 1):  # padding l r t b, strides, multiplier, RELU
+        i = m.add_operand(T.INT32)
+        m.set_operand_value(i, v)
+        ins.append(i)
+    y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    m.add_operation(Op.DEPTHWISE_CONV_2D, ins, [y])
+    m.identify_inputs_and_outputs(ins[:3], [y])
+    m.finish()
+    fast, ref = _both(device, m, [x, f, b])
+    assert np.isnan(fast).sum() == np.isnan(ref).sum() > 0
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("value", ["0", "off", "False"])
+def test_nnrt_jit_0_selects_numpy(value: str) -> None:
+    with env_jit(value):
+        assert not _jit.available()
+        assert _jit.compiled(depthwise_f32, DEPTHWISE_F32) is None
+    with env_jit("1"):
+        assert _jit.available()
+        fn = _jit.compiled(depthwise_f32, DEPTHWISE_F32)
+        assert fn is not None and fn is _jit.compiled(depthwise_f32, DEPTHWISE_F32)
+        assert len(fn.signatures) == 1  # type: ignore[attr-defined]  # compiled at the request, not at a call
+
+
+def test_forced_overrides_the_environment() -> None:
+    with env_jit("0"):
+        with _jit.forced(True):
+            assert _jit.available()
+        assert not _jit.available()
+    with _jit.forced(False):
+        assert not _jit.available()
+
+
+def test_compiled_matches_uncompiled_python() -> None:
+    """The same function run by the Python interpreter (slowly) agrees with its compiled form."""
+    x, f, b = _case(1, 5, 6, 3, (3, 2))
+    outs = [np.empty((1, 3, 5, 3), dtype=np.float32) for _ in range(2)]
+    with _jit.forced(True):
+        fn = _jit.compiled(depthwise_f32, DEPTHWISE_F32)
+    assert fn is not None
+    for run, out in zip((fn, depthwise_f32), outs, strict=True):
+        run(x, f[0], b, out, 2, 1, 1, 1, 1, 0, np.float32(0), np.float32(6))
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
