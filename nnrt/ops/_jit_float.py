@@ -34,19 +34,19 @@ _BLOCK = 512
 #: Inputs are typed read-only: constants and callers' buffers often are, and numba passes a
 #: writable array where a read-only one is expected (not the reverse).
 DEPTHWISE_F32 = (
-    "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
+    "void(Array(float32, 4, 'C', readonly=True), int64, Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1],"
-    " int64, int64, int64, int64, int64, int64, float32, float32)"
+    " int64, int64, int64, int64, int64, float32, float32)"
 )
 
 
 def depthwise_f32(
-    x: np.ndarray,
+    xs: np.ndarray,
+    width: int,
     w: np.ndarray,
     bias: np.ndarray,
     out: np.ndarray,
     stride_h: int,
-    stride_w: int,
     dil_h: int,
     dil_w: int,
     top: int,
@@ -54,16 +54,22 @@ def depthwise_f32(
     lo: np.float32,
     hi: np.float32,
 ) -> None:
-    """Depthwise convolution (depth multiplier 1) of float32 NHWC ``x`` into ``out``.
+    """Depthwise convolution (depth multiplier 1) of float32 NHWC input into ``out``.
 
-    ``x`` [N, H, W, C], ``w`` [KH, KW, C], ``bias`` [C] and ``out`` [N, OH, OW, C] are
-    C-contiguous float32; ``out`` is written in full (OH and OW are its own dimensions).
-    ``top``/``left`` are the padding before the first row and column (padding after the last
-    follows from ``out``'s size; padded positions read zero). The fused activation clamps to
-    [``lo``, ``hi``]; ``lo > hi`` means none. NaN stays NaN, as with ``np.clip``.
+    ``xs`` [N, H, SW, WQ*C] is the input of ``width`` columns split by column phase for the
+    column stride SW (``xs[n, y, p, m*C + c] = x[n, y, m*SW + p, c]``; for stride 1 simply
+    ``x`` reshaped). ``w`` [KH, KW, C], ``bias`` [C] and ``out`` [N, OH, OW, C] are C-contiguous
+    float32; ``out`` is written in full (OH and OW are its own dimensions). ``top``/``left`` are
+    the padding before the first row and column (padding after the last follows from ``out``'s
+    size; padded positions read zero). The fused activation clamps to [``lo``, ``hi``];
+    ``lo > hi`` means none. NaN stays NaN, as with ``np.clip``.
+
+    Each output row is done in chunks of whole pixels (``_BLOCK`` floats): the chunk, the input
+    ranges its taps read and the tiled weights stay in L1 (a whole row per tap streams from L2:
+    measured 7.5 GMAC/s).
     """
-    n, h, wd, c = x.shape
-    kh, kw = w.shape[0], w.shape[1]
+    n, h, sw = xs.shape[0], xs.shape[1], xs.shape[2]
+    kh, kw, c = w.shape
     oh, ow = out.shape[1], out.shape[2]
     length = ow * c
     reps = max(1, min(ow, (_BLOCK + c - 1) // c))
@@ -75,58 +81,44 @@ def depthwise_f32(
         for i in range(kh):
             for j in range(kw):
                 wt[i, j, r * c : (r + 1) * c] = w[i, j]
-    sw = stride_w
-    wq = (wd + sw - 1) // sw
-    phases = np.zeros((h, sw, wq * c), dtype=np.float32)
+    # per tap column j: the phase it reads, its shift in pixels, its valid output columns
+    phase = np.empty(kw, dtype=np.int64)
+    shift = np.empty(kw, dtype=np.int64)
+    first = np.empty(kw, dtype=np.int64)
+    last = np.empty(kw, dtype=np.int64)
+    for j in range(kw):
+        off = j * dil_w - left
+        p = off % sw
+        q = (off - p) // sw
+        phase[j], shift[j] = p, q * c
+        first[j] = max(0, -q) * c
+        last[j] = min(ow, (width - p + sw - 1) // sw - q) * c
     clamp = lo <= hi
     for b in range(n):
-        if sw == 1:
-            xb = x[b].reshape(h, 1, wd * c)
-        else:
-            xf = x[b].reshape(h, wd * c)
-            for y in range(h):
-                for p in range(sw):
-                    # one flat copy loop per phase: a slice assignment per pixel costs ~20 ns
-                    dst, src = phases[y, p], xf[y]
-                    for m in range((wd - p + sw - 1) // sw):
-                        d, s = m * c, (m * sw + p) * c
-                        for k in range(c):
-                            dst[d + k] = src[s + k]
-            xb = phases
         ob = out[b].reshape(oh, length)
         for oy in range(oh):
             o = ob[oy]
             for start in range(0, length, block):
                 seg = min(block, length - start)
-                o[start : start + seg] = bt[:seg]
-            for i in range(kh):
-                iy = oy * stride_h - top + i * dil_h
-                if iy < 0 or iy >= h:
-                    continue
-                for j in range(kw):
-                    off = j * dil_w - left
-                    p = off % sw
-                    q = (off - p) // sw
-                    ox0 = max(0, -q)
-                    ox1 = min(ow, (wd - p + sw - 1) // sw - q)
-                    if ox1 <= ox0:
+                dst = o[start : start + seg]
+                dst[:] = bt[:seg]
+                for i in range(kh):
+                    iy = oy * stride_h - top + i * dil_h
+                    if iy < 0 or iy >= h:
                         continue
-                    xr = xb[iy, p]
-                    wr = wt[i, j]
-                    k, end = ox0 * c, ox1 * c
-                    while k < end:
-                        at = k % block
-                        seg = min(end - k, block - at)
-                        src = xr[k + q * c : k + q * c + seg]
-                        dst = o[k : k + seg]
-                        ws = wr[at : at + seg]
-                        for t in range(seg):
-                            dst[t] += src[t] * ws[t]
-                        k += seg
-            if clamp:
-                for t in range(length):
-                    v = o[t]
-                    if v < lo:
-                        o[t] = lo
-                    elif v > hi:
-                        o[t] = hi
+                    for j in range(kw):
+                        k0, k1 = max(start, first[j]), min(start + seg, last[j])
+                        if k1 <= k0:
+                            continue
+                        src = xs[b, iy, phase[j], k0 + shift[j] : k1 + shift[j]]
+                        part = o[k0:k1]
+                        ws = wt[i, j, k0 - start : k1 - start]
+                        for t in range(k1 - k0):
+                            part[t] += src[t] * ws[t]
+                if clamp:
+                    for t in range(seg):
+                        v = dst[t]
+                        if v < lo:
+                            dst[t] = lo
+                        elif v > hi:
+                            dst[t] = hi

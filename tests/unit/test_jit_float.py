@@ -25,6 +25,7 @@ from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops import _jit, conv
+from nnrt.ops._conv_core import Geometry, depthwise_compiled
 from nnrt.ops._jit_float import DEPTHWISE_F32, depthwise_f32
 from tests.unit.test_ops_conv import build
 
@@ -180,10 +181,10 @@ def test_forced_overrides_the_environment() -> None:
 def test_compiled_matches_uncompiled_python() -> None:
     """The same function run by the Python interpreter (slowly) agrees with its compiled form."""
     x, f, b = _case(1, 5, 6, 3, (3, 2))
-    outs = [np.empty((1, 3, 5, 3), dtype=np.float32) for _ in range(2)]
+    g = Geometry(top=1, bottom=0, left=0, right=1, stride_h=1, stride_w=2, dil_h=1, dil_w=1, out_h=3, out_w=3,
+                 nchw=False, act=3, extra=1)
     with _jit.forced(True):
         fn = _jit.compiled(depthwise_f32, DEPTHWISE_F32)
     assert fn is not None
-    for run, out in zip((fn, depthwise_f32), outs, strict=True):
-        run(x, f[0], b, out, 2, 1, 1, 1, 1, 0, np.float32(0), np.float32(6))
+    outs = [depthwise_compiled(run, x, f[0], b, g) for run in (fn, depthwise_f32)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
