@@ -24,80 +24,55 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DEPTHWISE_F32", "depthwise_f32"]
+__all__ = ["BLOCK", "DEPTHWISE_F32", "depthwise_f32"]
 
-#: Length (in floats) to which a depthwise kernel tiles its per-tap weights: whole pixels,
-#: enough for the vectorized loop to run long between block boundaries.
-_BLOCK = 512
+#: Length (in floats) to which a depthwise kernel's per-tap weights are tiled (whole pixels):
+#: the chunk of an output row done with all taps at once. Long enough for the vectorized loop,
+#: short enough that the chunk, its input ranges and the weights stay in L1.
+BLOCK = 512
 
 #: The one signature ``depthwise_f32`` is compiled for (at preparation, see ``_jit.compiled``).
 #: Inputs are typed read-only: constants and callers' buffers often are, and numba passes a
 #: writable array where a read-only one is expected (not the reverse).
 DEPTHWISE_F32 = (
-    "void(Array(float32, 4, 'C', readonly=True), int64, Array(float32, 3, 'C', readonly=True),"
-    " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1],"
-    " int64, int64, int64, int64, int64, float32, float32)"
+    "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
+    " Array(float32, 1, 'C', readonly=True), Array(int64, 2, 'C', readonly=True), float32[:, :, ::1],"
+    " int64, int64, int64, float32, float32)"
 )
 
 
 def depthwise_f32(
     xs: np.ndarray,
-    width: int,
-    w: np.ndarray,
-    bias: np.ndarray,
+    wt: np.ndarray,
+    bt: np.ndarray,
+    cols: np.ndarray,
     out: np.ndarray,
     stride_h: int,
     dil_h: int,
-    dil_w: int,
     top: int,
-    left: int,
     lo: np.float32,
     hi: np.float32,
 ) -> None:
-    """Depthwise convolution (depth multiplier 1) of float32 NHWC input into ``out``.
+    """Depthwise convolution (depth multiplier 1) of float32 NHWC input into ``out``, plus bias
+    and fused activation. The caller (``_conv_core.depthwise_compiled``) lays out:
 
-    ``xs`` [N, H, SW, WQ*C] is the input of ``width`` columns split by column phase for the
-    column stride SW (``xs[n, y, p, m*C + c] = x[n, y, m*SW + p, c]``; for stride 1 simply
-    ``x`` reshaped). ``w`` [KH, KW, C], ``bias`` [C] and ``out`` [N, OH, OW, C] are C-contiguous
-    float32; ``out`` is written in full (OH and OW are its own dimensions). ``top``/``left`` are
-    the padding before the first row and column (padding after the last follows from ``out``'s
-    size; padded positions read zero). The fused activation clamps to [``lo``, ``hi``];
-    ``lo > hi`` means none. NaN stays NaN, as with ``np.clip``.
+    * ``xs`` [N, H, SW, WQ*C]: the input split by column phase for the column stride SW
+      (``xs[n, y, p, m*C + c] = x[n, y, m*SW + p, c]``; for stride 1 simply ``x`` reshaped);
+    * ``wt`` [KH, KW, B*C]: each tap's weights tiled to B pixels (``bt`` [B*C]: the bias);
+    * ``cols`` [KW, 4]: per tap column, the phase it reads, its shift in ``xs`` (floats), and
+      the first and last (exclusive) output positions (floats of an output row) it reaches;
+    * ``out`` [N, OH, OW*C], written in full.
 
-    Each output row is done in chunks of whole pixels (``_BLOCK`` floats): the chunk, the input
-    ranges its taps read and the tiled weights stay in L1 (a whole row per tap streams from L2:
-    measured 7.5 GMAC/s).
+    Rows ``iy = oy*stride_h - top + i*dil_h`` outside the input read zero. The fused
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. NaN stays NaN (``np.clip``).
     """
-    n, h, sw = xs.shape[0], xs.shape[1], xs.shape[2]
-    kh, kw, c = w.shape
-    oh, ow = out.shape[1], out.shape[2]
-    length = ow * c
-    reps = max(1, min(ow, (_BLOCK + c - 1) // c))
-    block = reps * c
-    wt = np.empty((kh, kw, block), dtype=np.float32)
-    bt = np.empty(block, dtype=np.float32)
-    for r in range(reps):
-        bt[r * c : (r + 1) * c] = bias
-        for i in range(kh):
-            for j in range(kw):
-                wt[i, j, r * c : (r + 1) * c] = w[i, j]
-    # per tap column j: the phase it reads, its shift in pixels, its valid output columns
-    phase = np.empty(kw, dtype=np.int64)
-    shift = np.empty(kw, dtype=np.int64)
-    first = np.empty(kw, dtype=np.int64)
-    last = np.empty(kw, dtype=np.int64)
-    for j in range(kw):
-        off = j * dil_w - left
-        p = off % sw
-        q = (off - p) // sw
-        phase[j], shift[j] = p, q * c
-        first[j] = max(0, -q) * c
-        last[j] = min(ow, (width - p + sw - 1) // sw - q) * c
+    n, h = xs.shape[0], xs.shape[1]
+    kh, kw, block = wt.shape
+    oh, length = out.shape[1], out.shape[2]
     clamp = lo <= hi
     for b in range(n):
-        ob = out[b].reshape(oh, length)
         for oy in range(oh):
-            o = ob[oy]
+            o = out[b, oy]
             for start in range(0, length, block):
                 seg = min(block, length - start)
                 dst = o[start : start + seg]
@@ -107,10 +82,10 @@ def depthwise_f32(
                     if iy < 0 or iy >= h:
                         continue
                     for j in range(kw):
-                        k0, k1 = max(start, first[j]), min(start + seg, last[j])
+                        k0, k1 = max(start, cols[j, 2]), min(start + seg, cols[j, 3])
                         if k1 <= k0:
                             continue
-                        src = xs[b, iy, phase[j], k0 + shift[j] : k1 + shift[j]]
+                        src = xs[b, iy, cols[j, 0], k0 + cols[j, 1] : k1 + cols[j, 1]]
                         part = o[k0:k1]
                         ws = wt[i, j, k0 - start : k1 - start]
                         for t in range(k1 - k0):

@@ -472,7 +472,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             xin = np.repeat(xin, g.extra, axis=3)
         oh, ow = g.out_h, g.out_w
         if jit is not None:
-            res = depthwise_compiled(jit, xin, taps.taps.reshape(kh, kw, cout), bias.taps[0], g)
+            res = depthwise_compiled(jit, xin, taps, bias, kw, g)
             return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
             xc = xin.astype(dtype)

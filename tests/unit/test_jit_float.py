@@ -25,7 +25,7 @@ from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops import _jit, conv
-from nnrt.ops._conv_core import Geometry, depthwise_compiled
+from nnrt.ops._conv_core import Geometry, TiledTaps, depthwise_compiled
 from nnrt.ops._jit_float import DEPTHWISE_F32, depthwise_f32
 from tests.unit.test_ops_conv import build
 
@@ -186,5 +186,6 @@ def test_compiled_matches_uncompiled_python() -> None:
     with _jit.forced(True):
         fn = _jit.compiled(depthwise_f32, DEPTHWISE_F32)
     assert fn is not None
-    outs = [depthwise_compiled(run, x, f[0], b, g) for run in (fn, depthwise_f32)]
+    taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
+    outs = [depthwise_compiled(run, x, taps, bias, 2, g) for run in (fn, depthwise_f32)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
