@@ -262,6 +262,8 @@ def cases() -> list[Case]:
         conv_case("depthwise 3x3 [1,128,128,24]", (1, 128, 128, 24), 0, (3, 3), (1, 1), depthwise=True),
         conv_case("depthwise 3x3 +RELU6 [1,112,112,32]", (1, 112, 112, 32), 0, (3, 3), (1, 1), depthwise=True, act=3),
         conv_case("depthwise 5x5/2 [1,64,64,48]", (1, 64, 64, 48), 0, (5, 5), (2, 2), depthwise=True),
+        conv_case("depthwise 3x3/2 +RELU6 [1,56,56,144]", (1, 56, 56, 144), 0, (3, 3), (2, 2), depthwise=True, act=3),
+        conv_case("depthwise 3x3 [1,14,14,480]", (1, 14, 14, 480), 0, (3, 3), (1, 1), depthwise=True),
         conv_case("single-row depthwise [1,24,1,64]->[1,1,1,64]", (1, 24, 1, 64), 0, (24, 1), (1, 1), depthwise=True,
                   pads=(0, 0, 0, 0)),
         conv_case("1x256/128 conv, 576 samples -> 258 ch", (1, 1, 576, 1), 258, (1, 256), (128, 1), pads=(0, 0, 0, 0)),

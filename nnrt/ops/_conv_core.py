@@ -23,17 +23,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnrt.ops._common import activation_bounds
-from nnrt.ops._jit_float import BLOCK
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import (
+    BLOCK,
+    DEPTHWISE_PIXELS_F32,
+    DEPTHWISE_ROWS_F32,
+    depthwise_pixels_f32,
+    depthwise_rows_f32,
+)
 
 __all__ = [
     "Geometry",
-    "depthwise_compiled",
+    "CompiledDepthwise",
+    "compiled_depthwise",
     "depthwise_direct",
     "depthwise_sums",
     "exact_in_float32",
@@ -210,35 +219,50 @@ def _phase_taps(k: int, dil: int, stride: int) -> list[tuple[int, tuple[int, int
     return [(p, (ts[0], ts[1] - ts[0] if len(ts) > 1 else 1, len(ts))) for p, ts in sorted(by_phase.items())]
 
 
-def depthwise_compiled(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
-                       g: Geometry) -> np.ndarray:
-    """Depthwise convolution plus bias and fused activation of float32 NHWC ``x`` (depth
-    multiplier already applied) by the compiled ``_jit_float.depthwise_f32`` ``fn``: a fresh
-    [N, OH, OW, C] array. ``taps`` holds the filter [KH*KW, C] (``k_w`` taps per row), ``bias``
-    the bias [1, C].
+#: Channels from which the pixel-major compiled depthwise loop beats the row-major one at stride 1.
+_PIXELS_MIN_CHANNELS = 64
 
-    Lays out what the loop reads: for a column stride s > 1 the input split into s column
-    phases (numpy's strided copy: 3.5x faster than the same loop in numba), the weights and
-    bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and per tap
-    column the phase, shift and output range it covers.
+#: A compiled depthwise run: (NHWC float32 input, filter taps, bias, KW, geometry) -> output.
+CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry], np.ndarray]
+
+
+def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDepthwise | None:
+    """At preparation: the compiled float32 depthwise loop for a layer's column stride and
+    channel count (either may be unknown), or None when numba is absent or ``NNRT_JIT=0``.
+
+    The row-major loop for stride 1 with fewer than 64 channels, the pixel-major one otherwise
+    (``_jit_float``'s module comment; measured in ``benchmarks/kernels.py``). Only the loop a
+    layer uses is compiled (or loaded from numba's cache).
     """
+    if stride_w == 1 and channels is not None and 0 < channels < _PIXELS_MIN_CHANNELS:
+        rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32)
+        return None if rows is None else partial(_depthwise_rows, rows)
+    pixels = compiled(depthwise_pixels_f32, DEPTHWISE_PIXELS_F32)
+    return None if pixels is None else partial(_depthwise_pixels, pixels)
+
+
+def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
+                      g: Geometry) -> np.ndarray:
+    c = x.shape[3]
+    out = np.empty((x.shape[0], g.out_h, g.out_w, c), dtype=np.float32)
+    lo, hi = activation_bounds(g.act)
+    fn(np.ascontiguousarray(x, dtype=np.float32), taps.taps.reshape(-1, k_w, c), bias.taps[0], out,
+       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi)
+    return out
+
+
+def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
+                    g: Geometry) -> np.ndarray:
+    """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
+    weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
+    per tap column the shift and the output range it covers."""
     n, h, w, c = x.shape
-    s = g.stride_w
-    if s == 1:
-        xs = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, 1, w * c)
-    else:
-        wq = -(-w // s)
-        split = np.zeros((n, h, s, wq, c), dtype=np.float32)
-        for p in range(min(s, w)):
-            split[:, :, p, : (w - p + s - 1) // s] = x[:, :, p::s]
-        xs = split.reshape(n, h, s, wq * c)
+    xs = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c)
     reps = max(1, min(g.out_w, -(-BLOCK // c)))
-    cols = np.empty((k_w, 4), dtype=np.int64)
+    cols = np.empty((k_w, 3), dtype=np.int64)
     for j in range(k_w):
         off = j * g.dil_w - g.left
-        p = off % s
-        q = (off - p) // s
-        cols[j] = p, q * c, max(0, -q) * c, min(g.out_w, (w - p + s - 1) // s - q) * c
+        cols[j] = off * c, max(0, -off) * c, min(g.out_w, w - off) * c
     wt = taps.tiled(reps).reshape(-1, k_w, reps * c)
     out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
     lo, hi = activation_bounds(g.act)

@@ -16,8 +16,8 @@ channel-major planes when the input has few channels, as im2col rows otherwise) 
 ones so the product adds the bias. DEPTHWISE_CONV_2D views NHWC rows as flat ``[W*C]`` vectors
 and accumulates one tiled weight row per tap (clipped at the borders, so no padded copy), a
 block of output rows at a time so the accumulator stays in cache, fused activation included.
-With numba (``nnrt.ops._jit``), float32 DEPTHWISE_CONV_2D runs the compiled loop of
-``_jit_float.depthwise_f32`` instead, chosen and compiled once at preparation.
+With numba (``nnrt.ops._jit``), float32 DEPTHWISE_CONV_2D runs a compiled loop of
+``_jit_float`` instead, chosen and compiled once at preparation (``compiled_depthwise``).
 """
 
 from __future__ import annotations
@@ -42,15 +42,13 @@ from nnrt.ops._common import (
 from nnrt.ops._conv_core import (
     Geometry,
     TiledTaps,
-    depthwise_compiled,
+    compiled_depthwise,
     depthwise_direct,
     depthwise_sums,
     exact_in_float32,
     im2col,
     padded,
 )
-from nnrt.ops._jit import compiled
-from nnrt.ops._jit_float import DEPTHWISE_F32, depthwise_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
@@ -452,7 +450,8 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
     const_w, const_b = call.const(1), call.const(2)
     filt0 = _depthwise_filter(call, types, const_w) if const_w is not None else None
     bias0 = _depthwise_bias(call, types, const_b) if const_b is not None else None
-    jit = compiled(depthwise_f32, DEPTHWISE_F32) if types.input is T.TENSOR_FLOAT32 else None
+    stride_w = call.const(sig.stride)
+    jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         g, cin = _run_geometry(call, sig, (x, w, b, *params))
@@ -472,7 +471,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             xin = np.repeat(xin, g.extra, axis=3)
         oh, ow = g.out_h, g.out_w
         if jit is not None:
-            res = depthwise_compiled(jit, xin, taps, bias, kw, g)
+            res = jit(xin, taps, bias, kw, g)
             return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
             xc = xin.astype(dtype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,8 @@ from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops import _jit, conv
-from nnrt.ops._conv_core import Geometry, TiledTaps, depthwise_compiled
-from nnrt.ops._jit_float import DEPTHWISE_F32, depthwise_f32
+from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
+from nnrt.ops._jit_float import DEPTHWISE_ROWS_F32, depthwise_pixels_f32, depthwise_rows_f32
 from tests.unit.test_ops_conv import build
 
 numba = pytest.importorskip("numba")
@@ -50,15 +51,22 @@ def env_jit(value: str) -> Iterator[None]:
 
 def _both(device: nnrt.CpuDevice, m: Model, inputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The model's first output with the compiled kernels and with the numpy ones (checking
-    that the first run took the compiled path and the second did not)."""
+    that the first run took a compiled loop and the second did not)."""
     calls: list[int] = []
-    real = conv.depthwise_compiled
+    real = conv.compiled_depthwise
 
-    def counting(*args: Any) -> np.ndarray:
-        calls.append(1)
-        return real(*args)
+    def counting(*args: Any) -> CompiledDepthwise | None:
+        run = real(*args)
+        if run is None:
+            return None
 
-    conv.depthwise_compiled = counting  # type: ignore[assignment]
+        def counted(*a: Any) -> np.ndarray:
+            calls.append(1)
+            return run(*a)
+
+        return counted
+
+    conv.compiled_depthwise = counting  # type: ignore[assignment]
     try:
         with _jit.forced(True):
             fast = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
@@ -68,7 +76,7 @@ def _both(device: nnrt.CpuDevice, m: Model, inputs: list[np.ndarray]) -> tuple[n
             ref = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
         assert not calls, "NNRT_JIT=0 ran the compiled kernel"
     finally:
-        conv.depthwise_compiled = real  # type: ignore[assignment]
+        conv.compiled_depthwise = real  # type: ignore[assignment]
     return fast, ref
 
 
@@ -161,11 +169,12 @@ def test_depthwise_filter_and_bias_at_execution(device: nnrt.CpuDevice) -> None:
 def test_nnrt_jit_0_selects_numpy(value: str) -> None:
     with env_jit(value):
         assert not _jit.available()
-        assert _jit.compiled(depthwise_f32, DEPTHWISE_F32) is None
+        assert _jit.compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32) is None
+        assert compiled_depthwise(1, 8) is None
     with env_jit("1"):
         assert _jit.available()
-        fn = _jit.compiled(depthwise_f32, DEPTHWISE_F32)
-        assert fn is not None and fn is _jit.compiled(depthwise_f32, DEPTHWISE_F32)
+        fn = _jit.compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32)
+        assert fn is not None and fn is _jit.compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32)
         assert len(fn.signatures) == 1  # type: ignore[attr-defined]  # compiled at the request, not at a call
 
 
@@ -178,14 +187,26 @@ def test_forced_overrides_the_environment() -> None:
         assert not _jit.available()
 
 
-def test_compiled_matches_uncompiled_python() -> None:
-    """The same function run by the Python interpreter (slowly) agrees with its compiled form."""
-    x, f, b = _case(1, 5, 6, 3, (3, 2))
-    g = Geometry(top=1, bottom=0, left=0, right=1, stride_h=1, stride_w=2, dil_h=1, dil_w=1, out_h=3, out_w=3,
-                 nchw=False, act=3, extra=1)
+@pytest.mark.parametrize(("stride", "channels", "loop"), [
+    (1, 24, "rows"), (1, 63, "rows"), (1, 64, "pixels"), (2, 8, "pixels"), (None, 8, "pixels"), (1, None, "pixels"),
+])  # fmt: skip
+def test_loop_choice(stride: int | None, channels: int | None, loop: str) -> None:
     with _jit.forced(True):
-        fn = _jit.compiled(depthwise_f32, DEPTHWISE_F32)
-    assert fn is not None
+        run = compiled_depthwise(stride, channels)
+    assert isinstance(run, partial) and run.func.__name__ == f"_depthwise_{loop}"
+
+
+@pytest.mark.parametrize("loop", ["rows", "pixels"])
+def test_compiled_matches_uncompiled_python(loop: str) -> None:
+    """The same loop run by the Python interpreter (slowly) agrees with its compiled form."""
+    x, f, b = _case(2, 5, 6, 3, (3, 2))
+    stride_w = 1 if loop == "rows" else 2
+    g = Geometry(top=1, bottom=0, left=0, right=1, stride_h=2, stride_w=stride_w, dil_h=1, dil_w=2, out_h=3,
+                 out_w=5 if loop == "rows" else 3, nchw=False, act=3, extra=1)
+    with _jit.forced(True):
+        run = compiled_depthwise(stride_w, 3)
+    assert isinstance(run, partial)
+    python = partial(run.func, depthwise_rows_f32 if loop == "rows" else depthwise_pixels_f32)
     taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
-    outs = [depthwise_compiled(run, x, taps, bias, 2, g) for run in (fn, depthwise_f32)]
+    outs = [r(x, taps, bias, 2, g) for r in (run, python)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
