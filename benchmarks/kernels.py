@@ -171,6 +171,17 @@ def silu_case(shape: tuple[int, int, int, int]) -> Case:
     return Case(f"LOGISTIC x MUL {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
 
 
+def hard_swish_case(shape: tuple[int, int, int, int]) -> Case:
+    g = NnrtGraph()
+    xi = g.tensor(T.TENSOR_FLOAT32, shape)
+    y = g.op(Op.HARD_SWISH, [xi], T.TENSOR_FLOAT32, shape)
+    x = _f32(*shape, scale=4.0)
+    session = None
+    if ort is not None:
+        session = onnx_session([helper.make_node("HardSwish", ["x"], ["y"])], {}, nchw(x).shape, nchw(x).shape)
+    return Case(f"HARD_SWISH {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
+
+
 def prelu_case(shape: tuple[int, int, int, int]) -> Case:
     c = shape[3]
     slope = _f32(c, scale=0.25)
@@ -273,6 +284,7 @@ def cases() -> list[Case]:
         conv_case("1x1 conv 32->64 [1,112,112,32]", (1, 112, 112, 32), 64, (1, 1), (1, 1), act=3),
         conv_case("1x1 conv 96->24 [1,40,40,96]", (1, 40, 40, 96), 24, (1, 1), (1, 1)),
         silu_case((1, 40, 40, 64)),
+        hard_swish_case((1, 112, 112, 16)),
         prelu_case((1, 64, 64, 32)),
         qconv_case("int8 conv 3x3 16->16 [1,40,40,16]", (1, 40, 40, 16), 16, 3),
         qconv_case("int8 depthwise 3x3 [1,40,40,32]", (1, 40, 40, 32), 0, 3, depthwise=True),

@@ -2,7 +2,8 @@
 
 All are elementwise (or, for the softmaxes, along one axis) and keep the input's shape.
 Float16 computes in float32 and rounds back; quantized tensors are computed in real numbers
-(float64) and requantized to the output's scale and zero point with ``from_real``. NNAPI
+(float64) and requantized to the output's scale and zero point with ``from_real``. Float32
+HARD_SWISH runs a compiled loop when numba is available (``_jit_float``, bit-identical). NNAPI
 fixes the quantization of some outputs and rejects models that use another one:
 LOGISTIC and SOFTMAX output scale 1/256 with zero point 0 (QUANT8_ASYMM) or -128
 (QUANT8_ASYMM_SIGNED); TANH output scale 1/128 with zero point 128 or 0.
@@ -26,6 +27,8 @@ from nnrt.ops._common import (
     quant8_table,
     to_real,
 )
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import UNARY_F32, hard_swish_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -102,7 +105,7 @@ def _logistic(x: np.ndarray) -> np.ndarray:
 def _hard_swish(x: np.ndarray) -> np.ndarray:
     """x * clip(x + 3, 0, 6) / 6 in one fresh array."""
     t = x.dtype.type
-    r: np.ndarray = np.add(x, t(3))
+    r: np.ndarray = np.add(x, t(3), out=np.empty(x.shape, x.dtype))  # an array for rank 0 too
     np.clip(r, t(0), t(6), out=r)
     r *= x
     r /= t(6)
@@ -127,7 +130,22 @@ def prepare_unary(call: OpCall) -> Kernel:
     if call.type is not Op.HARD_SWISH:
         _check_max_rank(call, 0, 4)
     _check_fixed_quant(call)
+    if call.type is Op.HARD_SWISH and t is T.TENSOR_FLOAT32:
+        fast = compiled(hard_swish_f32, UNARY_F32)
+        if fast is not None:
+            return _compiled_unary(fast)
     return _elementwise(call.inputs[0], call.outputs[0], _UNARY[call.type])
+
+
+def _compiled_unary(fn: Callable[..., None]) -> Kernel:
+    """A float32 kernel running a compiled elementwise loop of ``_jit_float`` into a fresh array."""
+
+    def run(x: np.ndarray) -> np.ndarray:
+        out = np.empty(x.shape, dtype=np.float32)
+        fn(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), out.reshape(-1))
+        return out
+
+    return run
 
 
 # -- ELU ----------------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 
 Each case prepares the same model twice, once with numba's kernels (the default when numba is
 installed) and once with ``NNRT_JIT=0`` (the numpy reference the CTS also runs), and compares
-the outputs: edge shapes (one-row and one-column inputs, stride larger than the kernel,
-dilation, padding on every side, depth multipliers, one channel and many, batches, NCHW
+the outputs: DEPTHWISE_CONV_2D on edge shapes (one-row and one-column inputs, stride larger than the
+kernel, dilation, padding on every side, depth multipliers, one channel and many, batches, NCHW
 through the caller's layout handling, filters and biases given at execution), fused
-activations, NaN. ``NNRT_JIT=0`` must select the numpy kernels.
+activations, NaN; HARD_SWISH bit for bit. ``NNRT_JIT=0`` must select the numpy kernels.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.ops import _jit, conv
+from nnrt.ops import _jit, activations, conv
 from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
 from nnrt.ops._jit_float import DEPTHWISE_ROWS_F32, depthwise_pixels_f32, depthwise_rows_f32
 from tests.unit.test_ops_conv import build
@@ -210,3 +210,54 @@ def test_compiled_matches_uncompiled_python(loop: str) -> None:
     taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
     outs = [r(x, taps, bias, 2, g) for r in (run, python)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+
+
+def _unary_model(op: Op, dims: list[int]) -> Model:
+    m = Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, dims)
+    y = m.add_operand(T.TENSOR_FLOAT32, dims)
+    m.add_operation(op, [x], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (7,), (2, 3, 5, 17), (1, 112, 112, 16)])
+def test_hard_swish_bit_identical(device: nnrt.CpuDevice, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, -3, 3, -0.0, 0, 6, -6, 1e38, -1e38, 2.9999998], dtype=np.float32)
+    if x.size >= special.size:
+        x.reshape(-1)[: special.size] = special
+    fast, ref = _both_unary(device, _unary_model(Op.HARD_SWISH, list(shape)), x)
+    assert fast.shape == ref.shape == x.shape and fast.dtype == np.float32
+    np.testing.assert_array_equal(fast, ref)
+
+
+def _both_unary(device: nnrt.CpuDevice, m: Model, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    outs = []
+    for on in (True, False):
+        with _jit.forced(on):
+            prepared = device.prepare_model_sync(m)
+        outs.append(prepared.execute_sync([x]).outputs[0])
+    return outs[0], outs[1]
+
+
+def test_hard_swish_takes_the_compiled_loop(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[bool] = []
+    real = activations._compiled_unary
+
+    def spy(fn: Any) -> Any:
+        made.append(True)
+        return real(fn)
+
+    monkeypatch.setattr(activations, "_compiled_unary", spy)
+    m = _unary_model(Op.HARD_SWISH, [5])
+    x = np.array([-4, -1, 0, 1, 4], dtype=np.float32)
+    with _jit.forced(False):
+        device.prepare_model_sync(m)
+    assert not made
+    with _jit.forced(True):
+        out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    assert made
+    np.testing.assert_array_equal(out, np.array([0, -1 / 3, 0, 2 / 3, 4], dtype=np.float32))
