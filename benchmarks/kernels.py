@@ -182,6 +182,20 @@ def hard_swish_case(shape: tuple[int, int, int, int]) -> Case:
     return Case(f"HARD_SWISH {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
 
 
+def mean_case(shape: tuple[int, int, int, int]) -> Case:
+    """MEAN over H and W keeping them (a global average pool, as in squeeze-excite blocks)."""
+    n, c = shape[0], shape[3]
+    g = NnrtGraph()
+    xi = g.tensor(T.TENSOR_FLOAT32, shape)
+    y = g.op(Op.MEAN, [xi, g.const(T.TENSOR_INT32, np.array([1, 2], dtype=np.int32)), g.i32(1)], T.TENSOR_FLOAT32,
+             [n, 1, 1, c])
+    x = _f32(*shape)
+    session = None
+    if ort is not None:
+        session = onnx_session([helper.make_node("GlobalAveragePool", ["x"], ["y"])], {}, nchw(x).shape, [n, c, 1, 1])
+    return Case(f"MEAN over H,W {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
+
+
 def prelu_case(shape: tuple[int, int, int, int]) -> Case:
     c = shape[3]
     slope = _f32(c, scale=0.25)
@@ -285,6 +299,8 @@ def cases() -> list[Case]:
         conv_case("1x1 conv 96->24 [1,40,40,96]", (1, 40, 40, 96), 24, (1, 1), (1, 1)),
         silu_case((1, 40, 40, 64)),
         hard_swish_case((1, 112, 112, 16)),
+        mean_case((1, 20, 20, 192)),
+        mean_case((1, 160, 160, 24)),
         prelu_case((1, 64, 64, 32)),
         qconv_case("int8 conv 3x3 16->16 [1,40,40,16]", (1, 40, 40, 16), 16, 3),
         qconv_case("int8 depthwise 3x3 [1,40,40,32]", (1, 40, 40, 32), 0, 3, depthwise=True),

@@ -23,11 +23,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from nnrt._log import get_logger
+
 __all__ = ["available", "compiled", "forced"]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
-_cache: dict[Callable[..., Any], Callable[..., Any]] = {}
+_cache: dict[Callable[..., Any], Callable[..., Any] | None] = {}
 
 
 def _import_numba() -> Any:
@@ -60,21 +62,32 @@ def compiled(fn: Callable[..., Any], signature: str | None = None) -> Callable[.
     types right here, or loaded from numba's disk cache: a kernel asks at preparation, so no
     execution pays a compilation (seconds) and a call with other types fails instead of
     compiling again. Without one, numba compiles lazily on the first call per argument types.
+
+    A function numba fails to compile (a numba bug, bytecode rewritten by a coverage tool) is
+    logged once (``nnrt.jit`` event ``jit.compile_failed``) and gives ``None`` from then on:
+    the numpy kernel runs.
     """
     if not available():
         return None
-    hit = _cache.get(fn)
-    if hit is None:
-        with _lock:
-            hit = _cache.get(fn)
-            if hit is None:
-                njit = _state["numba"].njit
-                args: tuple[str, ...] = (signature,) if signature is not None else ()
-                try:
-                    hit = njit(*args, cache=True, nogil=True)(fn)
-                except RuntimeError:  # no file to cache beside (a function made at run time)
-                    hit = njit(*args, nogil=True)(fn)
-                _cache[fn] = hit
+    if fn in _cache:
+        return _cache[fn]
+    with _lock:
+        if fn not in _cache:
+            _cache[fn] = _compile(fn, signature)
+    return _cache[fn]
+
+
+def _compile(fn: Callable[..., Any], signature: str | None) -> Callable[..., Any] | None:
+    njit = _state["numba"].njit
+    args: tuple[str, ...] = (signature,) if signature is not None else ()
+    try:
+        try:
+            hit: Callable[..., Any] = njit(*args, cache=True, nogil=True)(fn)
+        except RuntimeError:  # no file to cache beside (a function made at run time)
+            hit = njit(*args, nogil=True)(fn)
+    except Exception as exc:  # numba's errors have no common public base; the numpy kernel is the fallback
+        get_logger("jit").warning("jit.compile_failed", function=fn.__qualname__, error=f"{type(exc).__name__}: {exc}"[:500])
+        return None
     return hit
 
 

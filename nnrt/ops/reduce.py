@@ -7,7 +7,8 @@ accumulate in float64 (float16 in float32); quantized MEAN and REDUCE_MAX/MIN co
 numbers and requantize to the output's parameters. ARGMAX/ARGMIN take ``[input, axis]`` and
 give TENSOR_INT32 indices (first occurrence on ties). TOPK_V2 takes ``[input, k]`` and gives
 the k largest values along the last axis, in decreasing order (lower index first on ties),
-and their indices.
+and their indices. Float32 MEAN over adjacent axes runs a compiled loop when numba is
+available (``_jit_float.mean_f32``: one pass, float64 sums, no float64 copy of the input).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from nnrt.ops._common import FLOAT_TYPES, QUANT8_TYPES, from_real, normalize_axis, same_quant, to_real
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import MEAN_F32, mean_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -91,11 +94,15 @@ def prepare_reduce(call: OpCall) -> Kernel:
         def reducer(a: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
             return np.asarray(np_reducer(a, axis=axis, keepdims=keepdims, initial=_extreme(a.dtype, op_type)))
 
+    fast = compiled(mean_f32, MEAN_F32) if call.type is Op.MEAN and t is T.TENSOR_FLOAT32 else None
+
     def run(x: np.ndarray, axes: np.ndarray, keep_dims: int | bool) -> np.ndarray:
         ax = _axes(call, axes, x.ndim)
         keep = bool(keep_dims)
         if call.type is Op.MEAN and any(x.shape[a] == 0 for a in ax):
             call.fail(f"input 0 has shape {list(x.shape)}: the mean over an empty axis has no value")
+        if fast is not None and ax and ax[-1] - ax[0] == len(ax) - 1:  # adjacent axes: one compiled pass
+            return _at_least_1d(_mean_adjacent(fast, x, ax, keep))
         if t.is_quantized:
             if not accumulate and unchanged:  # MAX/MIN of the stored values
                 return _at_least_1d(np.asarray(reducer(x, axis=ax, keepdims=keep)))
@@ -108,6 +115,17 @@ def prepare_reduce(call: OpCall) -> Kernel:
         return _at_least_1d(np.asarray(reducer(x, axis=ax, keepdims=keep)))
 
     return run
+
+
+def _mean_adjacent(fn: Callable[..., None], x: np.ndarray, ax: tuple[int, ...], keep: bool) -> np.ndarray:
+    """MEAN of float32 ``x`` over the adjacent axes ``ax`` by the compiled ``_jit_float.mean_f32``."""
+    lo, hi = ax[0], ax[-1] + 1
+    a, r, b = (int(np.prod(x.shape[:lo])), int(np.prod(x.shape[lo:hi])), int(np.prod(x.shape[hi:])))
+    out = np.empty((a, b), dtype=np.float32)
+    if out.size:
+        fn(np.ascontiguousarray(x).reshape(a, r, b), out)
+    shape = (*x.shape[:lo], *((1,) * len(ax) if keep else ()), *x.shape[hi:])
+    return out.reshape(shape)
 
 
 # -- ARGMAX, ARGMIN -----------------------------------------------------------------------

@@ -25,7 +25,7 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.ops import _jit, activations, conv
+from nnrt.ops import _jit, activations, conv, reduce
 from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
 from nnrt.ops._jit_float import DEPTHWISE_ROWS_F32, depthwise_pixels_f32, depthwise_rows_f32
 from tests.unit.test_ops_conv import build
@@ -261,3 +261,71 @@ def test_hard_swish_takes_the_compiled_loop(device: nnrt.CpuDevice, monkeypatch:
         out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
     assert made
     np.testing.assert_array_equal(out, np.array([0, -1 / 3, 0, 2 / 3, 4], dtype=np.float32))
+
+
+def _mean_model(dims: list[int], axes: list[int], keep: int) -> Model:
+    m = Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, dims)
+    a = m.add_operand(T.TENSOR_INT32, [len(axes)])
+    m.set_operand_value(a, np.array(axes, dtype=np.int32))
+    k = m.add_operand(T.INT32)
+    m.set_operand_value(k, keep)
+    y = m.add_operand(T.TENSOR_FLOAT32, [])
+    m.add_operation(Op.MEAN, [x, a, k], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize(("shape", "axes"), [
+    ((1, 12, 96, 8), [1, 2]), ((2, 5, 7, 33), [1, 2]), ((1, 20, 20, 384), [2, 1]), ((1, 3, 6, 5), [2, 3]),
+    ((1, 128), [1]), ((4, 9), [0]), ((2, 3, 4), [0, 1, 2]), ((2, 3, 4, 5), [-3, -2]), ((3, 1, 1, 7), [1, 2, 1]),
+    ((2, 3, 4, 5), [1, 3]), ((5,), [0]), ((2, 0, 3), [2]),
+])  # fmt: skip
+@pytest.mark.parametrize("keep", [0, 1])
+def test_mean_matches_numpy(device: nnrt.CpuDevice, shape: tuple[int, ...], axes: list[int], keep: int) -> None:
+    """Adjacent axes take the compiled loop ([1, 3] stays numpy); float64 sums round to the same float32."""
+    rng = np.random.default_rng(len(shape) + sum(shape))
+    x = (rng.standard_normal(shape) * 100).astype(np.float32)
+    fast, ref = _both_unary(device, _mean_model(list(shape), axes, keep), x)
+    assert fast.shape == ref.shape
+    np.testing.assert_allclose(fast, ref, rtol=2e-7, atol=0)
+
+
+def test_mean_special_values(device: nnrt.CpuDevice) -> None:
+    x = np.ones((1, 4, 4, 3), dtype=np.float32)
+    x[0, 1, 2, 0], x[0, 3, 3, 1], x[0, 0, 0, 2], x[0, 2, 2, 2] = np.nan, np.inf, 3e38, 3e38
+    fast, ref = _both_unary(device, _mean_model([1, 4, 4, 3], [1, 2], 1), x)
+    np.testing.assert_array_equal(fast, ref)  # NaN, inf, and a float32 overflow avoided by float64 sums
+
+
+def test_a_function_numba_cannot_compile_falls_back_to_numpy() -> None:
+    from structlog.testing import capture_logs
+
+    with _jit.forced(True), capture_logs() as logs:
+        assert _jit.compiled(_not_compilable, "int64(int64)") is None
+        assert _jit.compiled(_not_compilable, "int64(int64)") is None  # remembered, logged once
+    assert [e["event"] for e in logs] == ["jit.compile_failed"]
+    assert logs[0]["function"] == "_not_compilable" and logs[0]["log_level"] == "warning"
+
+
+def _not_compilable(n: int) -> int:
+    return len({object(): n})
+
+
+@pytest.mark.parametrize(("axes", "compiled_loop"), [([1, 2], True), ([3], True), ([1, 3], False)])
+def test_mean_takes_the_compiled_loop_for_adjacent_axes(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
+                                                         axes: list[int], compiled_loop: bool) -> None:
+    calls: list[bool] = []
+    real = reduce._mean_adjacent
+
+    def spy(*args: Any) -> np.ndarray:
+        calls.append(True)
+        return real(*args)
+
+    monkeypatch.setattr(reduce, "_mean_adjacent", spy)
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    with _jit.forced(True):
+        out = device.prepare_model_sync(_mean_model([2, 3, 4, 5], axes, 0)).execute_sync([x]).outputs[0]
+    assert bool(calls) is compiled_loop
+    np.testing.assert_array_equal(out, x.mean(axis=tuple(axes)))
