@@ -329,3 +329,47 @@ def test_mean_takes_the_compiled_loop_for_adjacent_axes(device: nnrt.CpuDevice, 
         out = device.prepare_model_sync(_mean_model([2, 3, 4, 5], axes, 0)).execute_sync([x]).outputs[0]
     assert bool(calls) is compiled_loop
     np.testing.assert_array_equal(out, x.mean(axis=tuple(axes)))
+
+
+def _prelu_model(dims: list[int], slope: np.ndarray, out_dims: list[int]) -> Model:
+    m = Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, dims)
+    a = m.add_operand(T.TENSOR_FLOAT32, list(slope.shape))
+    m.set_operand_value(a, slope)
+    y = m.add_operand(T.TENSOR_FLOAT32, out_dims)
+    m.add_operation(Op.PRELU, [x, a], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize(("shape", "slope_shape", "compiled_loop"), [
+    ((1, 64, 64, 32), (32,), True), ((2, 5, 7, 3), (1, 1, 3), True), ((4, 6), (1,), True), ((9,), (9,), True),
+    ((1, 8, 8, 16), (8, 1, 16), False), ((1, 4, 4, 1), (5,), False), ((0, 3), (3,), False),
+])  # fmt: skip
+@pytest.mark.parametrize("slopes", ["below 1", "mixed"])
+def test_prelu_bit_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...],
+                             slope_shape: tuple[int, ...], compiled_loop: bool, slopes: str) -> None:
+    """Per-channel or single slopes take the compiled loop, others stay numpy; equal either way
+    (NaN, inf, zero and negative slopes included)."""
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, -1e38], dtype=np.float32)
+    if x.size >= special.size:
+        x.reshape(-1)[: special.size] = special
+    slope = rng.uniform(0.05, 0.9, slope_shape).astype(np.float32)
+    if slopes == "mixed":
+        slope.reshape(-1)[:3] = np.array([0, -0.5, 2.5], dtype=np.float32)[: slope.size]
+    out_shape = list(np.broadcast_shapes(shape, slope_shape))
+    calls: list[bool] = []
+    real = activations.prelu_f32
+
+    def spy(*args: Any) -> None:
+        calls.append(True)
+        real(*args)
+
+    monkeypatch.setattr(activations, "compiled", lambda fn, sig: spy if fn is real else _jit.compiled(fn, sig))
+    fast, ref = _both_unary(device, _prelu_model(list(shape), slope, out_shape), x)
+    assert bool(calls) is compiled_loop
+    assert fast.shape == ref.shape == tuple(out_shape)
+    np.testing.assert_array_equal(fast, ref)
