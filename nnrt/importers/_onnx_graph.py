@@ -227,7 +227,7 @@ def finish_outputs(b: Builder, names: Sequence[str], rejections: Rejections, inp
             continue
         if v.dtype == np.float64:
             rejections.add(name, "graph output", "double outputs are not supported")
-        b.model.operands[v.index].name = b.model.operands[v.index].name or name
+        b.model.operands[v.index].name = name  # the graph output's name, even when an inlined If named it
         taken.add(v.index)
         out.append(v.index)
     return out
