@@ -32,6 +32,7 @@ strings are refused. Opsets 11 and later of the default domain are read.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -139,6 +140,12 @@ class Builder:
         self.absorbed: set[int] = set()
         #: The node that computes each tensor of this graph (to name what a value depends on).
         self.producers: dict[str, Node] = {}
+        #: Readers of each tensor name over the whole model (nested graphs and graph outputs
+        #: too), shared by the builders of one load: a constant read once may be re-laid in place.
+        self.reads: Counter[str] = parent.reads if parent is not None else Counter()
+        #: Tensors stored in the file (initializers and Constant nodes, nested graphs' too): only
+        #: their bytes may be re-laid in place (a folded tensor may view bytes another name reads).
+        self.stored: set[str] = parent.stored if parent is not None else set()
 
     # -- values -----------------------------------------------------------------------------
 
@@ -163,6 +170,39 @@ class Builder:
             self.values[name] = inner
             return inner
         return None
+
+    def relaid(self, name: str, arr: np.ndarray) -> np.ndarray:
+        """``arr``, the stored tensor ``name`` (an initializer or a Constant node's value)
+        re-laid or folded for its one reader, as a contiguous array.
+
+        When nothing else reads the tensor, ``arr`` is written over the tensor's own bytes in
+        the loaded file, so the file's layout is not kept beside the re-laid one (a model whose
+        weights are all re-laid would otherwise hold them twice). The tensor is then
+        unavailable under its name. Otherwise ``arr`` is copied.
+        """
+        holders = []
+        b: Builder | None = self
+        while b is not None:
+            if name in b.values:
+                holders.append(b)
+            b = b.parent
+        src = holders[-1].values[name] if holders else None
+        old = None if src is None else src.const
+        if (src is None or old is None or name not in self.stored or self.reads[name] != 1
+                or src.index is not None or src.twin is not None
+                or old.dtype != arr.dtype or old.nbytes != arr.nbytes or not old.flags.c_contiguous):
+            return np.ascontiguousarray(arr)
+        flat = old.reshape(-1).view()
+        try:
+            flat.flags.writeable = True  # the load's own buffer (not an external file's bytes)
+        except ValueError:
+            return np.ascontiguousarray(arr)
+        flat[...] = np.ascontiguousarray(arr).reshape(-1)  # a temporary when ``arr`` views ``old``
+        out = flat.reshape(arr.shape)
+        out.flags.writeable = False
+        for b in holders:
+            b.values[name] = Value(old.dtype, src.shape, missing=True)
+        return out
 
     def add(self, dtype: np.dtype, shape: Shape, quant: tuple[float, int] | None, name: str = "") -> int:
         t = nnrt_type(dtype, quant, name or "tensor")

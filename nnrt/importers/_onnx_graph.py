@@ -15,6 +15,7 @@ condition depends only on it is decided at load).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ from nnrt.importers._onnx_layout import run_in_nhwc
 from nnrt.importers._onnx_proto import ONNX_DTYPES, ONNX_TYPE_NAMES, Graph, ModelProto, parse_model, tensor_array
 from nnrt.model import Model
 
-__all__ = ["build_model", "convert_nodes", "finish_outputs", "load_onnx"]
+__all__ = ["build_model", "convert_nodes", "count_reads", "finish_outputs", "load_onnx"]
 
 _F32 = np.dtype(np.float32)
 
@@ -162,6 +163,7 @@ def build_model(proto: ModelProto, *, name: str, input_shapes: Mapping[str, tupl
         rejections.raise_if_any(name)
     model = Model(name=name)
     b = Builder(model, opset)
+    count_reads(g, b.reads, b.stored)
     for t in g.initializers:
         try:
             b.values[t.name] = Value(np.dtype(ONNX_DTYPES.get(t.data_type, _F32)), t.dims,
@@ -204,6 +206,22 @@ def build_model(proto: ModelProto, *, name: str, input_shapes: Mapping[str, tupl
     model.identify_inputs_and_outputs([v.index for v in inputs if v.index is not None], outputs)
     model.finish()
     return model
+
+
+def count_reads(g: Graph, reads: Counter[str], stored: set[str]) -> None:
+    """Add the readers of each tensor name in ``g`` and its nested graphs (graph outputs count),
+    and the names of the tensors stored in the file (initializers, Constant nodes' values)."""
+    reads.update(vi.name for vi in g.outputs)
+    stored.update(t.name for t in g.initializers)
+    for node in g.nodes:
+        reads.update(n for n in node.inputs if n)
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.outputs:
+            stored.add(node.outputs[0])
+        for a in node.attrs.values():
+            if a.g is not None:
+                count_reads(a.g, reads, stored)
+            for sub in a.graphs or ():
+                count_reads(sub, reads, stored)
 
 
 def finish_outputs(b: Builder, names: Sequence[str], rejections: Rejections, inputs: Sequence[Value]) -> list[int]:
