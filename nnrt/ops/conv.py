@@ -17,11 +17,13 @@ ones so the product adds the bias. DEPTHWISE_CONV_2D views NHWC rows as flat ``[
 and accumulates one tiled weight row per tap (clipped at the borders, so no padded copy), a
 block of output rows at a time so the accumulator stays in cache, fused activation included.
 With numba (``nnrt.ops._jit``), float32 DEPTHWISE_CONV_2D runs a compiled loop of
-``_jit_float`` instead, chosen and compiled once at preparation (``compiled_depthwise``).
+``_jit_float`` instead, chosen and compiled once at preparation (``compiled_depthwise``), and a
+float32 1x1 CONV_2D adds its bias and fused activation in one compiled pass.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import (
+    activation_bounds,
     apply_activation,
     check_activation,
     check_padding_scheme,
@@ -49,6 +52,8 @@ from nnrt.ops._conv_core import (
     im2col,
     padded,
 )
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import BIAS_ACT_F32, bias_act_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
@@ -273,7 +278,8 @@ def empty_output(call: OpCall, n: int, c: int, g: Geometry) -> np.ndarray:
 
 
 def conv_nhwc(
-    x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry, nchw_out: bool = False
+    x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry, nchw_out: bool = False,
+    bias_act: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> tuple[np.ndarray, bool]:
     """Convolution plus bias of real NHWC ``x`` (may be a view of NCHW data).
 
@@ -281,6 +287,9 @@ def conv_nhwc(
     (the gathered taps get a row of ones, so the matrix product adds the bias). Returns a
     fresh, writable result and whether it is NCHW: [N, Cout, out_h, out_w] when ``nchw_out``
     asks for it and the formulation gives it for free, else [N, out_h, out_w, Cout].
+    ``bias_act(out, bias_row)``, for a 1x1 filter without ``nchw_out``, adds the bias to the
+    [P, Cout] product in place instead (the caller's compiled pass that also applies the fused
+    activation).
     """
     n, h, w, c = x.shape
     oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
@@ -296,7 +305,10 @@ def conv_nhwc(
         xp = padded(x, g, 1, 1)
         src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
         out: np.ndarray = np.matmul(src.reshape(p, c), waug[:k])
-        _add_row(out, waug[k])
+        if bias_act is not None:
+            bias_act(out, waug[k])
+        else:
+            _add_row(out, waug[k])
         return out.reshape(n, oh, ow, cout), False
     if c <= _PLANES_MAX_CHANNELS and k_h * k_w <= _PLANES_MAX_TAPS:
         # Channel-major padded copy, then one [C, N, OH, OW] block per tap; BLAS multiplies
@@ -368,6 +380,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     if const_w is not None and const_b is not None:
         mat0 = _conv_matrices(call, types, const_w, const_b, cached=True)
     zero = call.inputs[0].zero_point if types.quantized else 0
+    fused = compiled(bias_act_f32, BIAS_ACT_F32) if call.outputs[0].type is T.TENSOR_FLOAT32 and fd[1:3] == (1, 1) else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         g, cin = _run_geometry(call, sig, (x, w, b, *params))
@@ -377,7 +390,11 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             return empty_output(call, x.shape[0], w.shape[0], g)
         wmat, scales = mat0 if mat0 is not None else _conv_matrices(call, types, w, b, cached=False)
         if scales is None:
-            out, in_layout = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g, g.nchw)
+            xin = input_nhwc(call, x, g, types)
+            if fused is not None and not g.nchw and w.shape[1] == w.shape[2] == 1:  # bias + activation in one pass
+                lo, hi = activation_bounds(g.act)
+                return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi))[0]
+            out, in_layout = conv_nhwc(xin, wmat, w.shape[1], w.shape[2], g, g.nchw)
             return finish_output(call, out, g, in_layout)
         xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
         if zero:

@@ -27,7 +27,13 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops import _jit, activations, conv, reduce
 from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
-from nnrt.ops._jit_float import DEPTHWISE_ROWS_F32, depthwise_pixels_f32, depthwise_rows_f32
+from nnrt.ops._jit_float import (
+    DEPTHWISE_ROWS_F32,
+    bias_act_f32,
+    depthwise_pixels_f32,
+    depthwise_rows_f32,
+    prelu_f32,
+)
 from tests.unit.test_ops_conv import build
 
 numba = pytest.importorskip("numba")
@@ -331,6 +337,25 @@ def test_mean_takes_the_compiled_loop_for_adjacent_axes(device: nnrt.CpuDevice, 
     np.testing.assert_array_equal(out, x.mean(axis=tuple(axes)))
 
 
+def _count_compiled(monkeypatch: pytest.MonkeyPatch, module: Any, fn: Any) -> list[bool]:
+    """Calls of ``fn``'s compiled form by kernels that ``module`` prepares (none while numba is off)."""
+    calls: list[bool] = []
+
+    def patched(f: Any, signature: str) -> Any:
+        got = _jit.compiled(f, signature)
+        if f is not fn or got is None:
+            return got
+
+        def counted(*args: Any) -> None:
+            calls.append(True)
+            got(*args)
+
+        return counted
+
+    monkeypatch.setattr(module, "compiled", patched)
+    return calls
+
+
 def _prelu_model(dims: list[int], slope: np.ndarray, out_dims: list[int]) -> Model:
     m = Model()
     x = m.add_operand(T.TENSOR_FLOAT32, dims)
@@ -361,15 +386,32 @@ def test_prelu_bit_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyP
     if slopes == "mixed":
         slope.reshape(-1)[:3] = np.array([0, -0.5, 2.5], dtype=np.float32)[: slope.size]
     out_shape = list(np.broadcast_shapes(shape, slope_shape))
-    calls: list[bool] = []
-    real = activations.prelu_f32
-
-    def spy(*args: Any) -> None:
-        calls.append(True)
-        real(*args)
-
-    monkeypatch.setattr(activations, "compiled", lambda fn, sig: spy if fn is real else _jit.compiled(fn, sig))
+    calls = _count_compiled(monkeypatch, activations, prelu_f32)
     fast, ref = _both_unary(device, _prelu_model(list(shape), slope, out_shape), x)
     assert bool(calls) is compiled_loop
     assert fast.shape == ref.shape == tuple(out_shape)
+    np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize(("n", "hw", "cin", "cout", "pads", "stride", "nchw"), [
+    (1, (16, 16), 32, 64, (0, 0, 0, 0), (1, 1), False), (2, (5, 7), 3, 5, (1, 0, 2, 1), (2, 3), False),
+    (1, (1, 9), 8, 1, (0, 0, 0, 0), (1, 1), False), (1, (6, 6), 4, 8, (0, 0, 0, 0), (1, 1), True),
+])  # fmt: skip
+@pytest.mark.parametrize("act", [0, 1, 2, 3])
+def test_pointwise_conv_bias_and_activation(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, n: int,
+                                            hw: tuple[int, int], cin: int, cout: int,
+                                            pads: tuple[int, int, int, int], stride: tuple[int, int], nchw: bool,
+                                            act: int) -> None:
+    """A float32 1x1 CONV_2D adds bias and activation in one compiled pass (NHWC); bit-identical."""
+    rng = np.random.default_rng(cin * cout)
+    x = (rng.standard_normal((n, *hw, cin)) * 3).astype(np.float32)
+    x.reshape(-1)[:3] = np.array([np.nan, np.inf, -np.inf], dtype=np.float32)
+    w = rng.standard_normal((cout, 1, 1, cin)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    dims = [n, cin, *hw] if nchw else [n, *hw, cin]
+    m = build(Op.CONV_2D, dims, [w, b], [*pads, *stride, act, nchw])
+    calls = _count_compiled(monkeypatch, conv, bias_act_f32)
+    xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+    fast, ref = _both_unary(device, m, xin)
+    assert bool(calls) is not nchw
     np.testing.assert_array_equal(fast, ref)
