@@ -13,6 +13,7 @@ available (``_jit_float.mean_f32``: one pass, float64 sums, no float64 copy of t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -120,7 +121,7 @@ def prepare_reduce(call: OpCall) -> Kernel:
 def _mean_adjacent(fn: Callable[..., None], x: np.ndarray, ax: tuple[int, ...], keep: bool) -> np.ndarray:
     """MEAN of float32 ``x`` over the adjacent axes ``ax`` by the compiled ``_jit_float.mean_f32``."""
     lo, hi = ax[0], ax[-1] + 1
-    a, r, b = (int(np.prod(x.shape[:lo])), int(np.prod(x.shape[lo:hi])), int(np.prod(x.shape[hi:])))
+    a, r, b = math.prod(x.shape[:lo]), math.prod(x.shape[lo:hi]), math.prod(x.shape[hi:])  # np.prod: ~7 us each
     out = np.empty((a, b), dtype=np.float32)
     if out.size:
         fn(np.ascontiguousarray(x).reshape(a, r, b), out)
