@@ -33,10 +33,10 @@ from nnrt.ops._common import activation_bounds
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_float import (
     BLOCK,
-    DEPTHWISE_PIXELS_F32,
     DEPTHWISE_ROWS_F32,
-    depthwise_pixels_f32,
+    WINDOW_PIXELS_F32,
     depthwise_rows_f32,
+    window_pixels_f32,
 )
 
 __all__ = [
@@ -237,7 +237,7 @@ def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDe
     if stride_w == 1 and channels is not None and 0 < channels < _PIXELS_MIN_CHANNELS:
         rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32)
         return None if rows is None else partial(_depthwise_rows, rows)
-    pixels = compiled(depthwise_pixels_f32, DEPTHWISE_PIXELS_F32)
+    pixels = compiled(window_pixels_f32, WINDOW_PIXELS_F32)
     return None if pixels is None else partial(_depthwise_pixels, pixels)
 
 
@@ -247,7 +247,7 @@ def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bi
     out = np.empty((x.shape[0], g.out_h, g.out_w, c), dtype=np.float32)
     lo, hi = activation_bounds(g.act)
     fn(np.ascontiguousarray(x, dtype=np.float32), taps.taps.reshape(-1, k_w, c), bias.taps[0], out,
-       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi)
+       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi, False)
     return out
 
 

@@ -18,16 +18,17 @@ Runtime):
   ``depthwise_rows_f32`` (column stride 1) works on NHWC rows flattened to ``[W*C]``: the
   input values one tap multiplies with a whole output row are one contiguous range, so one
   loop covers many pixels with the weights tiled to a block of whole pixels; best for few
-  channels (C=24: 1.7x faster than the other). ``depthwise_pixels_f32`` loops over output pixels with the channels innermost;
-  best for strides > 1 (56x56x144 3x3/2: 2.7x faster than the row loop on an input split
-  into column phases) and many channels.
-  Both start each output row with the bias and end it with the fused activation while the row
-  is in cache.
+  channels (C=24: 1.7x faster than the other). ``window_pixels_f32`` loops over output
+  pixels with the channels innermost; best for strides > 1 (56x56x144 3x3/2: 2.7x faster than
+  the row loop on an input split into column phases) and many channels. Both start each
+  output row with the bias and end it with the fused activation while the row is in cache.
 * Elementwise functions (HARD_SWISH, PRELU with a per-channel slope) are one pass over the
   input into a fresh array, in the numpy kernel's float32 operations, so the results are
   bit-identical (numpy makes one pass and one temporary per operation: 2.3-3.9x slower).
 * The bias and fused activation of a 1x1 CONV_2D: one pass over BLAS's product, in place (numpy:
   an add pass and a clip pass; 20-30% of a large pointwise convolution), bit-identical.
+* MAX_POOL_2D is the same pixel loop taking maxima instead of products (numpy: one pass per
+  window row and column over strided views; 3x slower). Maxima are exact: identical results.
 * MEAN over a run of adjacent axes (the global average pool of NHWC: axes 1, 2) sums each
   output's inputs into float64 accumulators in one pass, innermost values contiguous; numpy
   first copies the input to float64 (4-11x slower). The float64 sums round to the same
@@ -41,17 +42,17 @@ import numpy as np
 __all__ = [
     "BIAS_ACT_F32",
     "BLOCK",
-    "DEPTHWISE_PIXELS_F32",
     "DEPTHWISE_ROWS_F32",
     "MEAN_F32",
     "PRELU_F32",
     "UNARY_F32",
+    "WINDOW_PIXELS_F32",
     "bias_act_f32",
-    "depthwise_pixels_f32",
     "depthwise_rows_f32",
     "hard_swish_f32",
     "mean_f32",
     "prelu_f32",
+    "window_pixels_f32",
 ]
 
 #: Length (in floats) to which a depthwise kernel's per-tap weights are tiled (whole pixels):
@@ -128,18 +129,18 @@ def depthwise_rows_f32(
                             dst[t] = hi
 
 
-#: The one signature ``depthwise_pixels_f32`` is compiled for.
-DEPTHWISE_PIXELS_F32 = (
+#: The one signature ``window_pixels_f32`` is compiled for.
+WINDOW_PIXELS_F32 = (
     "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1],"
-    " int64, int64, int64, int64, int64, int64, float32, float32)"
+    " int64, int64, int64, int64, int64, int64, float32, float32, boolean)"
 )
 
 
-def depthwise_pixels_f32(
+def window_pixels_f32(
     x: np.ndarray,
     w: np.ndarray,
-    bias: np.ndarray,
+    init: np.ndarray,
     out: np.ndarray,
     stride_h: int,
     stride_w: int,
@@ -149,13 +150,17 @@ def depthwise_pixels_f32(
     left: int,
     lo: np.float32,
     hi: np.float32,
+    take_max: bool,
 ) -> None:
-    """Depthwise convolution (depth multiplier 1) of float32 NHWC ``x`` into ``out``, plus bias
-    and fused activation, one output pixel's channels at a time.
+    """A KHxKW window (``w``'s first two dimensions, dilated) over float32 NHWC ``x`` [N, H, W, C]
+    into ``out`` [N, OH, OW, C] (written in full), one output pixel's channels at a time.
 
-    ``x`` [N, H, W, C], ``w`` [KH, KW, C], ``bias`` [C], ``out`` [N, OH, OW, C] (written in
-    full). ``top``/``left``: padding before the first row and column; positions outside the
-    input read zero. The fused activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none.
+    Each output starts at ``init`` [C]; each tap of its window inside the input then adds
+    ``x * w[i, j]`` (depthwise convolution with depth multiplier 1, ``init`` = the bias) or, with
+    ``take_max``, takes the maximum (MAX_POOL_2D, ``init`` = -inf: exact, NaN propagating as
+    with ``np.maximum``; ``w`` only gives the window's size). ``top``/``left``: padding before
+    the first row and column; positions outside the input take no part. Last, the fused
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none.
     """
     n, h, wd, c = x.shape
     kh, kw = w.shape[0], w.shape[1]
@@ -166,7 +171,7 @@ def depthwise_pixels_f32(
             o = out[b, oy]
             for ox in range(ow):
                 for k in range(c):
-                    o[ox, k] = bias[k]
+                    o[ox, k] = init[k]
             for i in range(kh):
                 iy = oy * stride_h - top + i * dil_h
                 if iy < 0 or iy >= h:
@@ -176,11 +181,19 @@ def depthwise_pixels_f32(
                     off = j * dil_w - left
                     ox0 = 0 if off >= 0 else (stride_w - 1 - off) // stride_w
                     ox1 = min(ow, (wd - 1 - off) // stride_w + 1)
-                    wr = w[i, j]
-                    for ox in range(ox0, ox1):
-                        ix = ox * stride_w + off
-                        for k in range(c):
-                            o[ox, k] += xr[ix, k] * wr[k]
+                    if take_max:
+                        for ox in range(ox0, ox1):
+                            ix = ox * stride_w + off
+                            for k in range(c):
+                                v = xr[ix, k]
+                                if v > o[ox, k] or v != v:
+                                    o[ox, k] = v
+                    else:
+                        wr = w[i, j]
+                        for ox in range(ox0, ox1):
+                            ix = ox * stride_w + off
+                            for k in range(c):
+                                o[ox, k] += xr[ix, k] * wr[k]
             if clamp:
                 for ox in range(ow):
                     for k in range(c):

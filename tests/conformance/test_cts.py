@@ -18,7 +18,7 @@ from nnrt.ops import _jit
 SPECS = list(iter_specs())
 
 #: Operations whose float kernels have a compiled twin or part (``nnrt/ops/_jit_float.py``).
-COMPILED_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MEAN", "PRELU"})
+COMPILED_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MAX_POOL_2D", "MEAN", "PRELU"})
 
 
 def _uses_compiled(spec: str) -> bool:

@@ -25,14 +25,14 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.ops import _jit, activations, conv, reduce
+from nnrt.ops import _jit, activations, conv, pooling, reduce
 from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
 from nnrt.ops._jit_float import (
     DEPTHWISE_ROWS_F32,
     bias_act_f32,
-    depthwise_pixels_f32,
     depthwise_rows_f32,
     prelu_f32,
+    window_pixels_f32,
 )
 from tests.unit.test_ops_conv import build
 
@@ -212,7 +212,7 @@ def test_compiled_matches_uncompiled_python(loop: str) -> None:
     with _jit.forced(True):
         run = compiled_depthwise(stride_w, 3)
     assert isinstance(run, partial)
-    python = partial(run.func, depthwise_rows_f32 if loop == "rows" else depthwise_pixels_f32)
+    python = partial(run.func, depthwise_rows_f32 if loop == "rows" else window_pixels_f32)
     taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
     outs = [r(x, taps, bias, 2, g) for r in (run, python)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
@@ -414,4 +414,43 @@ def test_pointwise_conv_bias_and_activation(device: nnrt.CpuDevice, monkeypatch:
     xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
     fast, ref = _both_unary(device, m, xin)
     assert bool(calls) is not nchw
+    np.testing.assert_array_equal(fast, ref)
+
+
+def _pool_model(dims: list[int], scalars: list[Any]) -> Model:
+    m = Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, dims)
+    ins = [x]
+    for v in scalars:
+        i = m.add_operand(T.BOOL if isinstance(v, bool) else T.INT32)
+        m.set_operand_value(i, v)
+        ins.append(i)
+    y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    m.add_operation(Op.MAX_POOL_2D, ins, [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize(("shape", "pads", "stride", "k", "nchw"), [
+    ((1, 112, 112, 32), (0, 1, 0, 1), (2, 2), (3, 3), False), ((2, 7, 9, 5), (2, 2, 1, 1), (1, 1), (3, 5), False),
+    ((1, 1, 10, 3), (0, 0, 0, 0), (3, 1), (4, 1), False), ((1, 4, 4, 2), (3, 3, 3, 3), (2, 2), (2, 2), False),
+    ((1, 6, 6, 4), (0, 0, 0, 0), (1, 1), (6, 6), False), ((1, 9, 8, 3), (1, 0, 1, 0), (2, 3), (3, 3), True),
+])  # fmt: skip
+@pytest.mark.parametrize("act", [0, 1, 3])
+def test_max_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...],
+                            pads: tuple[int, int, int, int], stride: tuple[int, int], k: tuple[int, int], nchw: bool,
+                            act: int) -> None:
+    """Padding only on some sides, windows wider than the input or only over padding, strides
+    above the window, NCHW, NaN/inf: the compiled loop gives the numpy kernel's values exactly."""
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    x.reshape(-1)[:4] = np.array([np.nan, np.inf, -np.inf, -0.0], dtype=np.float32)
+    x.reshape(-1)[-2] = np.nan
+    dims = [shape[0], shape[3], shape[1], shape[2]] if nchw else list(shape)
+    xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+    calls = _count_compiled(monkeypatch, pooling, window_pixels_f32)
+    fast, ref = _both_unary(device, _pool_model(dims, [*pads, *stride, *k, act, nchw]), xin)
+    assert calls
+    assert fast.shape == ref.shape
     np.testing.assert_array_equal(fast, ref)
