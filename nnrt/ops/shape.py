@@ -16,13 +16,13 @@ at the bottom so they register with this family; it shares this module's helpers
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize
+from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize, same_quant
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -66,6 +66,26 @@ def int_list(call: OpCall, value: Any, i: int, size: int | None = None) -> list[
 def all_const(call: OpCall, *inputs: int) -> bool:
     """True when every listed input is a constant or an omitted optional input."""
     return all(not call.has_input(i) or call.const(i) is not None for i in inputs)
+
+
+P = TypeVar("P")
+
+
+def by_shape(plan: Callable[..., P]) -> Callable[..., P]:
+    """``plan(key, *params)`` remembered per ``key`` (input shapes) for an operation whose
+    parameters are all constants: the plan (validation included) runs once per shape, not on
+    every execution (a few us of Python per step on a small streaming model)."""
+    memo: dict[Hashable, P] = {}
+
+    def planned(key: Any, *params: Any) -> P:
+        hit = memo.get(key)
+        if hit is None:
+            hit = plan(key, *params)
+            if len(memo) < 16:
+                memo[key] = hit
+        return hit
+
+    return planned
 
 
 def same_io(call: OpCall, types: Sequence[T], n_in: int = 1) -> None:
@@ -147,7 +167,15 @@ def prepare_concatenation(call: OpCall) -> Kernel:
         ax = _concat_plan(call, [x.shape for x in xs], args[n])
         return np.concatenate([output_values(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
 
-    return run
+    if not all_const(call, n) or not all(same_quant(op, dst) for op in srcs):
+        return run
+    planned = by_shape(lambda shapes, axis: _concat_plan(call, shapes, axis))
+
+    def run_same(*args: Any) -> np.ndarray:
+        xs: tuple[np.ndarray, ...] = args[:n]
+        return np.concatenate(xs, axis=planned(tuple(x.shape for x in xs), args[n]))
+
+    return run_same
 
 
 # -- SQUEEZE / EXPAND_DIMS ---------------------------------------------------------------------
@@ -265,7 +293,14 @@ def prepare_slice(call: OpCall) -> Kernel:
     def run(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
         return requantize(x[_slice_plan(call, x.shape, begin, size)], src, dst)
 
-    return run
+    if not all_const(call, 1, 2) or not same_quant(src, dst):
+        return run
+    planned = by_shape(lambda shape, begin, size: _slice_plan(call, shape, begin, size))
+
+    def run_same(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
+        return x[planned(x.shape, begin, size)].copy()
+
+    return run_same
 
 
 def _clamp_index(index: int, dim: int, forward: bool) -> int:
@@ -327,7 +362,15 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
         slices, shape = _strided_plan(call, x.shape, begin, end, strides, (bm, em, sm))
         return requantize(x[slices], src, dst).reshape(shape)
 
-    return run
+    if not all_const(call, 1, 2, 3, 4, 5, 6) or not same_quant(src, dst):
+        return run
+    planned = by_shape(lambda shape, b, e, st, *masks: _strided_plan(call, shape, b, e, st, masks))
+
+    def run_same(x: np.ndarray, begin: Any, end: Any, strides: Any, bm: int, em: int, sm: int) -> np.ndarray:
+        slices, shape = planned(x.shape, begin, end, strides, bm, em, sm)
+        return x[slices].copy().reshape(shape)
+
+    return run_same
 
 
 # -- SPLIT / PACK ------------------------------------------------------------------------------

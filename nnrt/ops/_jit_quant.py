@@ -1,0 +1,200 @@
+"""Compiled 8-bit kernels (numba, through ``nnrt.ops._jit``) for the quantized CONV_2D,
+DEPTHWISE_CONV_2D and FULLY_CONNECTED with constant filters: one core (``_conv_q``; a fully
+connected layer is a 1x1 convolution of its rows), one pass, no temporaries.
+
+Why: a small int8 streaming model (a keyword spotter of ~50 ops on [1, K, 1, 64] tensors)
+spends 10-30 us per quantized op in numpy calls (cast, centre, pad, product, scale, round,
+clip, cast) whatever the op's size; one compiled loop does the same arithmetic in 1-2 us, of
+which ~0.6 us is numba's call (so the core takes four arguments).
+
+Exactness: the numpy kernels (``conv``, ``dense``) stay the reference, and these cores are bit
+for bit theirs: the products of zero-point-centred integers are summed exactly (int64 here,
+exact float32/float64 there), the int32 bias added, the sum turned into float64 and multiplied
+by the same float64 scale, then requantized with the same float64 operations as
+``_common.from_real`` (divide by the output scale, add copysign(0.5), truncate, add the zero
+point, clip to the fused activation's range). Padding reads the input's zero point (a real 0),
+so padded taps are skipped.
+
+The choice is made once at preparation (``conv_runner`` / ``fc_runner``): quantized 8-bit
+types, constant filter and bias, constant scalar parameters and NHWC layout; anything else (or
+``compiled()`` returning None: numba absent or ``NNRT_JIT=0``) keeps the numpy kernel, which is
+also what runs for a shape the compiled path does not take (an empty batch, NCHW). The run's
+geometry is worked out (and validated) by the numpy kernel's own code once per input shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from nnrt.ops._jit import compiled
+from nnrt.ops._registry import Kernel, KernelResult, OpCall
+
+__all__ = ["conv_runner", "fc_runner"]
+
+#: The core's int64 parameter vector: the run's integers, then the int32 bias of each output
+#: channel (one array: a numba call pays ~0.1-0.2 us per argument).
+_G_SH, _G_SW, _G_DH, _G_DW, _G_TOP, _G_LEFT, _G_OH, _G_OW, _G_ZIN, _G_ZOUT, _G_QMIN, _G_QMAX, _G_DEPTHWISE = range(13)
+_G_BIAS = 13
+
+
+def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
+    """CONV_2D of NHWC 8-bit ``x`` with the centred int32 filter ``w`` [Cout, KH, KW, Cin]; when
+    ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D with ``w`` [1, KH, KW, Cout] (Cout = Cin x multiplier).
+    ``scales`` holds each output channel's real scale, then the output's scale. Returns a fresh
+    [N, OH, OW, Cout] array of ``x``'s dtype."""
+    n, h, wd, cin = x.shape
+    kh, kw = w.shape[1], w.shape[2]
+    depthwise = geo[_G_DEPTHWISE] != 0
+    cout = w.shape[3] if depthwise else w.shape[0]
+    mult = cout // cin
+    sh, sw, dh, dw, top, left = geo[_G_SH], geo[_G_SW], geo[_G_DH], geo[_G_DW], geo[_G_TOP], geo[_G_LEFT]
+    oh, ow, zin, zout, qmin, qmax = geo[_G_OH], geo[_G_OW], geo[_G_ZIN], geo[_G_ZOUT], geo[_G_QMIN], geo[_G_QMAX]
+    out_scale = scales[cout]
+    out = np.empty((n, oh, ow, cout), x.dtype)
+    acc = np.empty(cout, np.int64)
+    xc = np.empty(cin, np.int32)
+    for b in range(n):
+        for oy in range(oh):
+            for ox in range(ow):
+                acc[:] = 0
+                for ky in range(kh):
+                    iy = oy * sh - top + ky * dh
+                    if iy < 0 or iy >= h:
+                        continue
+                    for kx in range(kw):
+                        ix = ox * sw - left + kx * dw
+                        if ix < 0 or ix >= wd:
+                            continue
+                        for ci in range(cin):
+                            xc[ci] = np.int32(x[b, iy, ix, ci]) - zin
+                        if depthwise and mult == 1:
+                            for c in range(cout):
+                                acc[c] += xc[c] * w[0, ky, kx, c]
+                        elif depthwise:
+                            for c in range(cout):
+                                acc[c] += xc[c // mult] * w[0, ky, kx, c]
+                        else:
+                            for co in range(cout):
+                                s = np.int32(0)
+                                for ci in range(cin):
+                                    s += xc[ci] * w[co, ky, kx, ci]
+                                acc[co] += s
+                # from_real: divide by the output scale, round half away, zero point, clip
+                for c in range(cout):
+                    q = float(acc[c] + geo[_G_BIAS + c]) * scales[c] / out_scale
+                    q = min(max(q + math.copysign(0.5, q), -1e9), 1e9)  # the clip decides; trunc stays in int64
+                    out[b, oy, ox, c] = min(max(math.trunc(q) + zout, qmin), qmax)
+    return out
+
+
+class _Prepared:
+    """One operation's compiled run: the core and its constants (centred filter, bias and
+    output quantization in the parameter vector, scales) besides the input and the geometry."""
+
+    __slots__ = ("core", "depthwise", "params", "scales", "w")
+
+    def __init__(self, core: Callable[..., np.ndarray], call: OpCall, w: np.ndarray, bias: np.ndarray,
+                 scales: np.ndarray, qrange: tuple[int, int], depthwise: bool) -> None:
+        self.core = core
+        self.w = np.ascontiguousarray(w, dtype=np.int32)
+        self.depthwise = depthwise
+        out = call.outputs[0]
+        per_channel = np.broadcast_to(np.asarray(scales, np.float64), bias.shape)
+        self.scales = np.concatenate([per_channel, [float(out.scale)]])
+        self.params = np.concatenate([
+            [1, 1, 1, 1, 0, 0, 1, 1, call.inputs[0].zero_point, out.zero_point, *qrange, depthwise],
+            bias.astype(np.int64),
+        ]).astype(np.int64)
+
+    def geo(self, sh: int, sw: int, dh: int, dw: int, top: int, left: int, oh: int, ow: int) -> np.ndarray:
+        """The parameter vector of a run with this geometry."""
+        geo = self.params.copy()
+        geo[: _G_OW + 1] = (sh, sw, dh, dw, top, left, oh, ow)
+        return geo
+
+
+def _core() -> Callable[..., np.ndarray] | None:
+    """The compiled ``_conv_q``, or None when compiled kernels are not in use."""
+    return compiled(_conv_q)
+
+
+def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray | float, qrange: tuple[int, int],
+              depthwise: bool) -> _Prepared | None:
+    """The core and its constants, or None: compiled kernels not in use, or sums over the input
+    channels that int32 partial sums would not hold exactly (more than 33025 channels)."""
+    core = _core()
+    if core is None or (not depthwise and w.shape[3] * 255 * 255 >= 1 << 31):
+        return None
+    return _Prepared(core, call, w, bias, np.asarray(scales, np.float64), qrange, depthwise)
+
+
+def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, scales: np.ndarray,
+                qrange: tuple[int, int], geometry: Callable[[tuple[Any, ...]], Any], fallback: Kernel) -> Kernel | None:
+    """The compiled run of a quantized CONV_2D / DEPTHWISE_CONV_2D whose filter, bias and scalar
+    parameters are constants, or None (numpy kernel) when compiled kernels are not in use.
+
+    ``w`` is the zero-point-centred filter ([Cout, KH, KW, Cin], or [1, KH, KW, Cout] for depthwise),
+    ``scales`` each output channel's real scale (input scale x filter scale), ``qrange`` the output's
+    saturation range with the fused activation. ``geometry(args)`` is the numpy kernel's own
+    decoding and validation of one run (a ``Geometry``, raising INVALID_ARGUMENT for a bad run):
+    it runs once per input shape. NCHW runs and empty outputs go to ``fallback``.
+    """
+    prep = _prepared(call, w, bias, scales, qrange, depthwise)
+    if prep is None:
+        return None
+    memo: dict[tuple[int, ...], np.ndarray | None] = {}
+
+    def plan(args: tuple[Any, ...]) -> np.ndarray | None:
+        x = args[0]
+        g = geometry(args)
+        hit = None
+        if not g.nchw and x.shape[0] and g.out_h and g.out_w:
+            hit = prep.geo(g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w)
+        if len(memo) < 16:
+            memo[x.shape] = hit
+        return hit
+
+    core, wc, scales_ = prep.core, prep.w, prep.scales
+
+    def run(x: np.ndarray, *rest: Any) -> KernelResult:
+        geo = memo[x.shape] if x.shape in memo else plan((x, *rest))
+        if geo is None:
+            return fallback(x, *rest)
+        return core(x, wc, geo, scales_)
+
+    return run
+
+
+def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrange: tuple[int, int],
+              check: Callable[[np.ndarray, np.ndarray, np.ndarray], int]) -> Kernel | None:
+    """The compiled run of a quantized FULLY_CONNECTED with constant weights, bias and activation
+    (the run's ``act`` argument is that constant), or None (numpy kernel) when compiled kernels
+    are not in use: a 1x1 convolution of the input rows [B, 1, 1, K].
+
+    ``w`` is the centred weights [units, K], ``scale`` the real scale of the integer sums,
+    ``check(x, w, b)`` the numpy kernel's validation of one run, returning K (run once per
+    input shape).
+    """
+    units, k = w.shape
+    prep = _prepared(call, w.reshape(units, 1, 1, k), bias, scale, qrange, False)
+    if prep is None:
+        return None
+    geo = prep.geo(1, 1, 1, 1, 0, 0, 1, 1)
+    sizes: dict[tuple[int, ...], int] = {}
+    core, wc, scales_ = prep.core, prep.w, prep.scales
+
+    def run(x: np.ndarray, w_in: np.ndarray, b_in: np.ndarray, act: int) -> np.ndarray:
+        size = sizes.get(x.shape)
+        if size is None:
+            size = check(x, w_in, b_in)
+            if len(sizes) < 16:
+                sizes[x.shape] = size
+        rows = x.size // size
+        out: np.ndarray = core(x.reshape(rows, 1, 1, size), wc, geo, scales_)
+        return out.reshape(rows, units)
+
+    return run
