@@ -33,7 +33,7 @@ import numpy as np
 from nnrt.ops._jit import compiled
 from nnrt.ops._registry import Kernel, KernelResult, OpCall
 
-__all__ = ["conv_runner", "fc_runner"]
+__all__ = ["conv_runner", "dequantize_runner", "fc_runner", "quantize_runner"]
 
 #: The core's int64 parameter vector: the run's integers, then the int32 bias of each output
 #: channel (one array: a numba call pays ~0.1-0.2 us per argument).
@@ -89,6 +89,66 @@ def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
                     q = min(max(q + math.copysign(0.5, q), -1e9), 1e9)  # the clip decides; trunc stays in int64
                     out[b, oy, ox, c] = min(max(math.trunc(q) + zout, qmin), qmax)
     return out
+
+
+def _quantize_q(x: Any, scale: Any, params: Any, like: Any) -> Any:
+    """QUANTIZE of float32 ``x`` (C-contiguous) with the float32 ``scale``; ``params`` = zero
+    point, saturation range, and what numpy's cast makes of NaN; a fresh array of ``like``'s dtype.
+    As ``from_real(to_real(x))``: float32 division, round half away, zero point, clip."""
+    zp, lo, hi, nan = params[0], params[1], params[2], params[3]
+    out = np.empty(x.shape, like.dtype)
+    src, dst = x.reshape(-1), out.reshape(-1)
+    for i in range(src.size):
+        q = src[i] / scale
+        if q != q:
+            dst[i] = nan
+            continue
+        q = min(max(q + math.copysign(0.5, q), -1e9), 1e9)  # float32 and float64 sums truncate alike below 2**22
+        dst[i] = min(max(math.trunc(q) + zp, lo), hi)
+    return out
+
+
+def _dequantize_q(x: Any, zero: Any, scale: Any) -> Any:
+    """DEQUANTIZE of 8-bit ``x`` (C-contiguous) to float32: ``(float32(x) - zero) * scale`` in float32."""
+    out = np.empty(x.shape, np.float32)
+    src, dst = x.reshape(-1), out.reshape(-1)
+    for i in range(src.size):
+        dst[i] = (np.float32(src[i]) - zero) * scale
+    return out
+
+
+def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
+    """The compiled QUANTIZE of a float32 input to an 8-bit type, or None (numpy kernel)."""
+    core = compiled(_quantize_q)
+    out = call.outputs[0]
+    if core is None or call.inputs[0].type.dtype != np.float32 or out.type.dtype not in (np.int8, np.uint8):
+        return None
+    with np.errstate(invalid="ignore"):
+        nan = int(np.array([np.nan], np.float32).astype(out.type.dtype)[0])
+    scale, like = np.float32(out.scale), np.empty(0, out.type.dtype)
+    params = np.array([out.zero_point, *qrange, nan], np.int64)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), scale, params, like)
+        return result
+
+    return run
+
+
+def dequantize_runner(call: OpCall) -> Kernel | None:
+    """The compiled DEQUANTIZE of a per-tensor 8-bit input to float32, or None (numpy kernel)."""
+    core = compiled(_dequantize_q)
+    src = call.inputs[0]
+    if core is None or call.outputs[0].type.dtype != np.float32 or src.type.dtype not in (np.int8, np.uint8) \
+            or src.channel_quant is not None:
+        return None
+    zero, scale = np.float32(src.zero_point), np.float32(src.scale)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), zero, scale)
+        return result
+
+    return run
 
 
 class _Prepared:

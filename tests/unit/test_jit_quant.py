@@ -33,8 +33,9 @@ from tests.unit.test_ops_conv_shapes import _in_dims, _out_size, _quant_model, _
 
 pytest.importorskip("numba")
 
-COMPILED_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
-PLANNED_OPS = {"SLICE", "STRIDED_SLICE", "CONCATENATION"}
+COMPILED_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "QUANTIZE", "DEQUANTIZE"}
+PLANNED_OPS = {"SLICE", "STRIDED_SLICE", "CONCATENATION", "RESHAPE"}
+RUNNERS = ("conv_runner.", "fc_runner.", "quantize_runner.", "dequantize_runner.")
 QUANT8 = {"TENSOR_QUANT8_ASYMM", "TENSOR_QUANT8_ASYMM_SIGNED"}
 
 
@@ -61,7 +62,7 @@ def both(device: nnrt.CpuDevice) -> Callable[[Model], tuple[PreparedModel, Prepa
 
 
 def _compiled_steps(p: PreparedModel) -> int:
-    return sum(s.fn is not None and s.fn.__qualname__.startswith(("conv_runner.", "fc_runner.")) for s in p.plan.steps)
+    return sum(s.fn is not None and s.fn.__qualname__.startswith(RUNNERS) for s in p.plan.steps)
 
 
 def _same(fast: PreparedModel, slow: PreparedModel, inputs: list[Any]) -> None:
@@ -132,6 +133,36 @@ def test_fully_connected_bit_identical(device: nnrt.CpuDevice, rows: int, k: int
     _same(fast, slow, [rng.integers(lo, hi + 1, (rows, k)).astype(t.dtype)])
 
 
+def _one_op(op: Op, src: tuple[T, float, int], dst: tuple[T, float, int], shape: list[int]) -> Model:
+    m = Model()
+    x = m.add_operand(src[0], shape, src[1], src[2])
+    y = m.add_operand(dst[0], shape, dst[1], dst[2])
+    m.add_operation(op, [x], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("scale", [1e-6, 0.00390625, 0.1, 3.0, 1e6])
+def test_quantize_and_dequantize_bit_identical(device: nnrt.CpuDevice, signed: bool, scale: float) -> None:
+    """Halves (round half away from zero), -0.0, saturation, infinities and NaN, odd shapes."""
+    t = T.TENSOR_QUANT8_ASYMM_SIGNED if signed else T.TENSOR_QUANT8_ASYMM
+    zp = -128 if signed else 0
+    rng = np.random.default_rng(int(scale * 1000) + signed)
+    special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 1e30, -1e30, np.inf, -np.inf, np.nan], np.float32)
+    x = np.concatenate([special * np.float32(scale), rng.standard_normal(243).astype(np.float32) * np.float32(scale * 200)])
+    x = x.reshape(2, 8, 1, 16)
+    fast, slow = _prepare_both(device, _one_op(Op.QUANTIZE, (T.TENSOR_FLOAT32, 0.0, 0), (t, scale, zp), list(x.shape)))
+    assert _compiled_steps(fast) == 1 and _compiled_steps(slow) == 0
+    _same(fast, slow, [x])
+    _same(fast, slow, [np.asfortranarray(x)])  # not C-contiguous
+    q = rng.integers(-128 if signed else 0, 128 if signed else 256, (3, 5)).astype(t.dtype)
+    fast, slow = _prepare_both(device, _one_op(Op.DEQUANTIZE, (t, scale, zp + 7), (T.TENSOR_FLOAT32, 0.0, 0), [3, 5]))
+    assert _compiled_steps(fast) == 1 and _compiled_steps(slow) == 0
+    _same(fast, slow, [q])
+
+
 def test_bad_runs_are_refused_as_by_the_numpy_kernel(both: Any) -> None:
     """The compiled run validates a new input shape with the numpy kernel's own checks."""
     rng = np.random.default_rng(1)
@@ -186,7 +217,7 @@ def test_streaming_model_bit_identical_over_a_stream(both: Any) -> None:
 
     model = open_model("tests/data/models/microwakeword_okay_nabu.tflite").model
     fast, slow = both(model)
-    assert _compiled_steps(fast) == 15  # 6 CONV_2D, 8 DEPTHWISE_CONV_2D, 1 FULLY_CONNECTED
+    assert _compiled_steps(fast) == 17  # 6 CONV_2D, 8 DEPTHWISE_CONV_2D, FULLY_CONNECTED, DEQUANTIZE, QUANTIZE
     specs = input_specs(model)
     inputs = with_initial_state(model, make_inputs(specs, seed=0))
     state = state_variables(model)
