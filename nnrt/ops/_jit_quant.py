@@ -20,6 +20,8 @@ types, constant filter and bias, constant scalar parameters and NHWC layout; any
 ``compiled()`` returning None: numba absent or ``NNRT_JIT=0``) keeps the numpy kernel, which is
 also what runs for a shape the compiled path does not take (an empty batch, NCHW). The run's
 geometry is worked out (and validated) by the numpy kernel's own code once per input shape.
+Inputs reach the cores C-contiguous (copied if not), so each core compiles once per 8-bit type
+and never in the middle of a stream.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
         geo = memo[x.shape] if x.shape in memo else plan((x, *rest))
         if geo is None:
             return fallback(x, *rest)
-        return core(x, wc, geo, scales_)
+        return core(x if x.flags.c_contiguous else np.ascontiguousarray(x), wc, geo, scales_)
 
     return run
 
@@ -254,7 +256,7 @@ def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrang
             if len(sizes) < 16:
                 sizes[x.shape] = size
         rows = x.size // size
-        out: np.ndarray = core(x.reshape(rows, 1, 1, size), wc, geo, scales_)
+        out: np.ndarray = core(np.ascontiguousarray(x.reshape(rows, 1, 1, size)), wc, geo, scales_)
         return out.reshape(rows, units)
 
     return run

@@ -179,6 +179,7 @@ def test_bad_runs_are_refused_as_by_the_numpy_kernel(both: Any) -> None:
         assert out.shape == (0, 3, 3, 2)
     _same(fast, slow, [rng.integers(0, 256, (2, 7, 5, 4)).astype(np.uint8)])
     _same(fast, slow, [rng.integers(0, 256, (1, 3, 9, 4)).astype(np.uint8)])
+    _same(fast, slow, [rng.integers(0, 256, (1, 3, 9, 8)).astype(np.uint8)[..., ::2]])  # not contiguous
 
 
 def _quant_cases() -> list[tuple[str, int]]:
