@@ -179,7 +179,7 @@ def _fc_quant(call: OpCall) -> Kernel:
         return run
     _check_weights_bias(call, w_const, b_const)
     qrange = quant_range(act, out_op.scale, out_op.zero_point, out_op.type)
-    fast = fc_runner(call, wt_const.T, b_const, product_scale, qrange, lambda x, w, b: _fc_runtime_checks(call, x, w, b))
+    fast = fc_runner(call, wt_const.T, b_const, product_scale, qrange, lambda x, w, b: _fc_runtime_checks(call, x, w, b), run)
     return run if fast is None else fast
 
 

@@ -296,3 +296,48 @@ def test_calibration_does_not_count_the_cold_run(device: nnrt.CpuDevice, monkeyp
     p = device.prepare_model_sync(m)
     assert len(runs) == 6
     assert p.plan.cost_ns < 1_000_000 and p.plan.inline
+
+
+def test_large_conv_and_fc_runs_take_the_numpy_kernel(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above CONV_MAX_MACS a CONV_2D or FULLY_CONNECTED run goes to the numpy kernel (BLAS is
+    faster there); a DEPTHWISE_CONV_2D run stays compiled."""
+    real_core = _jit_quant._core()
+    calls: list[int] = []
+
+    def counting() -> Any:
+        def core(*args: Any) -> Any:
+            calls.append(1)
+            return real_core(*args)  # type: ignore[misc]
+
+        return core
+
+    monkeypatch.setattr(_jit_quant, "_core", counting)
+    monkeypatch.setattr(_jit_quant, "CONV_MAX_MACS", 1000)
+    rng = np.random.default_rng(3)
+    t = T.TENSOR_QUANT8_ASYMM_SIGNED
+    for op, wshape, mult in ((Op.CONV_2D, (4, 3, 3, 8), None), (Op.DEPTHWISE_CONV_2D, (1, 3, 3, 8), 1)):
+        wq = rng.integers(-128, 128, wshape).astype(np.int8)
+        m = _quant_model(op, t, [1, 0, 0, 8], (0.1, -3), wq, None, (0.01, 5), np.arange(wshape[-1] if mult else 4,
+                         dtype=np.int32), [0, 0, 0, 0, 1, 1, *([mult] if mult else []), 0, False, 1, 1], (0.05, 9))
+        fast, slow = _prepare_both(device, m)
+        for hw, compiled_run in ((3, True), (12, op is Op.DEPTHWISE_CONV_2D)):  # 1 and 100 output pixels
+            calls.clear()
+            _same(fast, slow, [rng.integers(-128, 128, (1, hw, hw, 8)).astype(np.int8)])
+            assert bool(calls) is compiled_run, (op, hw)
+    m = Model()
+    x = m.add_operand(t, [0, 50], 0.5, 1)
+    w = m.add_operand(t, [10, 50], 0.25, -2)
+    m.set_operand_value(w, rng.integers(-128, 128, (10, 50)).astype(np.int8))
+    b = m.add_operand(T.TENSOR_INT32, [10], 0.125, 0)
+    m.set_operand_value(b, np.arange(10, dtype=np.int32))
+    a = m.add_operand(T.INT32)
+    m.set_operand_value(a, 0)
+    y = m.add_operand(t, [0, 10], 3.0, 4)
+    m.add_operation(Op.FULLY_CONNECTED, [x, w, b, a], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    fast, slow = _prepare_both(device, m)
+    for rows, compiled_run in ((2, True), (3, False)):  # 1000 and 1500 MACs
+        calls.clear()
+        _same(fast, slow, [rng.integers(-128, 128, (rows, 50)).astype(np.int8)])
+        assert bool(calls) is compiled_run, rows
