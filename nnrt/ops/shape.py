@@ -180,9 +180,12 @@ def prepare_concatenation(call: OpCall) -> Kernel:
 
     def run_same(*args: Any) -> np.ndarray:
         xs: tuple[np.ndarray, ...] = args[:n]
-        return np.concatenate(xs, axis=planned(tuple(x.shape for x in xs), args[n]))
+        return np.concatenate(xs, axis=planned(tuple([x.shape for x in xs]), args[n]))
 
-    return run_same
+    def run_pair(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:  # a streaming state and a frame
+        return np.concatenate((a, b), axis=planned((a.shape, b.shape), axis))
+
+    return run_pair if n == 2 else run_same
 
 
 # -- SQUEEZE / EXPAND_DIMS ---------------------------------------------------------------------
@@ -375,7 +378,8 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
 
     def run_same(x: np.ndarray, begin: Any, end: Any, strides: Any, bm: int, em: int, sm: int) -> np.ndarray:
         slices, shape = planned(x.shape, begin, end, strides, bm, em, sm)
-        return x[slices].copy().reshape(shape)
+        out = x[slices].copy()
+        return out if out.shape == shape else out.reshape(shape)
 
     return run_same
 
