@@ -44,6 +44,8 @@ __all__ = ["conv_runner", "dequantize_runner", "fc_runner", "quantize_runner"]
 #: [1,40,40,32] 3x3, where numpy has no GEMM to use).
 CONV_MAX_MACS = 1 << 17
 
+_UNPLANNED = object()
+
 #: The core's int64 parameter vector: the run's integers, then the int32 bias of each output
 #: channel (one array: a numba call pays ~0.1-0.2 us per argument).
 _G_SH, _G_SW, _G_DH, _G_DW, _G_TOP, _G_LEFT, _G_OH, _G_OW, _G_ZIN, _G_ZOUT, _G_QMIN, _G_QMAX, _G_DEPTHWISE = range(13)
@@ -224,7 +226,7 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
     prep = _prepared(call, w, bias, scales, qrange, depthwise)
     if prep is None:
         return None
-    memo: dict[tuple[int, ...], np.ndarray | None] = {}
+    memo: dict[tuple[int, ...], Any] = {}
 
     def plan(args: tuple[Any, ...]) -> np.ndarray | None:
         x = args[0]
@@ -240,7 +242,9 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
     core, wc, scales_ = prep.core, prep.w, prep.scales
 
     def run(x: np.ndarray, *rest: Any) -> KernelResult:
-        geo = memo[x.shape] if x.shape in memo else plan((x, *rest))
+        geo = memo.get(x.shape, _UNPLANNED)
+        if geo is _UNPLANNED:
+            geo = plan((x, *rest))
         if geo is None:
             return fallback(x, *rest)
         return core(x if x.flags.c_contiguous else np.ascontiguousarray(x), wc, geo, scales_)
