@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from nnrt.ops import _common
 from nnrt.ops._jit import compiled
 from nnrt.ops._registry import Kernel, KernelResult, OpCall
 
-__all__ = ["conv_runner", "dequantize_runner", "fc_runner", "quantize_runner"]
+__all__ = ["conv_runner", "dequantize_runner", "fc_runner", "table_lookups", "quantize_runner"]
 
 #: CONV_2D runs (and FULLY_CONNECTED) of up to this many multiply-adds take the compiled core;
 #: larger ones the numpy kernel, whose float GEMM (BLAS) outruns the core's loops: int8 3x3
@@ -133,6 +134,47 @@ def _dequantize_q(x: Any, zero: Any, scale: Any) -> Any:
     for i in range(src.size):
         dst[i] = (np.float32(src[i]) - zero) * scale
     return out
+
+
+def _lookup_q(table: Any, a: Any, b: Any, pairs: bool) -> Any:
+    """``table`` at the bytes of 8-bit ``a`` (or, with ``pairs``, at ``a``'s byte x 256 + ``b``'s,
+    ``b`` of ``a``'s shape), both C-contiguous: ``_common.lookup_unary`` / ``lookup_binary``."""
+    out = np.empty(a.shape, table.dtype)
+    src, dst = a.reshape(-1), out.reshape(-1)
+    if pairs:
+        other = b.reshape(-1)
+        for i in range(src.size):
+            dst[i] = table[(np.int64(np.uint8(src[i])) << 8) | np.int64(np.uint8(other[i]))]
+    else:
+        for i in range(src.size):
+            dst[i] = table[np.uint8(src[i])]
+    return out
+
+
+def table_lookups() -> tuple[Callable[[np.ndarray, np.ndarray], np.ndarray],
+                             Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]]:
+    """The 8-bit table lookups (``_common.quant8_table``) a quantized elementwise kernel runs:
+    compiled ones (one pass, no index temporaries) when compiled kernels are in use, else
+    ``_common.lookup_unary`` and ``lookup_binary`` (numpy), which also take the operands the
+    compiled pass does not (broadcast or strided ones)."""
+    unary, binary = _common.lookup_unary, _common.lookup_binary
+    core = compiled(_lookup_q)
+    if core is None:
+        return unary, binary
+
+    def lookup_unary(table: np.ndarray, x: np.ndarray) -> np.ndarray:
+        if not x.flags.c_contiguous:
+            return unary(table, x)
+        out: np.ndarray = core(table, x, x, False)
+        return out
+
+    def lookup_binary(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.shape != b.shape or not (a.flags.c_contiguous and b.flags.c_contiguous):
+            return binary(table, a, b)
+        out: np.ndarray = core(table, a, b, True)
+        return out
+
+    return lookup_unary, lookup_binary
 
 
 def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
