@@ -86,13 +86,13 @@ def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
                         ix = ox * sw - left + kx * dw
                         if ix < 0 or ix >= wd:
                             continue
+                        if depthwise and mult == 1:
+                            for c in range(cout):
+                                acc[c] += np.int32(np.int32(x[b, iy, ix, c]) - zin) * w[ky, kx, 0, c]
+                            continue
                         if depthwise:
-                            if mult == 1:
-                                for c in range(cout):
-                                    xc[c] = np.int32(x[b, iy, ix, c]) - zin
-                            else:
-                                for c in range(cout):
-                                    xc[c] = np.int32(x[b, iy, ix, c // mult]) - zin
+                            for c in range(cout):
+                                xc[c] = np.int32(x[b, iy, ix, c // mult]) - zin
                             for c in range(cout):
                                 acc[c] += xc[c] * w[ky, kx, 0, c]
                             continue
