@@ -41,7 +41,7 @@ __all__ = ["conv_runner", "dequantize_runner", "fc_runner", "table_lookups", "qu
 #: CONV_2D runs (and FULLY_CONNECTED) of up to this many multiply-adds take the compiled core;
 #: larger ones the numpy kernel, whose float GEMM (BLAS) outruns the core's loops: int8 3x3
 #: 16->16 on [1,40,40,16] (3.7 M) 860 us compiled against 290 us, 1x1 64->64 on [1,1,8,64]
-#: (33 k) 4 us against 30 us. Depthwise runs always take the core (157 against 294 us on
+#: (33 k) 4 us against 30 us. Depthwise runs always take the core (99 against 294 us on
 #: [1,40,40,32] 3x3, where numpy has no GEMM to use).
 CONV_MAX_MACS = 1 << 17
 
