@@ -71,16 +71,16 @@ def all_const(call: OpCall, *inputs: int) -> bool:
 P = TypeVar("P")
 
 
-def by_shape(plan: Callable[..., P]) -> Callable[..., P]:
-    """``plan(key, *params)`` remembered per ``key`` (input shapes) for an operation whose
-    parameters are all constants: the plan (validation included) runs once per shape, not on
-    every execution (a few us of Python per step on a small streaming model)."""
+def by_shape(plan: Callable[[Any], P]) -> Callable[[Any], P]:
+    """``plan(key)`` remembered per ``key`` (input shapes) for an operation whose parameters are
+    all constants (``plan`` closes over them): the plan (validation included) runs once per
+    shape, not on every execution (a few us of Python per step on a small streaming model)."""
     memo: dict[Hashable, P] = {}
 
-    def planned(key: Any, *params: Any) -> P:
+    def planned(key: Any) -> P:
         hit = memo.get(key)
         if hit is None:
-            hit = plan(key, *params)
+            hit = plan(key)
             if len(memo) < 16:
                 memo[key] = hit
         return hit
@@ -130,10 +130,10 @@ def prepare_reshape(call: OpCall) -> Kernel:
 
     if not all_const(call, 1) or not same_quant(src, dst):
         return run
-    planned = by_shape(lambda size, shape: _reshape_plan(call, size, shape))
+    planned = by_shape(lambda size: _reshape_plan(call, size, call.const(1)))
 
     def run_same(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
-        return x.reshape(planned(x.size, shape)).copy()
+        return x.reshape(planned(x.size)).copy()
 
     return run_same
 
@@ -176,14 +176,14 @@ def prepare_concatenation(call: OpCall) -> Kernel:
 
     if not all_const(call, n) or not all(same_quant(op, dst) for op in srcs):
         return run
-    planned = by_shape(lambda shapes, axis: _concat_plan(call, shapes, axis))
+    planned = by_shape(lambda shapes: _concat_plan(call, shapes, call.const(n)))
 
     def run_same(*args: Any) -> np.ndarray:
         xs: tuple[np.ndarray, ...] = args[:n]
-        return np.concatenate(xs, axis=planned(tuple([x.shape for x in xs]), args[n]))
+        return np.concatenate(xs, axis=planned(tuple([x.shape for x in xs])))
 
     def run_pair(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:  # a streaming state and a frame
-        return np.concatenate((a, b), axis=planned((a.shape, b.shape), axis))
+        return np.concatenate((a, b), axis=planned((a.shape, b.shape)))
 
     return run_pair if n == 2 else run_same
 
@@ -305,10 +305,10 @@ def prepare_slice(call: OpCall) -> Kernel:
 
     if not all_const(call, 1, 2) or not same_quant(src, dst):
         return run
-    planned = by_shape(lambda shape, begin, size: _slice_plan(call, shape, begin, size))
+    planned = by_shape(lambda shape: _slice_plan(call, shape, call.const(1), call.const(2)))
 
     def run_same(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
-        return x[planned(x.shape, begin, size)].copy()
+        return x[planned(x.shape)].copy()
 
     return run_same
 
@@ -374,10 +374,12 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
 
     if not all_const(call, 1, 2, 3, 4, 5, 6) or not same_quant(src, dst):
         return run
-    planned = by_shape(lambda shape, b, e, st, *masks: _strided_plan(call, shape, b, e, st, masks))
+    b0, e0, s0 = call.const(1), call.const(2), call.const(3)
+    masks0 = (call.const(4), call.const(5), call.const(6))
+    planned = by_shape(lambda shape: _strided_plan(call, shape, b0, e0, s0, masks0))
 
     def run_same(x: np.ndarray, begin: Any, end: Any, strides: Any, bm: int, em: int, sm: int) -> np.ndarray:
-        slices, shape = planned(x.shape, begin, end, strides, bm, em, sm)
+        slices, shape = planned(x.shape)
         out = x[slices].copy()
         return out if out.shape == shape else out.reshape(shape)
 
