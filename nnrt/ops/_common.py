@@ -11,6 +11,7 @@ integer pipeline (the quantized LSTM cells) build it from the fixed-point helper
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -122,8 +123,10 @@ def activation_bounds(act: int) -> tuple[np.float32, np.float32]:
     return np.float32(lo), np.float32(hi)
 
 
+@functools.lru_cache(maxsize=4096)
 def quant_range(act: int, scale: float, zero_point: int, type_: OperandType) -> tuple[int, int]:
-    """The saturating integer range of a quantized output with a fused activation."""
+    """The saturating integer range of a quantized output with a fused activation (remembered:
+    every requantization asks, and numpy scalar arithmetic makes it cost ~3 us)."""
     qmin, qmax = _INT_RANGES[type_]
     lo, hi = _ACT_BOUNDS[act]
     if lo != -np.inf:

@@ -23,13 +23,13 @@ from nnrt.ops._common import (
     float_scalar_type,
     from_real,
     lookup_binary,
-    lookup_unary,
     normalize_axis,
     quant8_table,
     to_real,
 )
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_float import PRELU_F32, UNARY_F32, hard_swish_f32, prelu_f32
+from nnrt.ops._jit_quant import table_lookups
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -68,9 +68,10 @@ def _elementwise(in_op: Operand, out_op: Operand, fn: RealFn) -> Kernel:
     a table of ``fn`` computed in float64 for each of the 256 input values)."""
     if in_op.type.is_quantized:
         table = quant8_table(lambda q: from_real(fn(to_real(q, in_op, np.float64)), out_op), (in_op,))
+        lookup = table_lookups()[0]
 
         def run_quant(x: np.ndarray) -> np.ndarray:
-            return lookup_unary(table, x)
+            return lookup(table, x)
 
         return run_quant
 

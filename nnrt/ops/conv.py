@@ -39,6 +39,7 @@ from nnrt.ops._common import (
     from_real,
     implicit_padding,
     int_param,
+    quant_range,
     to_nchw,
     to_real,
 )
@@ -54,6 +55,7 @@ from nnrt.ops._conv_core import (
 )
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_float import BIAS_ACT_F32, bias_act_f32
+from nnrt.ops._jit_quant import conv_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
@@ -382,10 +384,15 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     zero = call.inputs[0].zero_point if types.quantized else 0
     fused = compiled(bias_act_f32, BIAS_ACT_F32) if call.outputs[0].type is T.TENSOR_FLOAT32 and fd[1:3] == (1, 1) else None
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g, cin = _run_geometry(call, sig, (x, w, b, *params))
+    def checked(args: tuple[Any, ...]) -> Geometry:
+        g, cin = _run_geometry(call, sig, args)
+        w, b = args[1], args[2]
         if w.shape[3] != cin or b.shape != (w.shape[0],):
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
+        return g
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        g = checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
         wmat, scales = mat0 if mat0 is not None else _conv_matrices(call, types, w, b, cached=False)
@@ -402,7 +409,23 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         sums = conv_nhwc(xc, wmat, w.shape[1], w.shape[2], g)[0]
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
-    return run
+    return _compiled_or(call, sig, types, False, checked, run)
+
+
+def _compiled_or(call: OpCall, sig: ConvSignature, types: ConvTypes, depthwise: bool,
+                 checked: Any, run: Kernel) -> Kernel:
+    """The compiled twin of a quantized conv's ``run`` (``_jit_quant``) when filter, bias and
+    every scalar parameter are constants; else ``run``."""
+    w, b = call.const(1), call.const(2)
+    if not types.quantized or w is None or b is None or w.size == 0:
+        return run
+    if any(call.const(i) is None for i in range(sig.pad, len(call.inputs))):
+        return run
+    centred, scales = centred_filter(call, w, 3 if depthwise else 0)
+    out = call.outputs[0]
+    qrange = quant_range(call.const(sig.act), out.scale, out.zero_point, out.type)
+    fast = conv_runner(call, depthwise, centred, b, scales, qrange, checked, run)
+    return run if fast is None else fast
 
 
 def _conv_matrices(
@@ -470,14 +493,19 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
     stride_w = call.const(sig.stride)
     jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g, cin = _run_geometry(call, sig, (x, w, b, *params))
-        cout = w.shape[3]
-        if w.shape[0] != 1 or cout != cin * g.extra or b.shape != (cout,):
+    def checked(args: tuple[Any, ...]) -> Geometry:
+        g, cin = _run_geometry(call, sig, args)
+        w, b = args[1], args[2]
+        if w.shape[0] != 1 or w.shape[3] != cin * g.extra or b.shape != (w.shape[3],):
             call.fail(
                 f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels "
                 f"x depth multiplier {g.extra}"
             )
+        return g
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        g = checked((x, w, b, *params))
+        cout = w.shape[3]
         n, kh, kw = x.shape[0], w.shape[1], w.shape[2]
         if n == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, n, cout, g)
@@ -506,7 +534,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             real *= scales.tiled(ow)[0]
         return finish_output(call, real.reshape(n, oh, ow, cout), g)
 
-    return run
+    return _compiled_or(call, sig, types, True, checked, run)
 
 
 #: Depthwise outputs (batch x rows x columns) up to which one contraction beats the tap loop.
