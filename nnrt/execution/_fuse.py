@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnrt.execution._fuse_pad import fold_pads
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops._common import ACT_NONE, apply_activation
 from nnrt.types import OperandLifeTime, OperandType, OperationType
@@ -49,7 +50,7 @@ Op = OperationType
 _FRESH = frozenset({
     Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D, Op.FULLY_CONNECTED,
     Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH,
-    Op.PRELU,
+    Op.PRELU, Op.PAD, Op.PAD_V2,
 })  # fmt: skip
 _ACTIVATIONS = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
 #: Output elements from which binary arithmetic writes into its temporary (known dimensions only).
@@ -108,9 +109,21 @@ class ConstantFolder:
         return True
 
 
-def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher) -> list[Step]:
+def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
+               operands: Callable[[tuple[int, ...]], tuple[Operand, ...]]) -> list[Step]:
     """``steps`` with the exact fusions above applied (a new list; fused steps are new objects,
-    their argument getters made by ``fetcher``, their cost estimates the sum of the merged ones)."""
+    their argument getters made by ``fetcher``, their cost estimates the sum of the merged ones);
+    ``operands`` gives operands as the steps were prepared with (``ConstantFolder.operands``)."""
+
+    def new(base: Step, label: str, ins: tuple[int, ...], outs: tuple[int, ...], fn: Callable[..., Any],
+            cost_ns: float) -> Step:
+        from nnrt.execution._plan import Step  # the plan compiler imports this module
+
+        step = Step(base.index, base.type, label, base.kind, ins, outs, fn=fn)
+        step.fetch, step.out, step.cost_ns = fetcher(ins), outs[0], cost_ns
+        return step
+
+    steps = fold_pads(model, steps, operands, new)
     ops = model.operands
     readers: Counter[int] = Counter(i for s in steps for i in s.ins)
     outputs = set(model.output_indexes)
@@ -129,14 +142,6 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher) -> list[Step]:
     def const_act(i: int) -> int | None:
         v = ops[i].value if ops[i].is_constant else None
         return v if isinstance(v, int) and v in (0, 1, 2, 3) else None
-
-    def new(base: Step, label: str, ins: tuple[int, ...], outs: tuple[int, ...], fn: Callable[..., Any],
-            cost_ns: float) -> Step:
-        from nnrt.execution._plan import Step  # the plan compiler imports this module
-
-        step = Step(base.index, base.type, label, base.kind, ins, outs, fn=fn)
-        step.fetch, step.out, step.cost_ns = fetcher(ins), outs[0], cost_ns
-        return step
 
     dropped: set[int] = set()  # ids of steps merged into a later one
     replaced: dict[int, Step] = {}
