@@ -6,9 +6,12 @@ plan compiled without them (constant folding kept), measured in the same run, in
 
 Each plan runs synchronously on this thread (``run_plan``, no scheduler); the figure is the
 median of ``time.thread_time`` per execution, which the load of a shared machine distorts far
-less than wall time. The outputs of both plans are compared first (the fusions are exact: the
-largest difference is printed, and must be 0 unless a fusion says it rounds differently).
-The fused plan's top three op types (``nnrt bench --profile``'s attribution) follow.
+less than wall time. The process takes the latency settings ``nnrt bench`` runs with
+(``CpuDevice(tune_process=True)``: one BLAS thread, glibc keeping freed blocks for reuse;
+without the latter, page faults on fresh intermediates dominate every comparison). The
+outputs of both plans are compared first (the fusions are exact: the largest difference is
+printed, and must be 0 unless a fusion says it rounds differently). The fused plan's top
+three op types (``nnrt bench --profile``'s attribution) follow.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 from real_models import VENDORED, find_models
 
 import nnrt.execution._plan as plan_module
+from nnrt import CpuDevice
 from nnrt.bench._inputs import input_specs, make_inputs, open_model, with_initial_state
 from nnrt.bench._profile import profile_plan
 from nnrt.errors import NnrtError
@@ -60,6 +64,7 @@ def execute(plan: Plan, args: list[Any]) -> tuple[list[np.ndarray], int]:
 
 
 def main() -> int:
+    CpuDevice(tune_process=True).close()  # the process settings nnrt bench runs with
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=Path, action="append", default=[])
     parser.add_argument("--only", default="")

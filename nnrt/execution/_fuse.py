@@ -15,6 +15,11 @@ nothing else, so writing into it is invisible.
   fresh single-reader temporary of the other operand's shape writes into that operand (on
   outputs of 4096 elements or more: below that an allocation is cheaper than the checks).
 
+First, ``fold_pads`` (``_fuse_pad``) merges a zero PAD into the convolution reading it, and
+``fuse_chains`` (``_fuse_chain``) runs chains of elementwise float32 operations (decomposed
+hardswish / hard-sigmoid, affine, HARD_SWISH after a convolution) as one blocked step; the
+rewrites below apply to what remains.
+
 Fused steps keep the consumer's operation type and output; their label names both operations.
 Only float32 tensors are rewritten: other types keep their kernels' own conversions.
 
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnrt.execution._fuse_chain import fuse_chains
 from nnrt.execution._fuse_pad import fold_pads
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops._common import ACT_NONE, apply_activation
@@ -124,6 +130,7 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
         return step
 
     steps = fold_pads(model, steps, operands, new)
+    steps, chains = fuse_chains(model, steps, operands, new, lambda p: p.type in _FRESH)
     ops = model.operands
     readers: Counter[int] = Counter(i for s in steps for i in s.ins)
     outputs = set(model.output_indexes)
@@ -146,7 +153,7 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
     dropped: set[int] = set()  # ids of steps merged into a later one
     replaced: dict[int, Step] = {}
     for s in steps:
-        if s.fn is None or len(s.outs) != 1 or not f32(s.outs[0]):
+        if s.fn is None or len(s.outs) != 1 or not f32(s.outs[0]) or id(s) in chains:
             continue
         if s.type in _ACTIVATIONS and (p := fresh_temp(s.ins[0])) is not None and id(p) not in dropped:
             first = replaced.get(id(p), p)
