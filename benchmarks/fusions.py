@@ -76,7 +76,7 @@ def main() -> int:
     ratios = []
     for path, entry in models:
         try:
-            loaded = open_model(path, entry.get("input_shapes"))
+            loaded = open_model(path, entry.get("input_shapes"), entry.get("load_values"))
             specs = input_specs(loaded.model, entry.get("input_shapes"), entry.get("input_values"))
             inputs = with_initial_state(loaded.model, make_inputs(specs, values=entry.get("input_values")))
             fused = compile_plan(loaded.model)

@@ -14,7 +14,7 @@ import pytest
 
 import nnrt
 import nnrt.execution._plan as plan_module
-from nnrt import Model
+from nnrt import Model, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.execution._fuse_chain import BLOCK, MIN_ELEMENTS
@@ -97,7 +97,7 @@ def test_paddle_hardswish_chain_is_one_step_with_the_same_bits(device: nnrt.CpuD
 def test_small_tensors_keep_their_steps() -> None:
     """Below MIN_ELEMENTS the steps stay (``zoo.add_chain``, the overhead benchmark's plan, too)."""
     assert len(compile_plan(_paddle_hardswish([1, 4, 5, 3])()).steps) > 2
-    assert len(compile_plan(nnrt.zoo.add_chain(20)).steps) == 20
+    assert len(compile_plan(zoo.add_chain(20)).steps) == 20
 
 
 def test_a_value_read_outside_ends_the_chain(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
