@@ -13,15 +13,16 @@ RELU/RELU1/RELU6 or HARD_SWISH on float32, whose operands are the chain's runnin
 constant (one value, or one per channel of the last axis) or an earlier value of the chain
 (``x`` in ``x * relu6(x + 3)``); every value but the last is a temporary read by the chain's
 links only; the input has ``MIN_ELEMENTS`` or more (known at preparation); a chain of one link
-(a HARD_SWISH after a convolution) only where it can work in place. The chain runs as one step
-over the input in blocks of ``BLOCK`` elements (whole rows of the last axis): each link is the
-numpy call its kernel makes, with the same operands in the same order, into the block's slice
-of the result, so every value is bit for bit the unfused plan's (tested); the earlier values a
-later link reads are kept per block. The result is the input's own buffer when the input is a
-fresh temporary the chain alone reads (as ``_fuse``'s in-place rules), else one new array.
-Measured on PaddleOCR's conv -> affine -> hardswish -> affine chain, [1,160,160,16]: separate
-fresh arrays 1.8 ms, in place 0.58 ms, blocked 0.44 ms (a HARD_SWISH [1,112,112,16]: its
-kernel 0.43 ms, blocked in place 0.11 ms).
+(a HARD_SWISH after a convolution) only where it can work in place, from
+``SINGLE_MIN_ELEMENTS``. The chain runs as one step over the input in blocks of ``BLOCK``
+elements (whole rows of the last axis): each link is the numpy call its kernel makes, with the
+same operands in the same order, into the block's slice of the result, so every value is bit
+for bit the unfused plan's (tested); the earlier values a later link reads are kept per block.
+The result is the input's own buffer when the input is a fresh temporary the chain alone
+reads (as ``_fuse``'s in-place rules), else one new array.
+Measured (CPU time, malloc tuned as ``nnrt bench`` runs) on PaddleOCR's conv -> affine ->
+hardswish -> affine chain: [1,160,160,16] separate fresh arrays 1.46 ms, ``_fuse``'s in-place
+rules 0.60 ms, this chain 0.50 ms; [1,80,80,48] 0.74 / 0.39 / 0.30 ms.
 
 At run time, an input that does not fit what preparation saw (not C-contiguous, another last
 axis than the per-channel constants, fewer axes than a constant) runs the links' own kernels
@@ -45,19 +46,23 @@ from nnrt.types import OperandLifeTime, OperandType, OperationType
 if TYPE_CHECKING:
     from nnrt.execution._plan import Step
 
-__all__ = ["BLOCK", "MIN_ELEMENTS", "fuse_chains"]
+__all__ = ["BLOCK", "MIN_ELEMENTS", "SINGLE_MIN_ELEMENTS", "fuse_chains"]
 
 Op = OperationType
 Operands = Callable[[tuple[int, ...]], tuple[Operand, ...]]
 NewStep = Callable[..., "Step"]
 
-#: Elements per block: a block and its few scratch rows stay in the L2 cache (measured: 64 Ki
-#: elements 0.44 ms, 16 Ki 0.58 ms, 4 Ki 1.0 ms on the chain in the module doc).
+#: Elements per block: a block and its few scratch rows stay in the L2 cache (measured on the
+#: [1,160,160,16] chain in the module doc: 64 Ki elements 0.50 ms, 16 Ki 0.58, one block 0.51).
 BLOCK = 65536
 #: Chains on tensors of known size from this many elements: on smaller ones the steps cost
 #: about what the chain's own bookkeeping does (and a chain removes the interpreter's
 #: checkpoints between its operations, which small plans such as ``zoo.add_chain`` measure).
 MIN_ELEMENTS = 4096
+#: A chain of one link (a HARD_SWISH into its convolution's buffer) from this many elements:
+#: below, the kernel's own fresh array costs no more (measured with malloc tuned: [1,112,112,16]
+#: kernel 0.12 ms, in place 0.14; [1,112,112,64] 0.84 vs 0.58).
+SINGLE_MIN_ELEMENTS = 1 << 19
 
 _BINARY: dict[OperationType, Callable[..., np.ndarray]] = {
     Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
@@ -117,7 +122,8 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
         inside = Counter(i for link in links for i in link.step.ins)
         p = producer.get(x0)
         in_place = p is not None and fresh(p) and temp(x0) and inside[x0] == reads[x0]
-        if _dims_size(ops[x0].dimensions) < MIN_ELEMENTS or (len(links) < 2 and not in_place):
+        size = _dims_size(ops[x0].dimensions)
+        if size < MIN_ELEMENTS or (len(links) < 2 and not (in_place and size >= SINGLE_MIN_ELEMENTS)):
             continue
         fn = _chain_fn(links, x0, in_place, operands)
         if fn is None:

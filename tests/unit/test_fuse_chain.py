@@ -17,7 +17,7 @@ import nnrt.execution._plan as plan_module
 from nnrt import Model, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.execution._fuse_chain import BLOCK, MIN_ELEMENTS
+from nnrt.execution._fuse_chain import BLOCK, MIN_ELEMENTS, SINGLE_MIN_ELEMENTS
 from nnrt.execution._plan import compile_plan
 from tests.unit.test_fuse import Graph
 
@@ -157,18 +157,24 @@ def test_every_link_kind_keeps_its_operand_order(device: nnrt.CpuDevice, monkeyp
 
 
 def test_hard_swish_after_a_conv_runs_in_its_buffer(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
-    def build(twice: bool = False) -> Model:
-        g = Graph()
-        x = g.t([1, 40, 40, 4])
-        c = _conv(g, x, [1, 40, 40, 4], 8)
-        h = g.op(Op.HARD_SWISH, [c], [1, 40, 40, 8])
-        # twice: the conv's result is also a model output: the HARD_SWISH keeps its own array
-        return g.done([x], [h, c] if twice else [h])
+    def build(hw: int, twice: bool = False) -> Callable[[], Model]:
+        def make() -> Model:
+            g = Graph()
+            x = g.t([1, hw, hw, 4])
+            c = _conv(g, x, [1, hw, hw, 4], 8)
+            h = g.op(Op.HARD_SWISH, [c], [1, hw, hw, 8])
+            # twice: the conv's result is also a model output: the HARD_SWISH keeps its own array
+            return g.done([x], [h, c] if twice else [h])
 
-    steps = _compare(device, build, [_values((1, 40, 40, 4))], 2, monkeypatch)
+        return make
+
+    hw = 256
+    assert hw * hw * 8 >= SINGLE_MIN_ELEMENTS
+    steps = _compare(device, build(hw), [_values((1, hw, hw, 4))], 2, monkeypatch)
     assert "operation 1 (HARD_SWISH)" in steps[1].label and "_chain_fn" in steps[1].fn.__qualname__
-    steps = _compare(device, lambda: build(twice=True), [_values((1, 40, 40, 4))], 2, monkeypatch)
-    assert "_chain_fn" not in steps[1].fn.__qualname__  # not a chain: the HARD_SWISH kernel itself
+    for size, twice in ((40, False), (hw, True)):  # too small to pay; not its buffer
+        steps = _compare(device, build(size, twice), [_values((1, size, size, 4))], 2, monkeypatch)
+        assert "_chain_fn" not in steps[1].fn.__qualname__  # the HARD_SWISH kernel itself
 
 
 def test_a_chain_on_a_caller_input_writes_a_new_array(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
