@@ -230,17 +230,35 @@ def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -
                     if a[0] == "c"), default=0)
     saved = sorted({a[1] for link in links for a in link.args if a[0] == "r"})
     program = [(_BINARY.get(link.type), link.type, link.args, link.act) for link in links]
+    tiled: dict[int, list[Any]] = {1: program}  # per-channel constants repeated k times, by k
     fallback = _unfused(links, x0, operands)
     has_unary = any(link.type is Op.HARD_SWISH for link in links)
+
+    def rows_of(x: np.ndarray) -> tuple[int, list[Any]]:
+        """Row length and program: rows of k whole channel vectors, about 4 Ki values (a row of
+        C values makes numpy's inner loop C long: [1,160,160,16] 0.20 ms, tiled 0.13), the
+        per-channel constants tiled k times to match."""
+        n = x.size // width
+        k = next(k for k in (64, 32, 16, 8, 4, 2, 1) if (n % k == 0 and k * width <= 4096) or k == 1)
+        prog = tiled.get(k)
+        if prog is None:
+            prog = tiled[k] = [(u, kind, tuple(("c", np.tile(a[1], k)) if a[0] == "c" and a[1].ndim == 1 else a
+                                               for a in args), act) for u, kind, args, act in program]
+        return k * width, prog
 
     def run(x: np.ndarray) -> np.ndarray:
         if (x.dtype != _F32 or x.ndim < max(min_rank, 1) or x.size == 0 or not x.flags.c_contiguous
                 or (width and x.shape[-1] != width) or (in_place and not x.flags.writeable)):
             return fallback(x)
         out = x if in_place else np.empty_like(x)
-        # Blocks of whole rows of the channels when a constant is per channel, else of the flat array.
-        xs_all, ws_all = (x.reshape(-1, width), out.reshape(-1, width)) if width else (x.reshape(-1), out.reshape(-1))
-        rows = max(1, BLOCK // width) if width else BLOCK
+        # Blocks of whole rows of channels when a constant is per channel, else of the flat array.
+        xs_all: np.ndarray
+        ws_all: np.ndarray
+        if width:
+            cols, prog = rows_of(x)
+            xs_all, ws_all, rows = x.reshape(-1, cols), out.reshape(-1, cols), max(1, BLOCK // cols)
+        else:
+            prog, xs_all, ws_all, rows = program, x.reshape(-1), out.reshape(-1), BLOCK
         shape = (min(rows, xs_all.shape[0]), *xs_all.shape[1:])
         scratch = {j: np.empty(shape, _F32) for j in saved}
         spare = np.empty(shape, _F32) if has_unary else None
@@ -254,7 +272,7 @@ def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -
                     regs[0] = scratch[0][:m]
                     np.copyto(regs[0], xs)
             t = xs
-            for k, (ufunc, kind, args, act) in enumerate(program):
+            for k, (ufunc, kind, args, act) in enumerate(prog):
                 if ufunc is not None:
                     a, b = (t if s[0] == "t" else s[1] if s[0] == "c" else regs[s[1]] for s in args)
                     ufunc(a, b, out=w)

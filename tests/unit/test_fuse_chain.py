@@ -110,7 +110,9 @@ def test_a_value_read_outside_ends_the_chain(device: nnrt.CpuDevice, monkeypatch
 def test_hard_sigmoid_with_a_per_channel_bias(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
     """squeeze-excite's gate: ADD bias (per channel), MUL 0.2, ADD 0.5, MAXIMUM 0, MINIMUM 1; then
     the gate scales a bigger tensor (a broadcast: not a link)."""
-    for gate_shape, y_shape in (([1, 1, 1, 16], [1, 5, 5, 16]), ([1, 300, 16], [2, 1, 300, 16])):
+    # per-channel rows tiled k = 4, 64 (over several blocks) and 1 (an odd count) times; a tiny gate
+    for gate_shape, y_shape in (([1, 1, 1, 16], [1, 5, 5, 16]), ([1, 300, 16], [2, 1, 300, 16]),
+                                ([1, 128, 128, 16], [1, 128, 128, 16]), ([1, 97, 101, 16], [1, 97, 101, 16])):
 
         def build(gate_shape: list[int] = gate_shape, y_shape: list[int] = y_shape) -> Model:
             g = Graph()
@@ -124,7 +126,7 @@ def test_hard_sigmoid_with_a_per_channel_bias(device: nnrt.CpuDevice, monkeypatc
             out = g.op(Op.MUL, [y, gate, g.act(0)], y_shape)
             return g.done([s, y], [out])
 
-        small = len(gate_shape) == 4  # 16 values: the steps stay
+        small = int(np.prod(gate_shape)) < MIN_ELEMENTS  # 16 values: the steps stay
         steps = _compare(device, build, [_values(tuple(gate_shape)), _values(tuple(y_shape), 1)], 6 if small else 2,
                          monkeypatch)
         if not small:
