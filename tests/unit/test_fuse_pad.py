@@ -197,3 +197,29 @@ def test_pad_copy_matches_numpy_pad() -> None:
         got = pad_copy(x, pads, fill)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_channel_pad_is_written_into_by_its_add(device: nnrt.CpuDevice) -> None:
+    """BlazeFace's residual: ADD(x, PAD(y) on channels). The PAD's array is fresh and read once,
+    so the ADD writes into it; the result is the unfused one."""
+    m = Model()
+    x, y = m.add_operand(F32, [1, 16, 16, 24]), m.add_operand(F32, [1, 16, 16, 16])
+    amounts = m.add_operand(T.TENSOR_INT32, [4, 2])
+    m.set_operand_value(amounts, np.array([[0, 0], [0, 0], [0, 0], [0, 8]], np.int32))
+    padded = m.add_operand(F32, [1, 16, 16, 24])
+    m.add_operation(Op.PAD, [y, amounts], [padded])
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    out = m.add_operand(F32, [1, 16, 16, 24])
+    m.add_operation(Op.ADD, [x, padded, act], [out])
+    m.identify_inputs_and_outputs([x, y], [out])
+    m.finish()
+    steps = compile_plan(m).steps
+    assert steps[1].fn is not None and steps[1].fn.__name__ == "run_in_place"
+    rng = np.random.default_rng(2)
+    xv, yv = rng.standard_normal((1, 16, 16, 24)).astype(np.float32), rng.standard_normal((1, 16, 16, 16)).astype(np.float32)
+    keep = xv.copy(), yv.copy()
+    got = device.prepare_model_sync(m).execute_sync([xv, yv]).outputs[0]
+    np.testing.assert_array_equal(got, xv + np.pad(yv, ((0, 0), (0, 0), (0, 0), (0, 8))))
+    np.testing.assert_array_equal(xv, keep[0])
+    np.testing.assert_array_equal(yv, keep[1])
