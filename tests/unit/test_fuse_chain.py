@@ -218,3 +218,22 @@ def test_quantized_and_mixed_chains_are_not_fused() -> None:
     m.identify_inputs_and_outputs([x], [b])
     m.finish()
     assert len(compile_plan(m).steps) == 2
+
+
+@pytest.mark.parametrize("hw", [24, 97])
+def test_hardswish_reading_the_conv_twice(device: nnrt.CpuDevice, hw: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ppocr cls's hardswish right after a conv, x * relu6(x + 3) / 6 reading the conv's result
+    twice: in its buffer (a block's input kept aside) beyond one block, a new array within one."""
+    assert (hw * hw * 8 > BLOCK) == (hw > 90)
+
+    def build() -> Model:
+        g = Graph()
+        x = g.t([1, hw, hw, 3])
+        c = _conv(g, x, [1, hw, hw, 3], 8)
+        out = [1, hw, hw, 8]
+        r = g.op(Op.ADD, [c, _scalar(g, 3.0), g.act(3)], out)
+        p = g.op(Op.MUL, [c, r, g.act(0)], out)
+        return g.done([x], [g.op(Op.DIV, [p, _scalar(g, 6.0), g.act(0)], out)])
+
+    steps = _compare(device, build, [_values((1, hw, hw, 3))], 2, monkeypatch)
+    assert steps[1].label.count(" + ") == 2
