@@ -8,7 +8,8 @@ by a kernel known to return a fresh array of its own (``_FRESH``): such an array
 nothing else, so writing into it is invisible.
 
 * SiLU: ``LOGISTIC(x) -> s; MUL(x, s)`` (either order, constant activation) becomes one step
-  computing ``x * sigmoid(x)`` in one array: four passes instead of six, two allocations fewer.
+  computing ``x * sigmoid(x)`` in one array: four passes instead of six, two allocations fewer;
+  on large tensors in cache-sized blocks, into ``x`` when only these two read it.
 * Activation folding: ``RELU``/``RELU1``/``RELU6`` after a fresh producer clips the producer's
   result in place (no new array; the step disappears).
 * In-place binary arithmetic: ``ADD``/``SUB``/``MUL``/``DIV`` on float32 whose operand is a
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nnrt.execution._fuse_chain import fuse_chains
+from nnrt.execution._fuse_chain import BLOCK, fuse_chains
 from nnrt.execution._fuse_pad import fold_pads
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops._common import ACT_NONE, apply_activation
@@ -61,6 +62,8 @@ _FRESH = frozenset({
 _ACTIVATIONS = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
 #: Output elements from which binary arithmetic writes into its temporary (known dimensions only).
 _IN_PLACE_MIN_ELEMENTS = 4096
+#: Elements from which SiLU runs in blocks (``_silu``).
+_SILU_BLOCKED_MIN = 1 << 18
 _UFUNCS: dict[OperationType, Callable[..., np.ndarray]] = {
     Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
 }  # fmt: skip
@@ -139,10 +142,10 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
     def f32(i: int) -> bool:
         return ops[i].type is OperandType.TENSOR_FLOAT32
 
-    def fresh_temp(i: int) -> Step | None:
-        """The producing step of ``i`` when ``i`` is a fresh float32 temporary read once."""
+    def fresh_temp(i: int, reads: int = 1) -> Step | None:
+        """The producing step of ``i`` when ``i`` is a fresh float32 temporary read ``reads`` times."""
         p = producer.get(i)
-        ok = (p is not None and p.type in _FRESH and readers[i] == 1 and i not in outputs and f32(i)
+        ok = (p is not None and p.type in _FRESH and readers[i] == reads and i not in outputs and f32(i)
               and ops[i].lifetime is OperandLifeTime.TEMPORARY_VARIABLE)
         return p if ok else None
 
@@ -166,7 +169,9 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
             for x, g in ((a, b), (b, a)):
                 p = fresh_temp(g)
                 if p is not None and p.type is Op.LOGISTIC and p.ins[0] == x and f32(x) and id(p) not in replaced:
-                    replaced[id(s)] = new(s, f"{p.label} + {s.label}", (x,), s.outs, _silu(act), p.cost_ns + s.cost_ns)
+                    own = fresh_temp(x, 2) is not None  # x read by these two alone: the result may go into it
+                    replaced[id(s)] = new(s, f"{p.label} + {s.label}", (x,), s.outs, _silu(act, own),
+                                          p.cost_ns + s.cost_ns)
                     dropped.add(id(p))
                     break
             else:
@@ -203,10 +208,17 @@ def _then_activation(fn: Callable[..., Any], act: int) -> Callable[..., Any]:
     return run
 
 
-def _silu(act: int) -> Callable[[np.ndarray], np.ndarray]:
-    """x * (1 / (1 + exp(-x))), the very operations LOGISTIC then MUL perform, in one array."""
+def _silu(act: int, in_place: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+    """x * (1 / (1 + exp(-x))), the very operations LOGISTIC then MUL perform, in one array;
+    from ``_SILU_BLOCKED_MIN`` elements in cache-sized blocks (``_fuse_chain.BLOCK``) with one
+    block of scratch, into ``x`` itself when ``in_place`` (x is a fresh temporary read by the
+    LOGISTIC and the MUL alone). Measured, CPU time, malloc tuned, on ddddocr det's first SiLU
+    [1,208,208,24]: one array 1.5 ms, blocks into x 1.0 (blocks into a new array 1.1-1.2); on
+    [1,52,52,128] 0.40 -> 0.34 ms; [1,26,26,256] 0.157 vs 0.170 (hence the threshold)."""
 
     def run(x: np.ndarray) -> np.ndarray:
+        if x.size >= _SILU_BLOCKED_MIN and x.flags.c_contiguous and (x.flags.writeable or not in_place):
+            return _silu_blocked(x, act, in_place)
         t: np.ndarray = np.negative(x)
         np.exp(t, out=t)
         t += np.float32(1)
@@ -215,3 +227,22 @@ def _silu(act: int) -> Callable[[np.ndarray], np.ndarray]:
         return apply_activation(t, act) if act != ACT_NONE else t
 
     return run
+
+
+def _silu_blocked(x: np.ndarray, act: int, in_place: bool) -> np.ndarray:
+    flat = x.reshape(-1)
+    out = flat if in_place else np.empty_like(flat)
+    n = flat.size
+    scratch = np.empty(min(BLOCK, n), np.float32)
+    for s in range(0, n, BLOCK):
+        xs = flat[s:s + BLOCK]
+        t = scratch[:xs.size]
+        np.negative(xs, out=t)
+        np.exp(t, out=t)
+        t += np.float32(1)
+        np.reciprocal(t, out=t)
+        w = out[s:s + BLOCK]
+        np.multiply(xs, t, out=w)
+        if act != ACT_NONE:
+            apply_activation(w, act)
+    return out.reshape(x.shape)

@@ -237,3 +237,22 @@ def test_hardswish_reading_the_conv_twice(device: nnrt.CpuDevice, hw: int, monke
 
     steps = _compare(device, build, [_values((1, hw, hw, 3))], 2, monkeypatch)
     assert steps[1].label.count(" + ") == 2
+
+
+@pytest.mark.parametrize(("source", "act"), [("conv", 0), ("conv", 3), ("input", 0)])
+def test_large_silu_runs_in_blocks_with_the_same_bits(device: nnrt.CpuDevice, source: str, act: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """x * sigmoid(x) over [1,129,131,16] (several blocks, a partial last one): into the conv's
+    buffer when only the LOGISTIC and the MUL read it, a new array for a caller's input."""
+    shape = [1, 129, 131, 16]
+
+    def build() -> Model:
+        g = Graph()
+        x = g.t(shape if source == "input" else [*shape[:3], 3])
+        v = x if source == "input" else _conv(g, x, [*shape[:3], 3], 16)
+        s = g.op(Op.LOGISTIC, [v], shape)
+        return g.done([x], [g.op(Op.MUL, [s, v, g.act(act)], shape)])
+
+    xs = [_values(tuple(shape) if source == "input" else (*shape[:3], 3))]
+    steps = _compare(device, build, xs, 1 if source == "input" else 2, monkeypatch)
+    assert "(LOGISTIC) + " in steps[-1].label
