@@ -38,14 +38,12 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-
 from nnrt._log import get_logger
 from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
-from nnrt.execution import PreparedModel
-from nnrt.memory import Memory
-from nnrt.process._wire import decode_args, error_payload, model_from_wire, recv_frame, send_frame
+from nnrt.execution import ExecutionResult, PreparedModel
+from nnrt.process._pools import Pools
+from nnrt.process._wire import InPlace, decode_args, error_payload, model_from_wire, output_views, recv_frame, send_frame
 from nnrt.types import ErrorStatus
 
 __all__ = ["main"]
@@ -69,7 +67,7 @@ class _Service:
         self.device = device
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.segments: dict[str, Memory] = {}
+        self.pools = Pools()
         self.done: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
@@ -82,8 +80,7 @@ class _Service:
             loop.remove_reader(self.sock.fileno())
             for task in list(self.tasks.values()):
                 task.cancel()
-            for mem in self.segments.values():
-                mem.close()
+            self.pools.close()
             close = getattr(self.device, "close", None)
             if close is not None:
                 close()
@@ -164,37 +161,40 @@ class _Service:
         return prepared
 
     def _execute_now(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                     loop_timeout: float | None) -> bool:
+                     loop_timeout: float | None, out_refs: list[Any] | None = None) -> bool:
         """Run a cheap request at once when the device may (``Driver.can_run_now``: the path a
         burst's inline requests take), without a task; False: it needs the scheduler."""
         prepared = self.prepared.get((app, handle))
         if prepared is None or not prepared._driver.can_run_now(prepared.plan):
             return False
         try:
-            result = prepared._execute_now(decode_args(args, self._attach), None, True, deadline, loop_timeout)
-            self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+            outs = output_views(out_refs, self.pools.attach)
+            result = prepared._execute_now(decode_args(args, self.pools.attach), outs, True, deadline, loop_timeout)
+            self._reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
         return True
 
     async def _execute(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                       loop_timeout: float | None) -> None:
+                       loop_timeout: float | None, out_refs: list[Any] | None = None) -> None:
         try:
             prepared = self._lookup(app, handle)
-            values = decode_args(args, self._attach)
-            result = await prepared.execute(values, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
-            self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+            values = decode_args(args, self.pools.attach)
+            outs = output_views(out_refs, self.pools.attach)
+            result = await prepared.execute(values, outs, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
+            self._reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except asyncio.CancelledError:
             self._reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), "the execution was cancelled"))
             raise
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
-    def _attach(self, name: str) -> np.ndarray:
-        mem = self.segments.get(name)
-        if mem is None:
-            mem = self.segments[name] = Memory.from_shared_memory(name)
-        return mem.buffer
+
+def _reply_outputs(result: ExecutionResult, outs: list[Any] | None) -> list[Any]:
+    """The outputs for the reply: those written in place are only their shape (``InPlace``)."""
+    if outs is None:
+        return result.outputs
+    return [v if b is None else InPlace(s.dimensions) for v, b, s in zip(result.outputs, outs, result.output_shapes)]
 
 
 def _watch_parent(parent: int) -> None:

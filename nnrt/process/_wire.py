@@ -11,35 +11,41 @@ Data rules (issue 18):
 
 * a model crosses once, at preparation, as the serializer's description plus its constant
   tensors (``model_to_wire`` / ``model_from_wire``, the ``Model.save`` format's pieces);
-* an execution argument that is a view of a named shared-memory segment
-  (``Memory.from_shared_memory``) crosses as ``ShmRef`` (segment name, offset, dtype, shape):
-  no bytes copied, whatever its size; the service maps the segment once and keeps the mapping;
+* an execution input that is a view of a named shared-memory segment
+  (``Memory.from_shared_memory``) or of a mapped file (``Memory.from_file``) crosses as
+  ``PoolRef`` (segment name or ``FileKey``, offset, dtype, shape): no bytes copied, whatever
+  its size; the service maps the pool once and keeps the mapping (``nnrt.process._pools``);
 * a plain array of at least ``ARENA_MIN_BYTES`` is copied once into the device's arena (one
-  shared segment) and crosses as a ``ShmRef`` to it;
-* any other array crosses by value, pickled.
+  shared segment) and crosses as a ``PoolRef`` to it;
+* any other array crosses by value, pickled;
+* an output whose buffer is a view of such a pool (a ``MemoryLocation`` in it) crosses as a
+  ``PoolRef`` too: the service's execution writes it in place and the reply carries only its
+  shape (``InPlace``); other outputs come back by value.
 """
 
 from __future__ import annotations
 
+import math
 import pickle
 import socket
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from nnrt.errors import GeneralFailureError, NnrtError, error_for
-from nnrt.memory._memory import shared_segment
+from nnrt.memory._memory import FileKey, pool_origin
 from nnrt.model._serialize import model_from_dict, model_to_dict
-from nnrt.types import ErrorStatus
+from nnrt.types import ErrorStatus, OutputShape
 
 if TYPE_CHECKING:
     from nnrt.model import Model
     from nnrt.process._arena import Arena
 
 __all__ = [
-    "ARENA_MIN_BYTES", "ShmRef", "decode_args", "encode_args", "encode_frame", "error_from", "error_payload", "model_from_wire",
-    "model_to_wire", "recv_frame", "send_frame", "write_frame",
+    "ARENA_MIN_BYTES", "InPlace", "PoolRef", "decode_args", "encode_args", "encode_frame", "encode_outputs", "error_from",
+    "error_payload", "model_from_wire", "model_to_wire", "output_views", "recv_frame", "send_frame", "write_frame",
 ]
 
 _HEADER = struct.Struct("<Q")
@@ -47,12 +53,20 @@ _HEADER = struct.Struct("<Q")
 MAX_FRAME = 1 << 34
 
 
-class ShmRef(NamedTuple):
-    """An array argument that lives in a named shared-memory segment: sent by name."""
+class PoolRef(NamedTuple):
+    """An array argument that lives in a pool both processes map: sent by name. ``pool`` is a
+    shared-memory segment's name (``str``) or a mapped file's ``FileKey``; ``offset`` is in
+    bytes from the start of that mapping."""
 
-    name: str
+    pool: str | FileKey
     offset: int
     dtype: str
+    shape: tuple[int, ...]
+
+
+class InPlace(NamedTuple):
+    """In a reply: the output was written where its ``PoolRef`` said; ``shape`` is the result's."""
+
     shape: tuple[int, ...]
 
 
@@ -139,45 +153,72 @@ ARENA_MIN_BYTES = 64 * 1024
 
 def encode_args(args: list[Any], arena: Arena | None = None) -> tuple[list[Any], list[tuple[int, int]]]:
     """The interpreter's input values for the wire, and the arena blocks they took
-    (``(offset, nbytes)``, to free when the reply arrives): shared-memory views become
-    ``ShmRef``; large plain arrays are copied into ``arena`` and become ``ShmRef`` too."""
+    (``(offset, nbytes)``, to free when the reply arrives): views of a shared segment or a
+    mapped file become ``PoolRef``; large plain arrays are copied into ``arena`` and become
+    ``PoolRef`` too."""
     out: list[Any] = []
     blocks: list[tuple[int, int]] = []
     for a in args:
         if type(a) is np.ndarray and a.nbytes >= 4096:
-            where = shared_segment(a) if a.flags.c_contiguous else None
+            where = pool_origin(a) if a.flags.c_contiguous else None
             if where is None and arena is not None and a.nbytes >= ARENA_MIN_BYTES:
-                where = arena.put(a)
-                if where is not None:
-                    blocks.append((where[1], a.nbytes))
+                put = arena.put(a)
+                if put is not None:
+                    blocks.append((put[1], a.nbytes))
+                    where = put
             if where is not None:
-                out.append(ShmRef(where[0], where[1], a.dtype.str, a.shape))
+                out.append(PoolRef(where[0], where[1], a.dtype.str, a.shape))
                 continue
         out.append(a)
     return out, blocks
 
 
-def decode_args(args: list[Any], attach: Any) -> list[Any]:
-    """The values the service executes on: ``attach(name)`` maps a segment (a flat uint8 array)."""
-    out: list[Any] = []
-    for a in args:
-        if type(a) is ShmRef:
-            raw = attach(a.name)
-            dtype = np.dtype(a.dtype)
-            n = int(np.prod(a.shape, dtype=np.int64)) * dtype.itemsize
-            if a.offset < 0 or a.offset + n > raw.size:
-                raise GeneralFailureError(f"shared memory {a.name!r}: {n} bytes at {a.offset} are outside the segment")
-            a = raw[a.offset : a.offset + n].view(dtype).reshape(a.shape)
-        out.append(a)
-    return out
+def encode_outputs(bufs: Any) -> list[PoolRef | None] | None:
+    """The caller's output buffers that the service may write in place (C-contiguous, writable
+    views of a shared pool) as ``PoolRef``; None where the output comes back by value (None
+    when none does)."""
+    if not bufs:
+        return None
+    refs: list[PoolRef | None] = []
+    for b in bufs:
+        where = pool_origin(b) if type(b) is np.ndarray and b.flags.c_contiguous and b.flags.writeable else None
+        refs.append(None if where is None else PoolRef(where[0], where[1], b.dtype.str, b.shape))
+    return refs if any(r is not None for r in refs) else None
+
+
+def _ref_view(ref: PoolRef, attach: Callable[[str | FileKey, str], np.ndarray], where: str) -> np.ndarray:
+    raw = attach(ref.pool, where)
+    try:
+        dtype = np.dtype(ref.dtype)
+        shape = tuple(int(d) for d in ref.shape)
+    except (TypeError, ValueError):
+        raise GeneralFailureError(f"{where}: malformed pool reference {ref!r}") from None
+    n = math.prod(shape) * dtype.itemsize
+    if ref.offset < 0 or ref.offset + n > raw.size:
+        raise GeneralFailureError(f"{where}: {n} bytes at {ref.offset} are outside the memory pool")
+    return raw[ref.offset : ref.offset + n].view(dtype).reshape(shape)
+
+
+def decode_args(args: list[Any], attach: Callable[[str | FileKey, str], np.ndarray]) -> list[Any]:
+    """The values the service executes on: ``attach(pool, where)`` maps a pool (a flat uint8 array)."""
+    return [_ref_view(a, attach, f"input {k}") if type(a) is PoolRef else a for k, a in enumerate(args)]
+
+
+def output_views(refs: list[Any] | None, attach: Callable[[str | FileKey, str], np.ndarray]) -> list[Any] | None:
+    """The service's output buffers for the request's in-place outputs (None: by value)."""
+    if refs is None:
+        return None
+    return [_ref_view(r, attach, f"output {j}") if type(r) is PoolRef else None for j, r in enumerate(refs)]
 
 
 # -- errors ---------------------------------------------------------------------------------------
 
 
-def error_payload(err: BaseException) -> tuple[int, str]:
+def error_payload(err: BaseException) -> tuple[Any, ...]:
     """A failure for the wire: an ``NnrtError`` keeps its status; anything else is GENERAL_FAILURE."""
     if isinstance(err, NnrtError):
+        if err.output_shapes:
+            return int(err.status), err.message, [(tuple(s.dimensions), bool(s.is_sufficient)) for s in err.output_shapes]
         return int(err.status), err.message
     return int(ErrorStatus.GENERAL_FAILURE), f"the service failed: {type(err).__name__}: {err}"
 
@@ -185,7 +226,8 @@ def error_payload(err: BaseException) -> tuple[int, str]:
 def error_from(payload: Any) -> NnrtError:
     """The app-side exception for a failure reply."""
     try:
-        status, message = payload
-        return error_for(ErrorStatus(status), str(message))
+        status, message, *rest = payload
+        shapes = [OutputShape(tuple(d), bool(ok)) for d, ok in rest[0]] if rest else []
+        return error_for(ErrorStatus(status), str(message), output_shapes=shapes)
     except (TypeError, ValueError):
         return GeneralFailureError(f"the service sent a malformed failure: {payload!r}")

@@ -23,7 +23,7 @@ import pytest
 import nnrt
 from nnrt import ErrorStatus, zoo
 from nnrt.memory import Memory, MemoryLocation
-from nnrt.process._wire import ShmRef, encode_args
+from nnrt.process._wire import PoolRef, encode_args
 
 TOKEN = bytes(range(32))
 
@@ -179,7 +179,7 @@ async def test_shared_memory_input_is_sent_by_name(pdev: nnrt.ProcessDevice) -> 
         args, _ = prepared._validate_request([loc], None)
         wire, blocks = encode_args(args)
         assert blocks == []
-        assert type(wire[0]) is ShmRef and wire[0].name == mem.name and wire[0].offset == 64
+        assert type(wire[0]) is PoolRef and wire[0].pool == mem.name and wire[0].offset == 64
         result = await prepared.execute([loc])
         del args
     np.testing.assert_array_equal(result.outputs[0], expected_chain(model, x))
@@ -191,7 +191,7 @@ async def test_large_plain_inputs_go_through_the_arena() -> None:
         prepared = await dev.prepare_model(model)
         xs = [np.random.default_rng(k).standard_normal((1, 128 * 1024)).astype(np.float32) for k in range(6)]
         wire, blocks = encode_args([xs[0]], dev._arena)
-        assert type(wire[0]) is ShmRef and wire[0].name == dev._arena.name and blocks == [(0, xs[0].nbytes)]
+        assert type(wire[0]) is PoolRef and wire[0].pool == dev._arena.name and blocks == [(0, xs[0].nbytes)]
         dev._arena.free(*blocks[0])
         results = await asyncio.gather(*(prepared.execute([x]) for x in xs))  # some fall back to the socket
         for x, r in zip(xs, results):

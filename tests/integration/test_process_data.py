@@ -1,0 +1,217 @@
+"""What crosses the boundary of a ``ProcessDevice`` (issue 18): pools by name, outputs in place.
+
+Outputs in a shared pool are written by the service into the segment (the reply carries only
+their shape); ``Memory.from_file`` pools are mapped by path in the service (read-only when the
+app's pool is), and a file removed, replaced or truncated since is a GENERAL_FAILURE naming the
+argument, never another file's bytes; the service's mappings are bounded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import nnrt
+from nnrt import ErrorStatus, zoo
+from nnrt.memory import Memory, MemoryLocation
+from nnrt.memory._memory import FileKey
+from nnrt.process import _device, _pools
+from nnrt.process._wire import PoolRef, encode_args, error_from, error_payload
+from nnrt.types import OutputShape
+
+N = 256 * 1024  # floats: a 1 MB input and output
+
+
+@pytest.fixture(scope="module")
+def pdev() -> Iterator[nnrt.ProcessDevice]:
+    dev = nnrt.ProcessDevice("nnrt-process-data-test")
+    yield dev
+    dev.close()
+
+
+@pytest.fixture
+def in_place(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The outputs the service reported as written in place (shapes), this test."""
+    seen: list[tuple[int, ...]] = []
+    real = _device._in_place
+
+    def spy(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        seen.append(shape)
+        return real(buf, shape)
+
+    monkeypatch.setattr(_device, "_in_place", spy)
+    return seen
+
+
+def reference(model: nnrt.Model, x: np.ndarray) -> np.ndarray:
+    cpu = nnrt.CpuDevice(name="reference")
+    try:
+        return cpu.prepare_model_sync(model).execute_sync([x]).outputs[0]
+    finally:
+        cpu.close()
+
+
+def write_file(path: Path, data: np.ndarray, pad: int = 0) -> None:
+    path.write_bytes(b"\0" * pad + data.tobytes())
+
+
+# -- outputs written in place ----------------------------------------------------------------------
+
+
+async def test_shared_memory_output_written_in_place(pdev: nnrt.ProcessDevice, in_place: list[Any]) -> None:
+    model = zoo.add_chain(2, N)
+    prepared = await pdev.prepare_model(model)
+    x = zoo.example_inputs(model)[0]
+    want = reference(model, x)
+    with Memory.from_shared_memory(size=2 * x.nbytes + 128) as mem:
+        mem.buffer[:x.nbytes].view(np.float32)[:] = x.reshape(-1)
+        src, dst = MemoryLocation(mem, 0, x.nbytes), MemoryLocation(mem, x.nbytes + 128, x.nbytes)
+        for measure in (False, True):  # both of _finish's paths
+            mem.buffer[x.nbytes:] = 0
+            result = await prepared.execute([src], [dst], measure_timing=measure)
+            assert in_place[-1] == (1, N)
+            np.testing.assert_array_equal(mem.buffer[x.nbytes + 128:].view(np.float32).reshape(1, N), want)
+            assert np.shares_memory(result.outputs[0], mem.buffer)
+            np.testing.assert_array_equal(result.outputs[0], want)
+        # A plain output array still comes back by value.
+        n = len(in_place)
+        out = np.zeros((1, N), np.float32)
+        result = await prepared.execute([src], [out])
+        assert len(in_place) == n and result.outputs[0] is out
+        np.testing.assert_array_equal(out, want)
+        # execute_sync outside a loop's thread takes the same path.
+        mem.buffer[x.nbytes:] = 0
+        prepared.execute_sync([src], [dst])
+        np.testing.assert_array_equal(mem.buffer[x.nbytes + 128:].view(np.float32).reshape(1, N), want)
+        del result, src, dst
+
+
+async def test_small_outputs_in_place_too(pdev: nnrt.ProcessDevice, in_place: list[Any]) -> None:
+    prepared = await pdev.prepare_model(zoo.one_add())
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    with Memory.from_shared_memory(size=16) as mem:
+        await prepared.execute([x, x], [MemoryLocation(mem, 0, 16)])
+        assert in_place == [(1, 4)]
+        np.testing.assert_array_equal(mem.buffer.view(np.float32), (x + x).reshape(-1))
+
+
+def test_insufficient_size_crosses_with_its_shapes() -> None:
+    err = nnrt.OutputInsufficientSizeError("too small", output_shapes=[OutputShape((2, 3), False), OutputShape((4,), True)])
+    back = error_from(error_payload(err))
+    assert type(back) is nnrt.OutputInsufficientSizeError and back.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+    assert back.output_shapes == (OutputShape((2, 3), False), OutputShape((4,), True))
+
+
+# -- file pools by path ----------------------------------------------------------------------------
+
+
+async def test_file_input_mapped_by_path(pdev: nnrt.ProcessDevice, tmp_path: Path) -> None:
+    model = zoo.add_chain(2, N)
+    prepared = await pdev.prepare_model(model)
+    x = zoo.example_inputs(model)[0]
+    path = tmp_path / "input.bin"
+    write_file(path, x, pad=100)
+    with Memory.from_file(path, 100, x.nbytes) as mem:  # an offset inside the first page
+        loc = MemoryLocation(mem, 0, x.nbytes)
+        args, _ = prepared._validate_request([loc], None)
+        (ref,), blocks = encode_args(args)
+        assert blocks == [] and type(ref) is PoolRef and type(ref.pool) is FileKey
+        assert ref.pool.path == str(path) and not ref.pool.writable and ref.offset == 100
+        del args
+        result = await prepared.execute([loc])
+        np.testing.assert_array_equal(result.outputs[0], reference(model, x))
+
+
+async def test_file_output_written_in_place(pdev: nnrt.ProcessDevice, tmp_path: Path, in_place: list[Any]) -> None:
+    model = zoo.add_chain(2, N)
+    prepared = await pdev.prepare_model(model)
+    x = zoo.example_inputs(model)[0]
+    path = tmp_path / "output.bin"
+    path.write_bytes(bytes(x.nbytes))
+    with Memory.from_file(path, writable=True) as mem:
+        await prepared.execute([x], [MemoryLocation(mem, 0, x.nbytes)])
+    assert in_place == [(1, N)]
+    np.testing.assert_array_equal(np.fromfile(path, np.float32).reshape(1, N), reference(model, x))
+
+
+def test_read_only_file_is_mapped_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "ro.bin"
+    path.write_bytes(bytes(8192))
+    st = path.stat()
+    pools = _pools.Pools()
+    try:
+        ro = pools.attach(FileKey(str(path), 0, 8192, False, st.st_dev, st.st_ino), "input 0")
+        assert not ro.flags.writeable and ro.size == 8192
+        rw = pools.attach(FileKey(str(path), 0, 8192, True, st.st_dev, st.st_ino), "output 0")
+        assert rw.flags.writeable
+        with pytest.raises(nnrt.GeneralFailureError, match=r"input 3: .*names no memory pool"):
+            pools.attach(("not", "a", "key"), "input 3")  # type: ignore[arg-type]
+        with pytest.raises(nnrt.GeneralFailureError, match="output 1: the service cannot map shared memory"):
+            pools.attach("nnrt-no-such-segment", "output 1")
+    finally:
+        pools.close()
+
+
+async def test_file_removed_replaced_or_truncated(pdev: nnrt.ProcessDevice, tmp_path: Path) -> None:
+    model = zoo.add_chain(2, 4096)
+    prepared = await pdev.prepare_model(model)
+    x = zoo.example_inputs(model)[0]
+    want = reference(model, x)
+
+    # Removed after the app mapped it: the service cannot map it by path.
+    path = tmp_path / "gone.bin"
+    write_file(path, x)
+    with Memory.from_file(path) as mem:
+        path.unlink()
+        with pytest.raises(nnrt.GeneralFailureError, match=r"input 0: .*gone.bin.*removed") as info:
+            await prepared.execute([MemoryLocation(mem, 0, x.nbytes)])
+        assert info.value.status is ErrorStatus.GENERAL_FAILURE
+
+    # Replaced by another file at the same path: refused, not the other file's bytes.
+    path = tmp_path / "replaced.bin"
+    write_file(path, x)
+    with Memory.from_file(path) as mem:
+        other = tmp_path / "other.bin"
+        write_file(other, x + 1)
+        os.replace(other, path)
+        with pytest.raises(nnrt.GeneralFailureError, match=r"input 0: .*replaced"):
+            await prepared.execute([MemoryLocation(mem, 0, x.nbytes)])
+
+    # Truncated after the service mapped it: refused before anything reads past the end.
+    path = tmp_path / "truncated.bin"
+    write_file(path, x)
+    with Memory.from_file(path) as mem:
+        loc = MemoryLocation(mem, 0, x.nbytes)
+        np.testing.assert_array_equal((await prepared.execute([loc])).outputs[0], want)
+        os.truncate(path, 100)
+        with pytest.raises(nnrt.GeneralFailureError, match=r"input 0: .*truncated to 100 bytes"):
+            await prepared.execute([loc])
+        del loc
+    # The service serves on.
+    np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], want)
+
+
+def test_service_mappings_are_bounded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_pools, "MAX_POOLS", 3)
+    pools = _pools.Pools()
+    keys = []
+    for k in range(5):
+        path = tmp_path / f"f{k}.bin"
+        path.write_bytes(bytes([k]) * 4096)
+        st = path.stat()
+        keys.append(FileKey(str(path), 0, 4096, False, st.st_dev, st.st_ino))
+    fds = len(os.listdir("/proc/self/fd"))
+    try:
+        for k, key in enumerate(keys):
+            assert pools.attach(key, "input 0")[0] == k
+        assert len(pools) == 3
+        assert pools.attach(keys[4], "input 0")[0] == 4  # still mapped
+        assert len(os.listdir("/proc/self/fd")) == fds + 3
+    finally:
+        pools.close()
+    assert len(os.listdir("/proc/self/fd")) == fds
