@@ -21,8 +21,11 @@ Lifecycle and failures (documented choices):
   fails with DEAD_OBJECT at once. Recovery is one call, ``await device.restart()``: a new
   service, and every live prepared model re-prepared on it (through the compilation cache when
   it was prepared with ``cache_dir``/``token``), so the app's ``PreparedModel`` objects work
-  again. ``prepare_model`` on a dead device restarts it first (NNAPI's ``ResilientDevice``
-  recovers on its device calls the same way); executions never restart it by themselves.
+  again. Device calls on a dead device restart it first, the same way (NNAPI's
+  ``ResilientDevice`` recovers on its device calls): ``prepare_model`` and ``ready()`` without
+  blocking the event loop (the start runs on an executor thread), ``capabilities``,
+  ``supported_operations``, ``operation_support`` and ``statistics`` blocking their caller
+  (``nnrt.prepare`` awaits ``ready()`` before asking them). Executions never restart it.
 * A wedged service (no answer to the watchdog's ping for ``hang_timeout`` seconds while
   requests are outstanding) is killed, which is then a death: DEAD_OBJECT.
 * The service's device runs a request on its own event loop, without the hand-off to a
@@ -50,19 +53,31 @@ from typing import Any
 
 import numpy as np
 
+from nnrt._log import get_logger
+from nnrt.cache import check_cache_args
 from nnrt.clock import Clock, MonotonicClock, default_clock
 from nnrt.devices import Device, DeviceType, OperationSupport
-from nnrt.devices._device import check_preparation_args
+from nnrt.devices._device import check_preference_priority, check_preparation_args
 from nnrt.errors import DeadObjectError, InternalError, InvalidArgumentError, MissedDeadlineError
 from nnrt.execution import DELEGATE, DELEGATED, ExecContext, Plan, PreparedModel, Step
 from nnrt.execution._plan import _fetcher
 from nnrt.model import Model
 from nnrt.process._arena import Arena
 from nnrt.process._client import ServiceProcess
-from nnrt.process._wire import InPlace, encode_args, encode_outputs, model_to_wire
+from nnrt.process._wire import (
+    InPlace,
+    encode_args,
+    encode_outputs,
+    model_from_wire,
+    model_to_wire,
+    statistics_from_wire,
+)
+from nnrt.sched import SchedulerStatistics
 from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperationType, Priority
 
 __all__ = ["SERVICE_INLINE_LIMIT_NS", "ProcessDevice"]
+
+_log = get_logger("driver")
 
 #: The service device's default ``inline_limit_ns`` (see the module docstring).
 SERVICE_INLINE_LIMIT_NS = 1_000_000
@@ -114,6 +129,7 @@ class ProcessDevice(Device):
         self._capabilities: Capabilities | None = None
         self._drivers: weakref.WeakSet[_RemoteDriver] = weakref.WeakSet()
         self._restarting: asyncio.Future[None] | None = None
+        self._lock = threading.RLock()  # one start, restart or close at a time
         self.restarts = 0
         self.standby = bool(standby)
         self._spare: ServiceProcess | None = None
@@ -134,15 +150,16 @@ class ProcessDevice(Device):
 
     def start(self) -> None:
         """Start the service now if it is not running (blocks while it starts)."""
-        if self._closed:
-            raise DeadObjectError(f"{self.name}: the device is closed")
-        if self._service is None:
-            service = self._take_spare() or self._new_service()
-            _pid, _name, version, level, _type = service.info
-            self.version, self.feature_level = version, level
-            self._service = service
-            if self.standby:
-                self._start_spare()
+        with self._lock:
+            if self._closed:
+                raise DeadObjectError(f"{self.name}: the device is closed")
+            if self._service is None:
+                service = self._take_spare() or self._new_service()
+                _pid, _name, version, level, _type = service.info
+                self.version, self.feature_level = version, level
+                self._service = service
+                if self.standby:
+                    self._start_spare()
 
     def _new_service(self) -> ServiceProcess:
         return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout)
@@ -177,12 +194,13 @@ class ProcessDevice(Device):
         return spare
 
     def _running(self) -> ServiceProcess:
-        if self._service is None or self._service.dead_reason:
-            if self.dead:
-                raise DeadObjectError(f"{self.name}: {self._service.dead_reason}")  # type: ignore[union-attr]
-            self.start()
-        assert self._service is not None
-        return self._service
+        """The live service, started on first use or restarted (with every live prepared model
+        re-prepared) when it died: what device calls (``capabilities``, ``supported_operations``,
+        ...) go through, blocking the calling thread while a service starts."""
+        service = self._service
+        if service is not None and not service.dead_reason:
+            return service
+        return self._restart_sync(only_if_dead=True)
 
     async def _ensure_started(self) -> ServiceProcess:
         if self._restarting is not None:
@@ -192,10 +210,17 @@ class ProcessDevice(Device):
         assert self._service is not None
         return self._service
 
+    async def ready(self) -> None:
+        """Start the service (or restart a dead one) without blocking the event loop, so that
+        the device calls that follow answer at once (``nnrt.prepare`` awaits this before it
+        asks the devices what they support)."""
+        await self._ensure_started()
+
     async def restart(self) -> None:
         """Start a new service (stopping the old one if it still runs) and re-prepare every
         live prepared model on it. Prepared models that fail to re-prepare stay dead
-        (DEAD_OBJECT); the others work again. Concurrent callers share one restart."""
+        (DEAD_OBJECT); the others work again. Concurrent callers share one restart; the work
+        runs on an executor thread (the event loop never waits for the interpreter to start)."""
         if self._closed:
             raise DeadObjectError(f"{self.name}: the device is closed")
         if self._restarting is not None:
@@ -203,19 +228,7 @@ class ProcessDevice(Device):
         loop = asyncio.get_running_loop()
         self._restarting = loop.create_future()
         try:
-            old, self._service = self._service, None
-            if old is not None:
-                await loop.run_in_executor(None, old.close)
-            await loop.run_in_executor(None, self.start)
-            service = self._service
-            assert service is not None
-            if old is not None:
-                self.restarts += 1
-            for driver in list(self._drivers):
-                try:
-                    await driver.reprepare(service)
-                except Exception:
-                    continue
+            await loop.run_in_executor(None, self._restart_sync, False)
             self._restarting.set_result(None)
         except BaseException as err:
             self._restarting.set_exception(err)
@@ -224,16 +237,44 @@ class ProcessDevice(Device):
         finally:
             self._restarting = None
 
+    def _restart_sync(self, only_if_dead: bool) -> ServiceProcess:
+        """The one restart path (``restart``, and device calls on a dead device): stop the old
+        service, start a new one, re-prepare the live prepared models on it (each through the
+        compilation cache when it was prepared with one). ``only_if_dead``: leave a live
+        service alone (another caller restarted it meanwhile)."""
+        with self._lock:
+            if self._closed:
+                raise DeadObjectError(f"{self.name}: the device is closed")
+            old = self._service
+            if only_if_dead and old is not None and not old.dead_reason:
+                return old
+            self._service = None
+            if old is not None:
+                old.close()
+            self.start()
+            service = self._service
+            assert service is not None
+            if old is not None:
+                self.restarts += 1
+                _log.info("driver.service_restarted", device=self.name, pid=service.pid, restarts=self.restarts)
+            for driver in list(self._drivers):
+                try:
+                    driver.reprepare_sync(service)
+                except Exception:
+                    continue
+            return service
+
     def close(self) -> None:
         """Stop the service and reap it; executions still running fail with DEAD_OBJECT."""
         self._closed = True
-        service, self._service = self._service, None
-        if service is not None:
-            service.close()
-        spare = self._take_spare()
-        if spare is not None:
-            spare.close()
-        self._arena.close()
+        with self._lock:  # a start or restart in progress finishes first
+            service, self._service = self._service, None
+            if service is not None:
+                service.close()
+            spare = self._take_spare()
+            if spare is not None:
+                spare.close()
+            self._arena.close()
 
     def __enter__(self) -> ProcessDevice:
         return self
@@ -293,10 +334,45 @@ class ProcessDevice(Device):
         driver = _RemoteDriver(self, app, model_to_wire(model), options)
         await driver.reprepare(service)
         driver.options.pop("deadline", None)  # a re-preparation after a restart has no deadline
+        return self._adopt(driver, model, pref, prio)
+
+    async def prepare_model_from_cache(
+        self,
+        cache_dir: str | os.PathLike[str],
+        token: bytes,
+        *,
+        preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+        priority: Priority = Priority.MEDIUM,
+        app: str = "default",
+    ) -> PreparedModel:
+        """The model the service's device cached under ``token`` (``CpuDevice``'s contract:
+        a missing, damaged or foreign entry is GENERAL_FAILURE; bad arguments
+        INVALID_ARGUMENT). The service loads the entry; the model's description and constants
+        come back once (the app side validates requests against it, and a restart re-prepares
+        it from the cache, or from the model if the entry is gone by then)."""
+        pref, prio = check_preference_priority(preference, priority)
+        where, tok = check_cache_args(cache_dir, token)
+        if not isinstance(app, str):
+            raise InvalidArgumentError(f"prepare_model_from_cache: app must be a str, got {app!r}")
+        service = await self._ensure_started()
+        options: dict[str, Any] = {"preference": pref, "priority": prio, "cache_dir": where, "token": tok}
+        handle, cost_ns, wire = await service.call("prepare_cached", app, options)
+        driver = _RemoteDriver(self, app, wire, options)
+        driver.handle, driver.cost_ns, driver.service = handle, cost_ns, service
+        return self._adopt(driver, model_from_wire(*wire), pref, prio)
+
+    def _adopt(self, driver: _RemoteDriver, model: Model, pref: ExecutionPreference, prio: Priority) -> PreparedModel:
+        """The app side's ``PreparedModel`` of a model the service prepared: released in the
+        service when collected, re-prepared by a restart."""
         self._drivers.add(driver)
-        prepared = PreparedModel(driver, model, _service_plan(model, driver), preference=pref, priority=prio, app=app)
+        prepared = PreparedModel(driver, model, _service_plan(model, driver), preference=pref, priority=prio, app=driver.app)
         weakref.finalize(prepared, driver.release)
         return prepared
+
+    def statistics(self) -> SchedulerStatistics:
+        """The service's scheduler counters (``CpuDevice.statistics``: per app and priority),
+        asked of the service (a dead one is restarted first: a new service's counters)."""
+        return statistics_from_wire(self._running().call_sync("statistics"))
 
     # -- test hooks ---------------------------------------------------------------------------------
 
@@ -338,8 +414,13 @@ class _RemoteDriver:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
 
     async def reprepare(self, service: ServiceProcess) -> None:
-        """Prepare the model on ``service`` (first time, or after a restart)."""
+        """Prepare the model on ``service`` (the first time)."""
         self.handle, self.cost_ns = await service.call("prepare", self.app, self.wire, self.options)
+        self.service = service
+
+    def reprepare_sync(self, service: ServiceProcess) -> None:
+        """Prepare the model again on a new ``service`` (after a restart; blocking)."""
+        self.handle, self.cost_ns = service.call_sync("prepare", self.app, self.wire, self.options)
         self.service = service
 
     def release(self) -> None:

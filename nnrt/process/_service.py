@@ -12,7 +12,9 @@ on one asyncio event loop, reading frames as the socket becomes readable:
   finds nothing (INVALID_ARGUMENT), as if it did not exist;
 * ``execute`` runs a task per request, so several executions (of several apps) are in flight
   and the device's scheduler orders them; ``cancel`` cancels one;
-* ``release`` drops a prepared model; ``support``, ``capabilities`` and ``ping`` answer at once
+* ``prepare_cached`` is ``prepare_model_from_cache`` (the model goes back with the handle);
+* ``release`` drops a prepared model; ``support``, ``capabilities``, ``statistics`` and ``ping``
+  answer at once
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
 * ``_hang`` and ``_exit`` are test hooks (block the loop thread forever; exit at once).
 
@@ -43,7 +45,17 @@ from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.process._pools import Pools
-from nnrt.process._wire import InPlace, decode_args, error_payload, model_from_wire, output_views, recv_frame, send_frame
+from nnrt.process._wire import (
+    InPlace,
+    decode_args,
+    error_payload,
+    model_from_wire,
+    model_to_wire,
+    output_views,
+    recv_frame,
+    send_frame,
+    statistics_to_wire,
+)
 from nnrt.types import ErrorStatus
 
 __all__ = ["main"]
@@ -114,6 +126,10 @@ class _Service:
                     self._spawn(rid, self._execute(rid, *msg[2:]))
             elif kind == "prepare":
                 self._spawn(rid, self._prepare(rid, *msg[2:]))
+            elif kind == "prepare_cached":
+                self._spawn(rid, self._prepare_cached(rid, *msg[2:]))
+            elif kind == "statistics":
+                self._reply(rid, True, statistics_to_wire(self.device.statistics()))  # type: ignore[attr-defined]
             elif kind == "cancel":
                 task = self.tasks.get(msg[3])
                 if task is not None:
@@ -130,6 +146,9 @@ class _Service:
             elif kind == "_hang":  # test hook: a wedged service
                 while True:
                     time.sleep(3600)
+            elif kind == "_inline":  # test hook: would this prepared model's request run at once?
+                prepared = self._lookup(msg[2], msg[3])
+                self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
             elif kind == "_exit":  # test hook: a crash
                 os._exit(3)
             else:
@@ -146,13 +165,30 @@ class _Service:
         try:
             model = model_from_wire(*wire)
             prepared = await self.device.prepare_model(model, app=app, **options)
-            handle = secrets.randbits(62)
-            self.prepared[(app, handle)] = prepared
-            self._reply(rid, True, (handle, prepared.plan.cost_ns))
+            self._reply(rid, True, (self._file(app, prepared), prepared.plan.cost_ns))
         except asyncio.CancelledError:
             raise
         except Exception as err:
             self._reply(rid, False, error_payload(err))
+
+    async def _prepare_cached(self, rid: int, app: str, options: dict[str, Any]) -> None:
+        """``prepare_model_from_cache``; the model goes back with the handle (the app's side
+        validates requests against it)."""
+        try:
+            opts = dict(options)
+            prepared = await self.device.prepare_model_from_cache(  # type: ignore[attr-defined]
+                opts.pop("cache_dir"), opts.pop("token"), app=app, **opts)
+            self._reply(rid, True, (self._file(app, prepared), prepared.plan.cost_ns, model_to_wire(prepared.model)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+
+    def _file(self, app: str, prepared: PreparedModel) -> int:
+        """File a prepared model under ``(app, a random handle)``; the handle."""
+        handle = secrets.randbits(62)
+        self.prepared[(app, handle)] = prepared
+        return handle
 
     def _lookup(self, app: str, handle: int) -> PreparedModel:
         prepared = self.prepared.get((app, handle))

@@ -30,6 +30,7 @@ import pickle
 import socket
 import struct
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -37,6 +38,7 @@ import numpy as np
 from nnrt.errors import GeneralFailureError, NnrtError, error_for
 from nnrt.memory._memory import FileKey, pool_origin
 from nnrt.model._serialize import model_from_dict, model_to_dict
+from nnrt.sched import ClassStatistics, SchedulerStatistics
 from nnrt.types import ErrorStatus, OutputShape
 
 if TYPE_CHECKING:
@@ -45,7 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARENA_MIN_BYTES", "InPlace", "PoolRef", "decode_args", "encode_args", "encode_frame", "encode_outputs", "error_from",
-    "error_payload", "model_from_wire", "model_to_wire", "output_views", "recv_frame", "send_frame", "write_frame",
+    "error_payload", "model_from_wire", "model_to_wire", "output_views", "recv_frame", "send_frame", "statistics_from_wire",
+    "statistics_to_wire", "write_frame",
 ]
 
 _HEADER = struct.Struct("<Q")
@@ -209,6 +212,27 @@ def output_views(refs: list[Any] | None, attach: Callable[[str | FileKey, str], 
     if refs is None:
         return None
     return [_ref_view(r, attach, f"output {j}") if type(r) is PoolRef else None for j, r in enumerate(refs)]
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def statistics_to_wire(stats: SchedulerStatistics) -> tuple[Any, ...]:
+    """A scheduler snapshot as plain values (its counters by status are read-only mappings,
+    which do not pickle)."""
+    classes = [
+        {f: (dict(getattr(c, f)) if f in ("rejected", "failures") else getattr(c, f)) for f in c.__dataclass_fields__}
+        for c in stats.classes
+    ]
+    return stats.units, stats.busy_units, stats.queued, stats.running, classes
+
+
+def statistics_from_wire(wire: Any) -> SchedulerStatistics:
+    units, busy, queued, running, classes = wire
+    return SchedulerStatistics(units, busy, queued, running, tuple(
+        ClassStatistics(**{**c, "rejected": MappingProxyType(c["rejected"]), "failures": MappingProxyType(c["failures"])})
+        for c in classes
+    ))
 
 
 # -- errors ---------------------------------------------------------------------------------------

@@ -8,7 +8,10 @@ argument, never another file's bytes; the service's mappings are bounded.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from nnrt.memory import Memory, MemoryLocation
 from nnrt.memory._memory import FileKey
 from nnrt.process import _device, _pools
 from nnrt.process._wire import PoolRef, encode_args, error_from, error_payload
+from nnrt.sched import SchedulerStatistics
 from nnrt.types import OutputShape
 
 N = 256 * 1024  # floats: a 1 MB input and output
@@ -54,6 +58,14 @@ def reference(model: nnrt.Model, x: np.ndarray) -> np.ndarray:
         return cpu.prepare_model_sync(model).execute_sync([x]).outputs[0]
     finally:
         cpu.close()
+
+
+def wait_until(pred: Any, timeout: float = 10.0) -> None:
+    """Hang guard, not a timing assertion."""
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.005)
 
 
 def write_file(path: Path, data: np.ndarray, pad: int = 0) -> None:
@@ -215,3 +227,116 @@ def test_service_mappings_are_bounded(monkeypatch: pytest.MonkeyPatch, tmp_path:
     finally:
         pools.close()
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+# -- the service runs short requests inline ----------------------------------------------------------
+
+
+async def test_service_inline_limit(pdev: nnrt.ProcessDevice) -> None:
+    """The service's device runs a request on its loop up to 1 ms of estimated cost (the
+    in-process default is 100 us); ``inline_limit_ns`` overrides it."""
+    assert pdev._options["inline_limit_ns"] == _device.SERVICE_INLINE_LIMIT_NS
+    model = zoo.add_chain(2, N)
+    prepared = await pdev.prepare_model(model, app="inline")
+    driver = prepared._driver
+    assert pdev._test_call("_inline", "inline", driver.handle) is (driver.cost_ns <= _device.SERVICE_INLINE_LIMIT_NS)
+    with nnrt.ProcessDevice(inline_limit_ns=0) as never:
+        other = await never.prepare_model(model, app="inline")
+        assert never._test_call("_inline", "inline", other._driver.handle) is False
+        np.testing.assert_array_equal((await other.execute(zoo.example_inputs(model))).outputs[0],
+                                      reference(model, zoo.example_inputs(model)[0]))
+
+
+# -- compilation cache and statistics through the service ---------------------------------------------
+
+
+async def test_prepare_model_from_cache_and_statistics(tmp_path: Path) -> None:
+    model = zoo.add_chain(3, 64)
+    x = zoo.example_inputs(model)[0]
+    want = reference(model, x)
+    token = bytes(range(32))
+    with nnrt.ProcessDevice("nnrt-process-cache") as dev:
+        await dev.prepare_model(model, cache_dir=tmp_path, token=token, app="c")
+        cached = await dev.prepare_model_from_cache(tmp_path, token, app="c")
+        assert cached.model.operations[0].type is nnrt.OperationType.ADD and len(cached.model.operations) == 3
+        for _ in range(3):
+            np.testing.assert_array_equal((await cached.execute([x])).outputs[0], want)
+        stats = dev.statistics()
+        assert isinstance(stats, SchedulerStatistics)
+        assert stats.get("c", nnrt.Priority.MEDIUM).completed == 3
+        # The CPU device's errors: no entry (another preference) is GENERAL_FAILURE, bad arguments INVALID_ARGUMENT.
+        with pytest.raises(nnrt.GeneralFailureError, match="compilation cache"):
+            await dev.prepare_model_from_cache(tmp_path, token, preference=nnrt.ExecutionPreference.LOW_POWER)
+        with pytest.raises(nnrt.InvalidArgumentError, match="token must be 32 bytes"):
+            await dev.prepare_model_from_cache(tmp_path, b"short")
+        with pytest.raises(nnrt.InvalidArgumentError, match="preference"):
+            await dev.prepare_model_from_cache(tmp_path, token, preference=99)  # type: ignore[arg-type]
+        # After a death and a restart, the model prepared from the cache works again.
+        old = dev.pid
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: dev.dead)
+        with pytest.raises(nnrt.DeadObjectError):
+            await cached.execute([x])
+        await dev.restart()
+        assert dev.pid != old
+        np.testing.assert_array_equal((await cached.execute([x])).outputs[0], want)
+        assert dev.statistics().get("c", nnrt.Priority.MEDIUM).completed == 1  # a new service's counters
+
+
+# -- device calls on a dead device ----------------------------------------------------------------
+
+
+def kill(dev: nnrt.ProcessDevice) -> int:
+    pid = dev.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: dev.dead)
+    return pid
+
+
+def test_device_calls_restart_a_dead_device() -> None:
+    model = zoo.one_add()
+    x = np.ones((1, 4), np.float32)
+    with nnrt.ProcessDevice("nnrt-process-resilient") as dev:
+        prepared = asyncio.run(dev.prepare_model(model))
+        caps = dev.capabilities
+        for call in (lambda: dev.supported_operations(model), lambda: dev.operation_support(model), dev.statistics):
+            old = kill(dev)
+            call()
+            assert not dev.dead and dev.pid not in (None, old)
+            # Its prepared models were re-prepared on the new service.
+            np.testing.assert_array_equal(prepared.execute_sync([x, x]).outputs[0], x + x)
+        assert dev.restarts == 3 and dev.capabilities == caps
+
+
+async def test_ready_restarts_without_blocking_the_loop() -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    model = zoo.add_chain(4, 16)
+    x = zoo.example_inputs(model)[0]
+    cpu = nnrt.CpuDevice(name="nnrt-cpu-beside")
+    try:
+        with nnrt.ProcessDevice("nnrt-process-ready", restricted={"name": "npu", "operations": ["ADD"],
+                                                                   "performance": 0.5}) as npu:
+            task = asyncio.get_running_loop().create_task(ticker())
+            try:
+                await npu.ready()  # the first start
+                assert ticks > 0 and npu.pid is not None
+                kill(npu)
+                ticks = 0
+                # nnrt.prepare asks each device what it supports: the dead one restarts first, off the loop.
+                prepared = await nnrt.prepare(model, [npu, cpu])
+                assert ticks > 0 and not npu.dead and npu.restarts == 1
+            finally:
+                task.cancel()
+            assert prepared.partitions[0].device == "npu"
+            np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], reference(model, x))
+    finally:
+        cpu.close()
