@@ -11,6 +11,11 @@ future, never blocking the loop; ``run_now``: blocking the calling thread, for
 ``execute_sync`` outside a loop). The app's identity and the execution's deadline and loop
 timeout go with every request; the service's scheduler applies priorities and admission.
 
+What crosses the boundary is ``nnrt.process._wire``'s business: inputs and outputs in shared
+pools (``Memory.from_shared_memory``, ``Memory.from_file``) by name, read and written in place
+by the service; device buffers (``allocate``, ``nnrt.process._buffers``) live in the service and
+cross as handles; ``prepare_model_from_cache`` and ``statistics`` are the service device's.
+
 Lifecycle and failures (documented choices):
 
 * The service starts on first use (``prepare_model``, ``capabilities``,
@@ -47,7 +52,7 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Generator, Hashable
+from collections.abc import Generator, Hashable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -61,8 +66,11 @@ from nnrt.devices._device import check_preference_priority, check_preparation_ar
 from nnrt.errors import DeadObjectError, InternalError, InvalidArgumentError, MissedDeadlineError
 from nnrt.execution import DELEGATE, DELEGATED, ExecContext, Plan, PreparedModel, Step
 from nnrt.execution._plan import _fetcher
+from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer
+from nnrt.memory._domain import allocate_buffer
 from nnrt.model import Model
 from nnrt.process._arena import Arena
+from nnrt.process._buffers import RemoteBuffer
 from nnrt.process._client import ServiceProcess
 from nnrt.process._wire import (
     InPlace,
@@ -369,6 +377,32 @@ class ProcessDevice(Device):
         weakref.finalize(prepared, driver.release)
         return prepared
 
+    def allocate(
+        self,
+        desc: BufferDesc | Sequence[int],
+        prepared_models: Sequence[PreparedModel],
+        input_roles: Sequence[BufferRole] = (),
+        output_roles: Sequence[BufferRole] = (),
+    ) -> tuple[DeviceBuffer, BufferToken]:
+        """A device buffer living in the service (``nnrt.process._buffers``): the CPU device's
+        rules and errors (``nnrt.memory._domain``); DEAD_OBJECT when the prepared models'
+        service is gone."""
+        buffer, token = allocate_buffer(self, desc, prepared_models, input_roles, output_roles, cls=RemoteBuffer)
+        assert isinstance(buffer, RemoteBuffer)
+        try:
+            service = self._running()
+            drivers = [pm._driver for pm in prepared_models]
+            for k, driver in enumerate(drivers):
+                if driver.service is not service:  # type: ignore[attr-defined]
+                    raise DeadObjectError(f"allocate: prepared model {k} was prepared by a service that is gone")
+            handle = service.call_sync("allocate", buffer.app, buffer.dimensions, [d.handle for d in drivers],  # type: ignore[attr-defined]
+                                       list(input_roles), list(output_roles))
+        except BaseException:
+            buffer.free()
+            raise
+        buffer.bind(service, handle, self._arena)
+        return buffer, token
+
     def statistics(self) -> SchedulerStatistics:
         """The service's scheduler counters (``CpuDevice.statistics``: per app and priority),
         asked of the service (a dead one is restarted first: a new service's counters)."""
@@ -409,6 +443,7 @@ class _RemoteDriver:
         self.handle = 0
         self.service: ServiceProcess | None = None
         self.arena = device._arena
+        self.buffer_domain = device  # its prepared models take the device's buffers (``domain_of``)
 
     def __repr__(self) -> str:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"

@@ -13,6 +13,8 @@ on one asyncio event loop, reading frames as the socket becomes readable:
 * ``execute`` runs a task per request, so several executions (of several apps) are in flight
   and the device's scheduler orders them; ``cancel`` cancels one;
 * ``prepare_cached`` is ``prepare_model_from_cache`` (the model goes back with the handle);
+* ``allocate``, ``copy_from``, ``copy_to`` are a device buffer's calls; the buffer is filed
+  under ``(app, random handle)`` like a prepared model, and ``release`` drops either;
 * ``release`` drops a prepared model; ``support``, ``capabilities``, ``statistics`` and ``ping``
   answer at once
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
@@ -38,15 +40,20 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from nnrt._log import get_logger
 from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
+from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
 from nnrt.process._pools import Pools
 from nnrt.process._wire import (
     InPlace,
+    PoolRef,
     decode_args,
     error_payload,
     model_from_wire,
@@ -80,6 +87,7 @@ class _Service:
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.pools = Pools()
+        self.buffers: dict[tuple[str, int], DeviceBuffer] = {}
         self.done: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
@@ -134,8 +142,18 @@ class _Service:
                 task = self.tasks.get(msg[3])
                 if task is not None:
                     task.cancel()
-            elif kind == "release":
+            elif kind == "release":  # a prepared model or a device buffer
                 self.prepared.pop((msg[2], msg[3]), None)
+                buffer = self.buffers.pop((msg[2], msg[3]), None)
+                if buffer is not None:
+                    buffer.free()
+            elif kind == "allocate":
+                self._reply(rid, True, self._allocate(*msg[2:]))
+            elif kind == "copy_from":
+                self._copy_from(*msg[2:])
+                self._reply(rid, True, None)
+            elif kind == "copy_to":
+                self._reply(rid, True, self._copy_to(*msg[2:]))
             elif kind == "ping":
                 self._reply(rid, True, os.getpid())
             elif kind == "support":
@@ -149,6 +167,8 @@ class _Service:
             elif kind == "_inline":  # test hook: would this prepared model's request run at once?
                 prepared = self._lookup(msg[2], msg[3])
                 self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
+            elif kind == "_counts":  # test hook: what the service holds
+                self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
             elif kind == "_exit":  # test hook: a crash
                 os._exit(3)
             else:
@@ -184,6 +204,39 @@ class _Service:
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
+    # -- device buffers (``ProcessDevice.allocate``) ----------------------------------------------
+
+    def _allocate(self, app: str, dims: tuple[int, ...], handles: list[int], input_roles: list[BufferRole],
+                  output_roles: list[BufferRole]) -> int:
+        models = [self._lookup(app, h) for h in handles]
+        buffer, _token = self.device.allocate(BufferDesc(dims), models, input_roles, output_roles)
+        handle = secrets.randbits(62)
+        self.buffers[(app, handle)] = buffer
+        return handle
+
+    def _finder(self, app: str) -> Callable[[int, str], DeviceBuffer]:
+        def find(handle: int, where: str) -> DeviceBuffer:
+            buffer = self.buffers.get((app, handle))
+            if buffer is None:
+                raise InvalidArgumentError(f"{where}: app {app!r} has no device buffer {handle} in this service")
+            return buffer
+        return find
+
+    def _copy_from(self, app: str, handle: int, args: list[Any]) -> None:
+        find = self._finder(app)
+        find(handle, "copy_from").copy_from(*decode_args(args, self.pools.attach, find))
+
+    def _copy_to(self, app: str, handle: int, ref: PoolRef | None, shape: tuple[int, ...]) -> np.ndarray | None:
+        """Into the app's shared pool in place (``ref``), else back by value."""
+        buffer = self._finder(app)(handle, "copy_to")
+        if ref is not None:
+            raw = output_views([ref], self.pools.attach, self._finder(app))[0]  # type: ignore[index]
+            buffer.copy_to(raw.reshape(-1).view(np.uint8).view(buffer.type.dtype))
+            return None
+        out = np.empty(shape, buffer.type.dtype)
+        buffer.copy_to(out)
+        return out
+
     def _file(self, app: str, prepared: PreparedModel) -> int:
         """File a prepared model under ``(app, a random handle)``; the handle."""
         handle = secrets.randbits(62)
@@ -204,8 +257,9 @@ class _Service:
         if prepared is None or not prepared._driver.can_run_now(prepared.plan):
             return False
         try:
-            outs = output_views(out_refs, self.pools.attach)
-            result = prepared._execute_now(decode_args(args, self.pools.attach), outs, True, deadline, loop_timeout)
+            find = self._finder(app)
+            outs = output_views(out_refs, self.pools.attach, find)
+            result = prepared._execute_now(decode_args(args, self.pools.attach, find), outs, True, deadline, loop_timeout)
             self._reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
@@ -215,8 +269,9 @@ class _Service:
                        loop_timeout: float | None, out_refs: list[Any] | None = None) -> None:
         try:
             prepared = self._lookup(app, handle)
-            values = decode_args(args, self.pools.attach)
-            outs = output_views(out_refs, self.pools.attach)
+            find = self._finder(app)
+            values = decode_args(args, self.pools.attach, find)
+            outs = output_views(out_refs, self.pools.attach, find)
             result = await prepared.execute(values, outs, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
             self._reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except asyncio.CancelledError:
@@ -230,7 +285,7 @@ def _reply_outputs(result: ExecutionResult, outs: list[Any] | None) -> list[Any]
     """The outputs for the reply: those written in place are only their shape (``InPlace``)."""
     if outs is None:
         return result.outputs
-    return [v if b is None else InPlace(s.dimensions) for v, b, s in zip(result.outputs, outs, result.output_shapes)]
+    return [InPlace(s.dimensions) if type(b) is np.ndarray else v for v, b, s in zip(result.outputs, outs, result.output_shapes)]
 
 
 def _watch_parent(parent: int) -> None:

@@ -18,6 +18,8 @@ Data rules (issue 18):
 * a plain array of at least ``ARENA_MIN_BYTES`` is copied once into the device's arena (one
   shared segment) and crosses as a ``PoolRef`` to it;
 * any other array crosses by value, pickled;
+* a device buffer of the device (``ProcessDevice.allocate``) lives in the service and crosses
+  as ``BufRef`` (its handle there), as an input or an output;
 * an output whose buffer is a view of such a pool (a ``MemoryLocation`` in it) crosses as a
   ``PoolRef`` too: the service's execution writes it in place and the reply carries only its
   shape (``InPlace``); other outputs come back by value.
@@ -46,9 +48,25 @@ if TYPE_CHECKING:
     from nnrt.process._arena import Arena
 
 __all__ = [
-    "ARENA_MIN_BYTES", "InPlace", "PoolRef", "decode_args", "encode_args", "encode_frame", "encode_outputs", "error_from",
-    "error_payload", "model_from_wire", "model_to_wire", "output_views", "recv_frame", "send_frame", "statistics_from_wire",
-    "statistics_to_wire", "write_frame",
+    "ARENA_MIN_BYTES",
+    "BufRef",
+    "InPlace",
+    "PoolRef",
+    "RemoteInput",
+    "decode_args",
+    "encode_args",
+    "encode_frame",
+    "encode_outputs",
+    "error_from",
+    "error_payload",
+    "model_from_wire",
+    "model_to_wire",
+    "output_views",
+    "recv_frame",
+    "send_frame",
+    "statistics_from_wire",
+    "statistics_to_wire",
+    "write_frame",
 ]
 
 _HEADER = struct.Struct("<Q")
@@ -65,6 +83,20 @@ class PoolRef(NamedTuple):
     offset: int
     dtype: str
     shape: tuple[int, ...]
+
+
+class BufRef(NamedTuple):
+    """An execution argument that is a device buffer living in the service (its handle there)."""
+
+    handle: int
+
+
+class RemoteInput(np.ndarray):
+    """What request validation sees for an input device buffer of a ``ProcessDevice``: an
+    array of the buffer's type and shape that allocates nothing (its data is in the service);
+    ``encode_args`` sends it as the ``BufRef`` of ``handle``."""
+
+    handle: int
 
 
 class InPlace(NamedTuple):
@@ -162,6 +194,9 @@ def encode_args(args: list[Any], arena: Arena | None = None) -> tuple[list[Any],
     out: list[Any] = []
     blocks: list[tuple[int, int]] = []
     for a in args:
+        if type(a) is RemoteInput:
+            out.append(BufRef(a.handle))
+            continue
         if type(a) is np.ndarray and a.nbytes >= 4096:
             where = pool_origin(a) if a.flags.c_contiguous else None
             if where is None and arena is not None and a.nbytes >= ARENA_MIN_BYTES:
@@ -176,20 +211,36 @@ def encode_args(args: list[Any], arena: Arena | None = None) -> tuple[list[Any],
     return out, blocks
 
 
-def encode_outputs(bufs: Any) -> list[PoolRef | None] | None:
+def encode_outputs(bufs: Any) -> list[PoolRef | BufRef | None] | None:
     """The caller's output buffers that the service may write in place (C-contiguous, writable
-    views of a shared pool) as ``PoolRef``; None where the output comes back by value (None
-    when none does)."""
+    views of a shared pool) as ``PoolRef``, its device buffers (``ResolvedOutputs``) as
+    ``BufRef``; None where the output comes back by value (None when all do)."""
     if not bufs:
         return None
-    refs: list[PoolRef | None] = []
+    refs: list[PoolRef | BufRef | None] = []
     for b in bufs:
         where = pool_origin(b) if type(b) is np.ndarray and b.flags.c_contiguous and b.flags.writeable else None
         refs.append(None if where is None else PoolRef(where[0], where[1], b.dtype.str, b.shape))
+    for j, buf in getattr(bufs, "device_buffers", ()):
+        refs[j] = BufRef(buf.handle)
     return refs if any(r is not None for r in refs) else None
 
 
-def _ref_view(ref: PoolRef, attach: Callable[[str | FileKey, str], np.ndarray], where: str) -> np.ndarray:
+#: The service's resolvers: ``attach(pool, where)`` maps a pool (a flat uint8 array);
+#: ``buffer(handle, where)`` is the service's device buffer of that handle.
+Attach = Callable[[str | FileKey, str], np.ndarray]
+FindBuffer = Callable[[int, str], Any]
+
+
+def _arg(a: Any, attach: Attach, buffer: FindBuffer, where: str) -> Any:
+    if type(a) is PoolRef:
+        return _ref_view(a, attach, where)
+    if type(a) is BufRef:
+        return buffer(a.handle, where)
+    return a
+
+
+def _ref_view(ref: PoolRef, attach: Attach, where: str) -> np.ndarray:
     raw = attach(ref.pool, where)
     try:
         dtype = np.dtype(ref.dtype)
@@ -202,16 +253,17 @@ def _ref_view(ref: PoolRef, attach: Callable[[str | FileKey, str], np.ndarray], 
     return raw[ref.offset : ref.offset + n].view(dtype).reshape(shape)
 
 
-def decode_args(args: list[Any], attach: Callable[[str | FileKey, str], np.ndarray]) -> list[Any]:
-    """The values the service executes on: ``attach(pool, where)`` maps a pool (a flat uint8 array)."""
-    return [_ref_view(a, attach, f"input {k}") if type(a) is PoolRef else a for k, a in enumerate(args)]
+def decode_args(args: list[Any], attach: Attach, buffer: FindBuffer) -> list[Any]:
+    """The values the service executes on (pool views, its device buffers, arrays)."""
+    return [_arg(a, attach, buffer, f"input {k}") for k, a in enumerate(args)]
 
 
-def output_views(refs: list[Any] | None, attach: Callable[[str | FileKey, str], np.ndarray]) -> list[Any] | None:
-    """The service's output buffers for the request's in-place outputs (None: by value)."""
+def output_views(refs: list[Any] | None, attach: Attach, buffer: FindBuffer) -> list[Any] | None:
+    """The service's output arguments: views for in-place outputs, its device buffers, None
+    where the output comes back by value."""
     if refs is None:
         return None
-    return [_ref_view(r, attach, f"output {j}") if type(r) is PoolRef else None for j, r in enumerate(refs)]
+    return [None if r is None else _arg(r, attach, buffer, f"output {j}") for j, r in enumerate(refs)]
 
 
 # -- statistics -----------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from nnrt.process import _device, _pools
 from nnrt.process._wire import PoolRef, encode_args, error_from, error_payload
 from nnrt.sched import SchedulerStatistics
 from nnrt.types import OutputShape
+from tests.helpers import wait_until
 
 N = 256 * 1024  # floats: a 1 MB input and output
 
@@ -58,14 +58,6 @@ def reference(model: nnrt.Model, x: np.ndarray) -> np.ndarray:
         return cpu.prepare_model_sync(model).execute_sync([x]).outputs[0]
     finally:
         cpu.close()
-
-
-def wait_until(pred: Any, timeout: float = 10.0) -> None:
-    """Hang guard, not a timing assertion."""
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.005)
 
 
 def write_file(path: Path, data: np.ndarray, pad: int = 0) -> None:
