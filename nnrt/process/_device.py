@@ -73,7 +73,9 @@ from nnrt.process._arena import Arena
 from nnrt.process._buffers import RemoteBuffer
 from nnrt.process._client import ServiceProcess
 from nnrt.process._wire import (
+    ARENA_MIN_BYTES,
     InPlace,
+    PoolRef,
     encode_args,
     encode_outputs,
     model_from_wire,
@@ -373,6 +375,7 @@ class ProcessDevice(Device):
         """The app side's ``PreparedModel`` of a model the service prepared: released in the
         service when collected, re-prepared by a restart."""
         self._drivers.add(driver)
+        driver.set_outputs(model)
         prepared = PreparedModel(driver, model, _service_plan(model, driver), preference=pref, priority=prio, app=driver.app)
         weakref.finalize(prepared, driver.release)
         return prepared
@@ -444,6 +447,7 @@ class _RemoteDriver:
         self.service: ServiceProcess | None = None
         self.arena = device._arena
         self.buffer_domain = device  # its prepared models take the device's buffers (``domain_of``)
+        self.out_specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
 
     def __repr__(self) -> str:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -477,12 +481,42 @@ class _RemoteDriver:
     def can_run_now(self, plan: Plan) -> bool:
         return False
 
-    def _request(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
+    def set_outputs(self, model: Model) -> None:
+        """Which outputs may come back through the arena: (dtype, dims) of each output of a
+        known size of at least ``ARENA_MIN_BYTES``, else None."""
+        specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
+        for i in model.output_indexes:
+            op = model.operands[i]
+            big = op.fully_specified and op.type.dtype.itemsize * math.prod(op.dimensions) >= ARENA_MIN_BYTES
+            specs.append((op.type.dtype, op.dimensions) if big else None)
+        self.out_specs = specs if any(specs) else []
+
+    def _request(self, gen: _Gen, ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]
+                 ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
+        """The request for the service, and the arena blocks it holds; ``staged`` gets the
+        arena views of the outputs that come back through the arena."""
         while next(gen) != DELEGATE:  # INTERRUPTED: nothing interrupts a one-step plan here
             pass
         _step, args = ctx.handoff
         values, blocks = encode_args(list(args), self.arena)
-        return ("execute", app, self.handle, values, ctx.deadline, ctx.loop_timeout, encode_outputs(ctx.outputs)), blocks
+        bufs = ctx.outputs
+        refs = encode_outputs(bufs)
+        for j, spec in enumerate(self.out_specs):
+            if spec is None or (refs is not None and refs[j] is not None):
+                continue
+            buf = bufs[j] if bufs is not None else None
+            if buf is not None and (buf.shape != spec[1] or buf.dtype != spec[0]):
+                continue  # a larger or reshaped caller buffer: by value, _finish handles it
+            dtype, dims = spec
+            block = self.arena.reserve(dtype.itemsize * math.prod(dims))
+            if block is None:
+                break  # the arena is full: by value
+            name, offset, raw = block
+            blocks.append((offset, raw.nbytes))
+            staged[j] = raw.view(dtype).reshape(dims)
+            refs = refs or [None] * len(self.out_specs)
+            refs[j] = PoolRef(name, offset, dtype.str, dims)
+        return ("execute", app, self.handle, values, ctx.deadline, ctx.loop_timeout, refs), blocks
 
     def _free(self, blocks: list[tuple[int, int]]) -> None:
         for offset, nbytes in blocks:
@@ -490,32 +524,47 @@ class _RemoteDriver:
 
     def run_now(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
         blocks: list[tuple[int, int]] = []
+        staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app)
-            return _finish(gen, ctx, *service.call_sync(kind, *args))
+            (kind, *args), blocks = self._request(gen, ctx, app, staged)
+            outputs, device_ns = service.call_sync(kind, *args)
+            return _finish(gen, ctx, outputs, device_ns, staged)
         finally:
             self._free(blocks)
             gen.close()
 
     async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
         blocks: list[tuple[int, int]] = []
+        staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app)
-            return _finish(gen, ctx, *await service.call(kind, *args))
+            (kind, *args), blocks = self._request(gen, ctx, app, staged)
+            outputs, device_ns = await service.call(kind, *args)
+            return _finish(gen, ctx, outputs, device_ns, staged)
         finally:
             self._free(blocks)
             gen.close()
 
 
-def _finish(gen: _Gen, ctx: ExecContext, outputs: list[Any], device_ns: int) -> tuple[list[Any], int]:
+def _finish(gen: _Gen, ctx: ExecContext, outputs: list[Any], device_ns: int,
+            staged: dict[int, np.ndarray]) -> tuple[list[Any], int]:
     """Hand the service's outputs to the interpreter and let it end the plan (its last
     deadline check included). An output the service wrote in place (``InPlace``) is the
-    caller's buffer (viewed with the result's shape when the buffer is flat or larger)."""
+    caller's buffer (viewed with the result's shape when the buffer is flat or larger); one
+    written into the arena (``staged``) is copied out of it now, before its block is freed:
+    into the caller's array, or a new one."""
     for j, value in enumerate(outputs):
         if type(value) is InPlace:
-            outputs[j] = _in_place(ctx.outputs[j], value.shape)
+            view = staged.get(j)
+            if view is None:
+                outputs[j] = _in_place(ctx.outputs[j], value.shape)
+            elif ctx.outputs is not None and ctx.outputs[j] is not None:
+                buf = ctx.outputs[j]
+                buf[...] = view
+                outputs[j] = buf
+            else:
+                outputs[j] = view.copy()
     ctx.handoff = outputs
     try:
         next(gen)

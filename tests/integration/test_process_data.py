@@ -332,3 +332,41 @@ async def test_ready_restarts_without_blocking_the_loop() -> None:
             np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], reference(model, x))
     finally:
         cpu.close()
+
+
+async def test_large_plain_outputs_come_back_through_the_arena(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = zoo.add_chain(2, 64 * 1024)  # 256 KB in, 256 KB out
+    x = zoo.example_inputs(model)[0]
+    want = reference(model, x)
+    with nnrt.ProcessDevice("nnrt-process-arena-out", arena_bytes=1 << 20) as dev:  # four 256 KB blocks
+        prepared = await dev.prepare_model(model)
+        reserved: list[int] = []
+        real = dev._arena.reserve
+
+        def spy(nbytes: int) -> Any:
+            block = real(nbytes)
+            reserved.append(-1 if block is None else block[1])
+            return block
+
+        monkeypatch.setattr(dev._arena, "reserve", spy)
+        out = np.zeros((1, 64 * 1024), np.float32)
+        result = await prepared.execute([x], [out])
+        assert result.outputs[0] is out and len(reserved) == 2 and min(reserved) >= 0  # the input's block, the output's
+        np.testing.assert_array_equal(out, want)
+        result = await prepared.execute([x])  # allocated: a copy out of the arena, owned by the result
+        assert result.outputs[0].flags.owndata and len(reserved) == 4
+        np.testing.assert_array_equal(result.outputs[0], want)
+        assert not np.shares_memory(result.outputs[0], dev._arena._memory.buffer)  # type: ignore[union-attr]
+        # Eight in flight: the arena fills (inputs and outputs), the rest go by value; all correct.
+        xs = [zoo.example_inputs(model, seed=k)[0] for k in range(8)]
+        results = await asyncio.gather(*(prepared.execute([v]) for v in xs))
+        assert -1 in reserved  # some did not fit
+        for v, r in zip(xs, results):
+            np.testing.assert_array_equal(r.outputs[0], reference(model, v))
+        assert dev._arena.free_bytes == 1 << 20  # every block returned
+        # A caller's array of another shape than the model's output comes back by value.
+        n = len(reserved)
+        flat = np.zeros(64 * 1024 + 5, np.float32)
+        await prepared.execute([x], [flat])
+        assert len(reserved) == n + 1  # the input's block only
+        np.testing.assert_array_equal(flat[: 64 * 1024], want.reshape(-1))
