@@ -90,7 +90,7 @@ class RemoteBuffer(DeviceBuffer):
             raise GeneralFailureError(f"{where}: the buffer is uninitialized")
         service = self._alive(where)
         refs = encode_outputs([raw])
-        data = service.call_sync("copy_to", self.app, self.handle, refs[0] if refs else None, self.dimensions)
+        data = service.call_sync("copy_to", self.app, self.handle, refs[0] if refs else None)
         if data is not None:
             raw[...] = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
 

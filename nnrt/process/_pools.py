@@ -24,6 +24,7 @@ import collections
 import contextlib
 import mmap
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -40,22 +41,25 @@ MAX_POOLS = 64
 
 class _FilePool:
     def __init__(self, key: FileKey, where: str) -> None:
-        try:
-            fd = os.open(key.path, os.O_RDWR if key.writable else os.O_RDONLY)
-        except OSError as err:
+        try:  # O_NONBLOCK: a FIFO at that path must not block the service (refused below)
+            fd = os.open(key.path, (os.O_RDWR if key.writable else os.O_RDONLY) | os.O_NONBLOCK)
+        except (OSError, ValueError) as err:
             raise GeneralFailureError(
-                f"{where}: the service cannot open the memory's file {key.path!r} ({err.strerror}): removed or "
+                f"{where}: the service cannot open the memory's file {key.path!r} ({getattr(err, 'strerror', err)}): removed or "
                 "renamed since Memory.from_file mapped it?"
             ) from None
         try:
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != (key.dev, key.ino):
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (key.dev, key.ino):
                 raise GeneralFailureError(
                     f"{where}: the file at {key.path!r} is not the one Memory.from_file mapped (it was replaced)"
                 )
             self._check(st.st_size, key, where)
-            self.map = mmap.mmap(fd, key.length, access=mmap.ACCESS_WRITE if key.writable else mmap.ACCESS_READ,
-                                 offset=key.start)
+            try:
+                self.map = mmap.mmap(fd, key.length, access=mmap.ACCESS_WRITE if key.writable else mmap.ACCESS_READ,
+                                     offset=key.start)
+            except (OSError, ValueError, OverflowError) as err:
+                raise GeneralFailureError(f"{where}: the service cannot map {key.path!r}: {err}") from None
         finally:
             os.close(fd)  # the mapping keeps its own descriptor (``mmap.size`` fstats it)
         self.buffer = np.frombuffer(self.map, np.uint8)

@@ -18,7 +18,9 @@ on one asyncio event loop, reading frames as the socket becomes readable:
 * ``release`` drops a prepared model; ``support``, ``capabilities``, ``statistics`` and ``ping``
   answer at once
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
-* ``_hang`` and ``_exit`` are test hooks (block the loop thread forever; exit at once).
+* ``_hang`` (block the loop thread forever) is a test hook, served only when the service's
+  environment has ``NNRT_SERVICE_TEST_HOOKS=1``; ``_inline`` and ``_counts`` answer questions
+  tests ask (would a request run at once; how many models, buffers, pools it holds).
 
 A malformed request (a frame that does not unpickle, is not ``(kind, id, ...)``, names an
 unknown kind or has the wrong arguments) is answered with a failure (GENERAL_FAILURE, or
@@ -54,8 +56,10 @@ from nnrt.process._pools import Pools
 from nnrt.process._wire import (
     InPlace,
     PoolRef,
+    check_request,
     decode_args,
     error_payload,
+    loads_request,
     model_from_wire,
     model_to_wire,
     output_views,
@@ -81,9 +85,10 @@ def make_device(kind: str, options: dict[str, Any]) -> Device:
 
 
 class _Service:
-    def __init__(self, sock: socket.socket, device: Device) -> None:
+    def __init__(self, sock: socket.socket, device: Device, *, test_hooks: bool = False) -> None:
         self.sock = sock
         self.device = device
+        self.test_hooks = test_hooks
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.pools = Pools()
@@ -117,7 +122,7 @@ class _Service:
 
     def _on_readable(self) -> None:
         try:
-            msg = recv_frame(self.sock)
+            msg = recv_frame(self.sock, loads_request)
         except (EOFError, OSError):  # the app closed the socket or died (or framing is lost)
             self._stop()
             return
@@ -129,6 +134,7 @@ class _Service:
             return
         kind, rid = msg[0], msg[1]
         try:
+            check_request(kind, msg[2:])
             if kind == "execute":
                 if not self._execute_now(rid, *msg[2:]):
                     self._spawn(rid, self._execute(rid, *msg[2:]))
@@ -162,6 +168,8 @@ class _Service:
             elif kind == "capabilities":
                 self._reply(rid, True, self.device.capabilities)
             elif kind == "_hang":  # test hook: a wedged service
+                if not self.test_hooks:
+                    raise InvalidArgumentError("unknown request '_hang'")
                 while True:
                     time.sleep(3600)
             elif kind == "_inline":  # test hook: would this prepared model's request run at once?
@@ -169,10 +177,6 @@ class _Service:
                 self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
             elif kind == "_counts":  # test hook: what the service holds
                 self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
-            elif kind == "_exit":  # test hook: a crash
-                os._exit(3)
-            else:
-                self._reply(rid, False, error_payload(InvalidArgumentError(f"unknown request {kind!r}")))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
@@ -226,14 +230,14 @@ class _Service:
         find = self._finder(app)
         find(handle, "copy_from").copy_from(*decode_args(args, self.pools.attach, find))
 
-    def _copy_to(self, app: str, handle: int, ref: PoolRef | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    def _copy_to(self, app: str, handle: int, ref: PoolRef | None) -> np.ndarray | None:
         """Into the app's shared pool in place (``ref``), else back by value."""
         buffer = self._finder(app)(handle, "copy_to")
         if ref is not None:
             raw = output_views([ref], self.pools.attach, self._finder(app))[0]  # type: ignore[index]
             buffer.copy_to(raw.reshape(-1).view(np.uint8).view(buffer.type.dtype))
             return None
-        out = np.empty(shape, buffer.type.dtype)
+        out = np.empty(buffer.dimensions, buffer.type.dtype)
         buffer.copy_to(out)
         return out
 
@@ -308,7 +312,7 @@ def main(argv: list[str]) -> int:
         return 1
     send_frame(sock, (0, True, (os.getpid(), device.name, device.version, device.feature_level, int(device.type))))
     try:
-        asyncio.run(_Service(sock, device).run())
+        asyncio.run(_Service(sock, device, test_hooks=os.environ.get("NNRT_SERVICE_TEST_HOOKS") == "1").run())
     finally:
         sock.close()
     return 0

@@ -4,8 +4,9 @@ Both halves speak over one Unix stream socket (a ``socketpair``; the child gets 
 inherited file descriptor). A frame is an 8-byte little-endian length and a pickled tuple
 (protocol 5: numpy arrays travel as their raw bytes, one copy each way). Requests are
 ``(kind, request id, app, *arguments)``; every reply is ``(request id, ok, payload)``, where a
-failure's payload is ``(ErrorStatus number, message)`` and becomes the same ``NnrtError`` on
-the app side (``error_from``).
+failure's payload is ``(ErrorStatus number, message[, output shapes])`` and becomes the same
+``NnrtError`` on the app side (``error_from``). The service unpickles requests with
+``loads_request``, which admits only the classes requests are made of.
 
 Data rules (issue 18):
 
@@ -27,6 +28,9 @@ Data rules (issue 18):
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import io
 import math
 import pickle
 import socket
@@ -37,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from nnrt.errors import GeneralFailureError, NnrtError, error_for
+from nnrt.errors import GeneralFailureError, InvalidArgumentError, NnrtError, error_for
 from nnrt.memory._memory import FileKey, pool_origin
 from nnrt.model._serialize import model_from_dict, model_to_dict
 from nnrt.sched import ClassStatistics, SchedulerStatistics
@@ -51,8 +55,10 @@ __all__ = [
     "ARENA_MIN_BYTES",
     "BufRef",
     "InPlace",
+    "PREPARE_OPTIONS",
     "PoolRef",
     "RemoteInput",
+    "check_request",
     "decode_args",
     "encode_args",
     "encode_frame",
@@ -61,6 +67,7 @@ __all__ = [
     "error_payload",
     "model_from_wire",
     "model_to_wire",
+    "loads_request",
     "output_views",
     "recv_frame",
     "send_frame",
@@ -124,12 +131,44 @@ def send_frame(sock: socket.socket, message: Any) -> None:
     write_frame(sock, encode_frame(message))
 
 
-def recv_frame(sock: socket.socket) -> Any:
-    """Read one frame and unpickle it; EOFError when the peer closed or died."""
+def recv_frame(sock: socket.socket, loads: Callable[[Any], Any] = pickle.loads) -> Any:
+    """Read one frame and unpickle it (the service passes ``loads_request``); EOFError when
+    the peer closed or died."""
     (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
     if n > MAX_FRAME:
         raise EOFError(f"malformed frame of {n} bytes")
-    return pickle.loads(_recv_exact(sock, n))
+    return loads(_recv_exact(sock, n))
+
+
+#: What a request may hold besides plain containers, numbers, strings and bytes: numpy arrays
+#: and scalars, this module's references, and nnrt's enums and value classes.
+_ALLOWED = frozenset({
+    ("numpy", "dtype"), ("numpy", "ndarray"),
+    ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
+    ("nnrt.process._wire", "PoolRef"), ("nnrt.process._wire", "BufRef"), ("nnrt.memory._memory", "FileKey"),
+    ("nnrt.memory._domain", "BufferRole"), ("nnrt.memory._domain", "BufferDesc"),
+    ("builtins", "bytearray"), ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
+})
+
+
+class _RequestUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        if module == "nnrt.types":
+            obj = super().find_class(module, name)
+            if isinstance(obj, type) and (issubclass(obj, enum.Enum) or dataclasses.is_dataclass(obj)):
+                return obj
+        raise pickle.UnpicklingError(f"a request may not hold {module}.{name}")
+
+
+def loads_request(data: Any) -> Any:
+    """Unpickle a request in the service: only the classes a request is made of (``_ALLOWED``),
+    so that a malformed or hostile frame is refused (UnpicklingError) rather than able to call
+    any function of the service's interpreter."""
+    return _RequestUnpickler(io.BytesIO(data)).load()
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray | bytes:
@@ -152,6 +191,52 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray | bytes:
     return buf
 
 
+# -- requests ---------------------------------------------------------------------------------------
+
+_N = type(None)
+_NUM = (int, float)
+#: Per request kind: the types of its arguments after ``(kind, request id)``, and how many of
+#: them may be left out at the end.
+_SCHEMAS: dict[str, tuple[tuple[Any, ...], int]] = {
+    "execute": ((str, int, list, (*_NUM, _N), (*_NUM, _N), (list, _N)), 1),
+    "prepare": ((str, tuple, dict), 0),
+    "prepare_cached": ((str, dict), 0),
+    "support": ((str, tuple), 0),
+    "release": ((str, int), 0),
+    "cancel": ((str, int), 0),
+    "allocate": ((str, (tuple, list), list, list, list), 0),
+    "copy_from": ((str, int, list), 0),
+    "copy_to": ((str, int, (PoolRef, _N)), 0),
+    "ping": ((str,), 1), "capabilities": ((str,), 1), "statistics": ((str,), 1),
+    "_hang": ((str,), 1), "_inline": ((str, int), 0), "_counts": ((), 0),
+}
+
+#: The options ``prepare`` and ``prepare_cached`` pass on to the service's device.
+PREPARE_OPTIONS = frozenset({"preference", "priority", "deadline", "cache_dir", "token"})
+
+
+def check_request(kind: str, args: tuple[Any, ...]) -> None:
+    """GENERAL_FAILURE ("malformed ... request") unless ``args`` fit ``kind``'s schema (a frame
+    of the wrong shape is a malformed packet, as in NNAPI's burst server); INVALID_ARGUMENT for
+    an unknown kind."""
+    schema = _SCHEMAS.get(kind)
+    if schema is None:
+        raise InvalidArgumentError(f"unknown request {kind!r}")
+    types, optional = schema
+    if not len(types) - optional <= len(args) <= len(types):
+        raise GeneralFailureError(f"malformed {kind} request: {len(args)} arguments")
+    for k, (arg, t) in enumerate(zip(args, types)):
+        if not isinstance(arg, t) or (type(arg) is bool and bool not in (t if isinstance(t, tuple) else (t,))):
+            raise GeneralFailureError(f"malformed {kind} request: argument {k} is a {type(arg).__name__}")
+    if kind in ("prepare", "prepare_cached"):
+        options = args[-1]
+        unknown = [key for key in options if key not in PREPARE_OPTIONS]
+        if unknown:
+            raise GeneralFailureError(f"malformed {kind} request: unknown options {unknown!r:.80}")
+    if kind == "allocate" and not all(type(h) is int for h in args[2]):
+        raise GeneralFailureError("malformed allocate request: a handle is not an int")
+
+
 # -- models -------------------------------------------------------------------------------------
 
 
@@ -166,16 +251,28 @@ def model_to_wire(model: Model) -> tuple[dict[str, Any], list[np.ndarray]]:
     return model_to_dict(model, add), arrays
 
 
-def model_from_wire(doc: dict[str, Any], arrays: list[np.ndarray]) -> Model:
-    """Rebuild the model through the public ``Model`` calls (so every validation rule applies)."""
+def model_from_wire(*wire: Any) -> Model:
+    """Rebuild the model from ``(description, constant arrays)`` through the public ``Model``
+    calls (so every validation rule applies); a description that does not parse is
+    INVALID_ARGUMENT ("malformed model description")."""
+    if len(wire) != 2 or type(wire[0]) is not dict or type(wire[1]) is not list:
+        raise InvalidArgumentError("malformed model description: not (dict, list)")
+    doc, arrays = wire
 
     def get(d: dict[str, Any], dtype: np.dtype[Any], dims: tuple[int, ...]) -> np.ndarray:
         arr = arrays[int(d["offset"])]
+        if type(arr) is not np.ndarray or arr.dtype.hasobject:
+            raise InvalidArgumentError("malformed model description: a constant is not an array of numbers")
         if arr.dtype != dtype or int(arr.nbytes) != int(d["nbytes"]):
             arr = arr.reshape(-1).view(np.uint8).view(dtype)
         return arr.reshape(dims)
 
-    return model_from_dict(doc, get)
+    try:
+        return model_from_dict(doc, get)
+    except NnrtError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as err:
+        raise InvalidArgumentError(f"malformed model description: {type(err).__name__}: {err}"[:300]) from None
 
 
 # -- execution arguments --------------------------------------------------------------------------
@@ -236,21 +333,33 @@ def _arg(a: Any, attach: Attach, buffer: FindBuffer, where: str) -> Any:
     if type(a) is PoolRef:
         return _ref_view(a, attach, where)
     if type(a) is BufRef:
+        if type(a.handle) is not int:
+            raise GeneralFailureError(f"{where}: malformed buffer reference")
         return buffer(a.handle, where)
     return a
 
 
 def _ref_view(ref: PoolRef, attach: Attach, where: str) -> np.ndarray:
-    raw = attach(ref.pool, where)
     try:
-        dtype = np.dtype(ref.dtype)
-        shape = tuple(int(d) for d in ref.shape)
+        dtype = np.dtype(ref.dtype) if type(ref.dtype) is str else None
+        shape = tuple(ref.shape) if type(ref.shape) is tuple else None
     except (TypeError, ValueError):
-        raise GeneralFailureError(f"{where}: malformed pool reference {ref!r}") from None
+        dtype = None
+    if (dtype is None or dtype.hasobject or shape is None or type(ref.offset) is not int
+            or not all(type(d) is int and d >= 0 for d in shape) or not _pool_key_ok(ref.pool)):
+        raise GeneralFailureError(f"{where}: malformed pool reference {ref!r:.200}")
+    raw = attach(ref.pool, where)
     n = math.prod(shape) * dtype.itemsize
     if ref.offset < 0 or ref.offset + n > raw.size:
         raise GeneralFailureError(f"{where}: {n} bytes at {ref.offset} are outside the memory pool")
     return raw[ref.offset : ref.offset + n].view(dtype).reshape(shape)
+
+
+def _pool_key_ok(key: Any) -> bool:
+    if type(key) is str:
+        return True
+    return type(key) is FileKey and type(key.path) is str and all(
+        type(v) is int for v in (key.start, key.length, key.dev, key.ino)) and type(key.writable) is bool
 
 
 def decode_args(args: list[Any], attach: Attach, buffer: FindBuffer) -> list[Any]:

@@ -27,6 +27,9 @@ from nnrt.process._wire import PoolRef, encode_args
 
 TOKEN = bytes(range(32))
 
+# The services these tests start serve the ``_hang`` test hook (the watchdog's test).
+os.environ["NNRT_SERVICE_TEST_HOOKS"] = "1"
+
 
 @pytest.fixture(scope="module")
 def pdev() -> Iterator[nnrt.ProcessDevice]:
@@ -239,7 +242,7 @@ async def test_an_app_cannot_reach_another_apps_prepared_model(pdev: nnrt.Proces
 # -- malformed requests ---------------------------------------------------------------------------------
 
 
-async def test_malformed_requests_are_answered_and_the_service_serves_on(pdev: nnrt.ProcessDevice) -> None:
+async def test_malformed_requests_are_answered_and_the_service_serves_on(pdev: nnrt.ProcessDevice, tmp_path: Path) -> None:
     import pickle
     import struct
 
@@ -249,8 +252,23 @@ async def test_malformed_requests_are_answered_and_the_service_serves_on(pdev: n
             service._sock.sendall(struct.pack("<Q", len(body)) + body)
     with pytest.raises(nnrt.InvalidArgumentError, match="unknown request 'frobnicate'"):
         pdev._test_call("frobnicate")
-    with pytest.raises(nnrt.GeneralFailureError, match="TypeError"):
+    with pytest.raises(nnrt.GeneralFailureError, match="malformed execute request: 1 arguments"):
         pdev._test_call("execute", "default")  # too few arguments
+    with pytest.raises(nnrt.GeneralFailureError, match="malformed execute request: argument 1 is a str"):
+        pdev._test_call("execute", "default", "handle", [], None, None)
+    with pytest.raises(nnrt.GeneralFailureError, match="unknown options"):
+        pdev._test_call("prepare", "default", ({}, []), {"bogus": 1})
+    # A frame that would call a function while unpickling is refused before anything runs.
+    marker = tmp_path / "created-by-the-frame"
+
+    class Evil:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return os.mkdir, (str(marker),)
+
+    evil = pickle.dumps(("ping", 7, Evil()))
+    with service._send_lock:
+        service._sock.sendall(struct.pack("<Q", len(evil)) + evil)
+    assert pdev._test_call("ping") == pdev.pid and not marker.exists()
     with pytest.raises(nnrt.InvalidArgumentError, match="malformed model description"):
         pdev._test_call("support", "", ({"not": "a model"}, []))
     assert pdev._test_call("ping") == pdev.pid
