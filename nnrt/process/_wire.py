@@ -137,7 +137,11 @@ def recv_frame(sock: socket.socket, loads: Callable[[Any], Any] = pickle.loads) 
     (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
     if n > MAX_FRAME:
         raise EOFError(f"malformed frame of {n} bytes")
-    return loads(_recv_exact(sock, n))
+    body = _recv_exact(sock, n)
+    try:
+        return loads(body)
+    except EOFError:  # a truncated pickle is a malformed frame, not the end of the connection
+        raise pickle.UnpicklingError(f"a truncated frame body of {n} bytes") from None
 
 
 #: What a request may hold besides plain containers, numbers, strings and bytes: numpy arrays

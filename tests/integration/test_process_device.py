@@ -247,7 +247,7 @@ async def test_malformed_requests_are_answered_and_the_service_serves_on(pdev: n
     import struct
 
     service = pdev._running()
-    for body in (b"not a pickle at all", pickle.dumps(["a", "list"]), pickle.dumps(("execute", "rid-not-int"))):
+    for body in (b"", b"not a pickle at all", pickle.dumps(["a", "list"]), pickle.dumps(("execute", "rid-not-int"))):
         with service._send_lock:
             service._sock.sendall(struct.pack("<Q", len(body)) + body)
     with pytest.raises(nnrt.InvalidArgumentError, match="unknown request 'frobnicate'"):
