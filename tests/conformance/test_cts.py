@@ -1,13 +1,14 @@
 """Every CTS spec whose operations nnrt supports, run through the public API (one test per spec).
 
-The numpy kernels are the reference: ``test_cts_spec`` runs them (``NNRT_JIT=0``). The specs
-that use an operation with a compiled kernel (``nnrt/ops/_jit*.py``) run a second time with
-numba's kernels in ``test_cts_spec_compiled``.
+The numpy kernels are the reference: ``test_cts_spec`` runs them (``NNRT_JIT=0``). The cases
+with an operation that has a compiled path for its operand types (``nnrt/ops/_jit*.py``) run a
+second time with numba's kernels in ``test_cts_spec_compiled``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -17,16 +18,27 @@ from nnrt.ops import _jit
 
 SPECS = list(iter_specs())
 
-#: Operations whose float kernels have a compiled twin or part (``nnrt/ops/_jit_float.py``).
-COMPILED_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MAX_POOL_2D", "MEAN", "PRELU"})
+#: Operations with a compiled twin or part, by the operand types that take it: float32
+#: (``nnrt/ops/_jit_float.py``) and 8-bit (``nnrt/ops/_jit_quant.py``: table lookups,
+#: QUANTIZE/DEQUANTIZE, convolutions, FULLY_CONNECTED).
+COMPILED_OPS = {
+    "TENSOR_FLOAT32": frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MAX_POOL_2D", "MEAN", "PRELU"}),
+    "TENSOR_QUANT8_ASYMM": frozenset({
+        "ADD", "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "DIV", "FULLY_CONNECTED", "HARD_SWISH", "LOGISTIC",
+        "MUL", "PRELU", "QUANTIZE", "RELU", "RELU1", "RELU6", "SUB", "TANH",
+    }),
+}  # fmt: skip
+COMPILED_OPS["TENSOR_QUANT8_ASYMM_SIGNED"] = COMPILED_OPS["TENSOR_QUANT8_ASYMM"]
 
 
-def _uses_compiled(spec: str) -> bool:
-    return any(op["type"] in COMPILED_OPS for case in load_spec(spec)
-               for model in (case["main"], *case["referenced"]) for op in model["operations"])
+def _uses_compiled(case: dict[str, Any]) -> bool:
+    """Whether an operation of the case has a compiled path for one of its operands' types."""
+    return any(op["type"] in COMPILED_OPS.get(model["operands"][i]["type"], ())
+               for model in (case["main"], *case["referenced"])
+               for op in model["operations"] for i in (*op["inputs"], *op["outputs"]))
 
 
-COMPILED_SPECS = [s for s in SPECS if _uses_compiled(s)]
+COMPILED_SPECS = [s for s in SPECS if any(_uses_compiled(case) for case in load_spec(s))]
 
 
 @pytest.fixture
@@ -36,9 +48,11 @@ def numba_kernels(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
-async def _run_spec(spec: str, device: CpuDevice) -> None:
+async def _run_spec(spec: str, device: CpuDevice, only_compiled: bool = False) -> None:
     failures = []
     for case in load_spec(spec):
+        if only_compiled and not _uses_compiled(case):
+            continue
         result = await run_case(case, device)
         if result.status == "fail":
             failures.append(f"{result.name}: {result.message}")
@@ -56,4 +70,4 @@ async def test_cts_spec(spec: str, device: CpuDevice, numba_kernels: None) -> No
 async def test_cts_spec_compiled(spec: str, device: CpuDevice, numba_kernels: None) -> None:
     pytest.importorskip("numba")
     assert _jit.available()
-    await _run_spec(spec, device)
+    await _run_spec(spec, device, only_compiled=True)
