@@ -64,6 +64,10 @@ MIN_ELEMENTS = 4096
 #: kernel 0.12 ms, in place 0.14; [1,112,112,64] 0.84 vs 0.58).
 SINGLE_MIN_ELEMENTS = 1 << 19
 
+#: Links at most per chain: real chains are 2-8 links; a cap keeps the walk linear in the plan's
+#: size (a 1,000-ADD chain took 40 s to prepare when every step started a walk to the end).
+MAX_LINKS = 32
+
 _BINARY: dict[OperationType, Callable[..., np.ndarray]] = {
     Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
     Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
@@ -109,8 +113,10 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
         if first is None:
             continue
         x0 = first[1]
+        if _dims_size(ops[x0].dimensions) < MIN_ELEMENTS:
+            continue  # too small to pay: decided before walking the chain
         values, links = [x0], [first[0]]
-        while True:
+        while len(links) < MAX_LINKS:
             v = links[-1].step.outs[0]
             values.append(v)  # value k of the chain is link k-1's result (value 0: its input)
             nxt = next((r for r in readers.get(v, ()) if id(r) not in consumed), None) if temp(v) else None

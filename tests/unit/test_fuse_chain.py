@@ -17,7 +17,7 @@ import nnrt.execution._plan as plan_module
 from nnrt import Model, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.execution._fuse_chain import BLOCK, MIN_ELEMENTS, SINGLE_MIN_ELEMENTS
+from nnrt.execution._fuse_chain import BLOCK, MAX_LINKS, MIN_ELEMENTS, SINGLE_MIN_ELEMENTS
 from nnrt.execution._plan import compile_plan
 from tests.unit.test_fuse import Graph
 
@@ -98,6 +98,14 @@ def test_small_tensors_keep_their_steps() -> None:
     """Below MIN_ELEMENTS the steps stay (``zoo.add_chain``, the overhead benchmark's plan, too)."""
     assert len(compile_plan(_paddle_hardswish([1, 4, 5, 3])()).steps) > 2
     assert len(compile_plan(zoo.add_chain(20)).steps) == 20
+
+
+def test_a_long_chain_is_cut_every_max_links(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain longer than MAX_LINKS becomes ceil(n / MAX_LINKS) steps, each the same bits (the
+    cap keeps preparation linear: every step no longer starts a walk to the chain's end)."""
+    n = 2 * MAX_LINKS + 5
+    steps = _compare(device, lambda: zoo.add_chain(n, MIN_ELEMENTS), [_values((1, MIN_ELEMENTS))], 3, monkeypatch)
+    assert [s.label.count("(ADD)") for s in steps] == [MAX_LINKS, MAX_LINKS, 5]
 
 
 def test_a_value_read_outside_ends_the_chain(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
