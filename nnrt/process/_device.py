@@ -48,6 +48,7 @@ from nnrt.execution._plan import _fetcher
 from nnrt.model import Model
 from nnrt.process._arena import Arena
 from nnrt.process._client import ServiceProcess
+from nnrt.process._transport import encode_execute, io_dtypes
 from nnrt.process._wire import encode_args, model_to_wire
 from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperationType, Priority
 
@@ -66,14 +67,23 @@ class ProcessDevice(Device):
     started and idle, so that ``restart()`` does not wait for an interpreter to start (most
     of a recovery): it only re-prepares the models, and starts a new spare in the background.
     ``arena_bytes`` is the size of the shared arena large plain-array inputs are copied into
-    (``nnrt.process._arena``; made on first use; 0: always the socket).
+    (``nnrt.process._arena``; made on first use; 0: always the socket). ``ring_bytes`` is the
+    capacity of each of the connection's two shared-memory rings executions travel on
+    (``nnrt.process._fmq``; a power of two; 0: executions take the socket, as before the
+    rings); ``poll_us`` is how long each side polls its ring before it sleeps on the doorbell.
     """
 
     def __init__(self, name: str = "nnrt-process", *, restricted: dict[str, Any] | None = None,
                  hang_timeout: float = 5.0, start_timeout: float = 60.0, standby: bool = False,
-                 arena_bytes: int = 32 << 20, **cpu_options: Any) -> None:
+                 arena_bytes: int = 32 << 20, ring_bytes: int = 1 << 20, poll_us: float = 50.0,
+                 **cpu_options: Any) -> None:
         if isinstance(arena_bytes, bool) or not isinstance(arena_bytes, int) or arena_bytes < 0:
             raise InvalidArgumentError(f"ProcessDevice: arena_bytes must be a non-negative int, got {arena_bytes!r}")
+        power_of_two = isinstance(ring_bytes, int) and ring_bytes >= 4096 and not ring_bytes & (ring_bytes - 1)
+        if isinstance(ring_bytes, bool) or not isinstance(ring_bytes, int) or (ring_bytes and not power_of_two):
+            raise InvalidArgumentError(f"ProcessDevice: ring_bytes must be 0 or a power of two >= 4096, got {ring_bytes!r}")
+        if isinstance(poll_us, bool) or not isinstance(poll_us, (int, float)) or not 0 <= poll_us <= 1e6:
+            raise InvalidArgumentError(f"ProcessDevice: poll_us must be a number of microseconds in [0, 1e6], got {poll_us!r}")
         if not isinstance(hang_timeout, (int, float)) or hang_timeout < 0:
             raise InvalidArgumentError(f"ProcessDevice: hang_timeout must be a non-negative number, got {hang_timeout!r}")
         # The service is nnrt's own process: it opts in to the process-wide latency settings
@@ -103,6 +113,7 @@ class ProcessDevice(Device):
         self._spare: ServiceProcess | None = None
         self._spare_thread: threading.Thread | None = None
         self._arena = Arena(int(arena_bytes))
+        self.ring_bytes, self.poll_us = ring_bytes, float(poll_us)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -129,7 +140,8 @@ class ProcessDevice(Device):
                 self._start_spare()
 
     def _new_service(self) -> ServiceProcess:
-        return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout)
+        return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout,
+                              ring_bytes=self.ring_bytes, poll_us=self.poll_us)
 
     def _start_spare(self) -> None:
         """Start the standby service on a thread (it takes as long as an interpreter start)."""
@@ -275,6 +287,7 @@ class ProcessDevice(Device):
             options["cache_dir"] = os.fspath(cache_dir) if isinstance(cache_dir, (str, os.PathLike)) else cache_dir
             options["token"] = token
         driver = _RemoteDriver(self, app, model_to_wire(model), options)
+        driver.dtypes = io_dtypes(model)
         await driver.reprepare(service)
         driver.options.pop("deadline", None)  # a re-preparation after a restart has no deadline
         self._drivers.add(driver)
@@ -317,6 +330,7 @@ class _RemoteDriver:
         self.handle = 0
         self.service: ServiceProcess | None = None
         self.arena = device._arena
+        self.dtypes: tuple[list[Any], list[Any]] = ([], [])
 
     def __repr__(self) -> str:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -345,12 +359,26 @@ class _RemoteDriver:
     def can_run_now(self, plan: Plan) -> bool:
         return False
 
-    def _request(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
+    def _request_raw(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> tuple[Any, ...]:
         while next(gen) != DELEGATE:  # INTERRUPTED: nothing interrupts a one-step plan here
             pass
         _step, args = ctx.handoff
-        values, blocks = encode_args(list(args), self.arena)
-        return ("execute", app, self.handle, values, ctx.deadline, ctx.loop_timeout), blocks
+        return ("execute", app, self.handle, list(args), ctx.deadline, ctx.loop_timeout)
+
+    def _encoded(self, request: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
+        """The request for the socket (large arrays through the arena)."""
+        values, blocks = encode_args(request[3], self.arena)
+        return (*request[:3], values, *request[4:]), blocks
+
+    def _packet(self, service: ServiceProcess,
+                request: tuple[Any, ...]) -> tuple[int, list[Any], int, list[tuple[int, int]]] | None:
+        """The request as a ring packet (``nnrt.process._transport``), or None: the socket."""
+        _kind, app, handle, values, deadline, loop_timeout = request
+        if service.channel is None or type(app) is not str:
+            return None
+        rid = service.new_id()
+        packed = encode_execute(rid, handle, app, values, deadline, loop_timeout, self.dtypes[0], len(self.dtypes[1]), self.arena)
+        return None if packed is None else (rid, *packed)
 
     def _free(self, blocks: list[tuple[int, int]]) -> None:
         for offset, nbytes in blocks:
@@ -360,7 +388,15 @@ class _RemoteDriver:
         blocks: list[tuple[int, int]] = []
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app)
+            request = self._request_raw(gen, ctx, app)
+            packet = self._packet(service, request)
+            if packet is not None:
+                rid, parts, nbytes, blocks = packet
+                sent, reply = service.ring_call_sync(rid, parts, nbytes, self.dtypes[1])
+                if sent:
+                    return _finish(gen, ctx, *reply)
+                self._free(blocks)
+            (kind, *args), blocks = self._encoded(request)
             return _finish(gen, ctx, *service.call_sync(kind, *args))
         finally:
             self._free(blocks)
@@ -370,7 +406,15 @@ class _RemoteDriver:
         blocks: list[tuple[int, int]] = []
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app)
+            request = self._request_raw(gen, ctx, app)
+            packet = self._packet(service, request)
+            if packet is not None:
+                rid, parts, nbytes, blocks = packet
+                sent, reply = await service.ring_call(rid, parts, nbytes, self.dtypes[1])
+                if sent:
+                    return _finish(gen, ctx, *reply)
+                self._free(blocks)
+            (kind, *args), blocks = self._encoded(request)
             return _finish(gen, ctx, *await service.call(kind, *args))
         finally:
             self._free(blocks)

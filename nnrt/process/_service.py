@@ -22,6 +22,17 @@ INVALID_ARGUMENT for an unknown kind; id 0 when the id could not be read) and th
 keeps serving, as NNAPI's burst server does with an ill-formed FMQ packet. Only a frame whose
 length prefix is absurd ends the connection: the stream's framing is lost.
 
+Executions arrive on the connection's request ring (``nnrt.process._fmq``) as burst packets
+(``nnrt.process._transport``); the loop watches the ring's doorbell, and after serving what it
+found it polls the ring for ``poll_us`` before it sleeps again (not while its own executions
+run on worker threads: they need the interpreter lock). A cheap request runs inline at once,
+reading its inputs in place in the ring; another is copied out and runs as a task. Its result
+goes on the result ring, or over the socket when it does not fit there. A request packet that
+does not parse is answered with GENERAL_FAILURE under its id, one naming no prepared model
+with INVALID_ARGUMENT, and the ring serves on; a ring whose framing is lost (a length that runs
+past the written data) is reset and the app is told over the socket (id -1), as the socket's
+absurd length prefix would end the connection.
+
 The service exits when its socket reaches EOF (the device closed it, or the app process died)
 and, should its loop be wedged, when a watcher thread sees that its parent process changed.
 """
@@ -41,10 +52,13 @@ from typing import Any
 import numpy as np
 
 from nnrt._log import get_logger
+from nnrt.burst._packet import MalformedPacketError, packet_id, unpack_request
 from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import PreparedModel
 from nnrt.memory import Memory
+from nnrt.process._fmq import STRONGLY_ORDERED, Channel
+from nnrt.process._transport import decode_execute, encode_outputs, io_dtypes
 from nnrt.process._wire import decode_args, error_payload, model_from_wire, recv_frame, send_frame
 from nnrt.types import ErrorStatus
 
@@ -64,22 +78,30 @@ def make_device(kind: str, options: dict[str, Any]) -> Device:
 
 
 class _Service:
-    def __init__(self, sock: socket.socket, device: Device) -> None:
+    def __init__(self, sock: socket.socket, device: Device, ring: tuple[int, int, int, int, float] | None = None) -> None:
         self.sock = sock
         self.device = device
+        self.channel = None if ring is None else Channel(*ring[:4])
+        self.poll_window = ring[4] * 1e-6 if ring is not None and STRONGLY_ORDERED else 0.0
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.segments: dict[str, Memory] = {}
+        self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
         self.done: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
         loop.add_reader(self.sock.fileno(), self._on_readable)
+        if self.channel is not None:
+            self.channel.requests.set_sleeping(True)
+            loop.add_reader(self.channel.req_fd, self._on_ring)
         try:
             await self.done
         finally:
             loop.remove_reader(self.sock.fileno())
+            if self.channel is not None:
+                loop.remove_reader(self.channel.req_fd)
             for task in list(self.tasks.values()):
                 task.cancel()
             for mem in self.segments.values():
@@ -87,6 +109,8 @@ class _Service:
             close = getattr(self.device, "close", None)
             if close is not None:
                 close()
+            if self.channel is not None:
+                self.channel.close()
 
     def _reply(self, rid: int, ok: bool, payload: Any) -> None:
         try:
@@ -140,6 +164,68 @@ class _Service:
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
+    # -- the rings -----------------------------------------------------------------------------
+
+    def _on_ring(self) -> None:
+        """The request ring's doorbell: serve every packet, poll for the window, sleep again."""
+        ch = self.channel
+        assert ch is not None
+        ring = ch.requests
+        ch.request_bell.clear()
+        ring.set_sleeping(False)
+        while True:
+            try:
+                pkt = ring.peek()
+            except ValueError as err:
+                ring.reset()
+                self._reply(-1, False, f"the service lost the request ring's framing ({err})")
+                pkt = None
+            if pkt is not None:
+                try:
+                    self._serve_packet(pkt)
+                finally:
+                    pkt.release()
+                    ring.advance()
+                continue
+            if self.poll_window and not self.tasks and ring.poll(self.poll_window):
+                continue
+            if not ring.set_sleeping(True):
+                return
+            ring.set_sleeping(False)
+
+    def _serve_packet(self, pkt: memoryview) -> None:
+        rid = packet_id(pkt)
+        try:
+            req = unpack_request(pkt)
+            prepared = self._lookup(req.app, req.handle)
+            dtypes = self.dtypes.get((req.app, req.handle))
+            if dtypes is None:
+                dtypes = self.dtypes[(req.app, req.handle)] = io_dtypes(prepared.model)
+            values = decode_execute(req, dtypes[0], len(dtypes[1]), self._attach)
+            if self._execute_now(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, self._ring_reply):
+                return
+            values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
+            self._spawn(rid, self._execute(rid, req.app, req.handle, values, req.deadline, req.loop_timeout,
+                                           self._ring_reply))
+        except MalformedPacketError as err:
+            self._ring_reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), f"FMQ request packet ill-formed: {err.message}"))
+        except Exception as err:
+            self._ring_reply(rid, False, error_payload(err))
+
+    def _ring_reply(self, rid: int, ok: bool, payload: Any) -> None:
+        """Answer a ring request on the result ring, or over the socket when it does not fit."""
+        ch = self.channel
+        assert ch is not None
+        try:
+            parts, nbytes = encode_outputs(rid, ok, payload)
+        except Exception as err:
+            ok, payload = False, error_payload(err)
+            parts, nbytes = encode_outputs(rid, ok, payload)
+        if ch.closed or not ch.results.try_write(parts, nbytes):
+            self._reply(rid, ok, payload)
+            return
+        ch.result_bell.ring(ch.results)
+
     def _spawn(self, rid: int, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks[rid] = task
@@ -164,31 +250,33 @@ class _Service:
         return prepared
 
     def _execute_now(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                     loop_timeout: float | None) -> bool:
+                     loop_timeout: float | None, reply: Any = None) -> bool:
         """Run a cheap request at once when the device may (``Driver.can_run_now``: the path a
         burst's inline requests take), without a task; False: it needs the scheduler."""
         prepared = self.prepared.get((app, handle))
         if prepared is None or not prepared._driver.can_run_now(prepared.plan):
             return False
+        reply = reply or self._reply
         try:
             result = prepared._execute_now(decode_args(args, self._attach), None, True, deadline, loop_timeout)
-            self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+            reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
         except Exception as err:
-            self._reply(rid, False, error_payload(err))
+            reply(rid, False, error_payload(err))
         return True
 
     async def _execute(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                       loop_timeout: float | None) -> None:
+                       loop_timeout: float | None, reply: Any = None) -> None:
+        reply = reply or self._reply
         try:
             prepared = self._lookup(app, handle)
             values = decode_args(args, self._attach)
             result = await prepared.execute(values, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
-            self._reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+            reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
         except asyncio.CancelledError:
-            self._reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), "the execution was cancelled"))
+            reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), "the execution was cancelled"))
             raise
         except Exception as err:
-            self._reply(rid, False, error_payload(err))
+            reply(rid, False, error_payload(err))
 
     def _attach(self, name: str) -> np.ndarray:
         mem = self.segments.get(name)
@@ -209,7 +297,7 @@ def main(argv: list[str]) -> int:
     parent = os.getppid()
     threading.Thread(target=_watch_parent, args=(parent,), name="nnrt-parent-watch", daemon=True).start()
     try:
-        kind, options = recv_frame(sock)
+        kind, options, ring = recv_frame(sock)
         device = make_device(kind, options)
     except Exception as err:
         with contextlib.suppress(OSError):
@@ -217,7 +305,7 @@ def main(argv: list[str]) -> int:
         return 1
     send_frame(sock, (0, True, (os.getpid(), device.name, device.version, device.feature_level, int(device.type))))
     try:
-        asyncio.run(_Service(sock, device).run())
+        asyncio.run(_Service(sock, device, ring).run())
     finally:
         sock.close()
     return 0
