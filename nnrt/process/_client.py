@@ -103,6 +103,8 @@ class ServiceProcess:
         self._attached = False  # the consumer loop watches the doorbell with add_reader
         self._drain_lock = threading.Lock()
         self._last_drain = time.monotonic()
+        #: Executions sent on the rings and over the socket; drains the reader thread had to do.
+        self.ring_sent = self.socket_sent = self.rescues = 0
         self._on_death = on_death
         self._pending: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
@@ -167,6 +169,8 @@ class ServiceProcess:
             if self.dead_reason or self._closing:
                 raise DeadObjectError(self._dead_message())
             self._pending[rid] = waiter
+            if kind == "execute":
+                self.socket_sent += 1
         try:
             with self._send_lock:
                 write_frame(self._sock, parts)
@@ -221,6 +225,7 @@ class ServiceProcess:
             if not ch.requests.try_write(parts, nbytes):  # under the lock: one producer at a time
                 del self._pending[rid], self._ring_ids[rid]
                 return False
+            self.ring_sent += 1
         ch.request_bell.ring(ch.requests)
         if self._releases:
             self._flush_releases()
@@ -427,6 +432,7 @@ class ServiceProcess:
                     timeout = min(self.hang_timeout / 4 if self.hang_timeout > 0 else RESCUE_S, RESCUE_S)
                     ready = self._wait_readable(timeout if self.channel is not None else self.hang_timeout / 4)
                     if self._ring_ids and time.monotonic() - self._last_drain > RESCUE_S:
+                        self.rescues += 1
                         self._drain()  # nobody drained the result ring for a while: the last resort
                     if not ready and self.hang_timeout <= 0:
                         continue
