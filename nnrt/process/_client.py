@@ -26,10 +26,11 @@ Any thread may produce requests (one at a time, under the lock). One *consumer* 
 reads the result ring, and completes every waiter whose result it finds:
 
 * an event loop awaiting an execution takes the role; when its request is the only one
-  outstanding it first polls the result ring for ``poll_us`` (the service answers a cheap
-  request in tens of microseconds: the coroutine then never sleeps), then watches the
-  doorbell with ``loop.add_reader`` (no thread hop: the callback drains the ring and resolves
-  the futures of its own loop directly); it gives the role up when nothing is outstanding;
+  outstanding it first polls the result ring for ``poll_us`` when a core is spare (the
+  service answers a cheap request in tens of microseconds: the coroutine then never
+  sleeps), then watches the doorbell with ``loop.add_reader`` (no thread hop: the callback
+  drains the ring and resolves the futures of its own loop directly); it keeps the role
+  between executions until it stops running (then anyone may take it);
 * a thread in ``execute_sync`` takes the role when it is free, polls, then blocks on the
   doorbell (bounded waits, so it sees a death or a handed-back role promptly);
 * the reader thread is the consumer of last resort: it drains a ring nobody drained for
@@ -65,7 +66,7 @@ import nnrt
 from nnrt._log import get_logger
 from nnrt.burst._packet import MalformedPacketError, packet_id
 from nnrt.errors import DeadObjectError, GeneralFailureError, NnrtError
-from nnrt.process._fmq import STRONGLY_ORDERED, Channel
+from nnrt.process._fmq import STRONGLY_ORDERED, Channel, polling_pays
 from nnrt.process._transport import decode_outputs
 from nnrt.process._wire import encode_frame, error_from, recv_frame, send_frame, write_frame
 
@@ -240,23 +241,35 @@ class ServiceProcess:
         if not self._ring_submit((loop, fut), rid, parts, nbytes, dtypes):
             return False, None
         with self._lock:
-            if self._consumer is None or (isinstance(self._consumer, asyncio.AbstractEventLoop) and self._consumer.is_closed()):
-                self._consumer, self._attached = loop, False
+            if self._consumer is not loop and self._claimable():
+                self._claim(loop)
             mine = self._consumer is loop
             alone = mine and len(self._ring_ids) == 1
         try:
-            if alone and self.poll_window:
+            if alone and self.poll_window and polling_pays():
                 self._spin(lambda: fut.done())
-            if mine:
+            if mine and not fut.done():
                 self._settle(loop)
             return True, await fut
         except asyncio.CancelledError:
             self._take(rid)
             self.notify("cancel", "", rid)
             raise
-        finally:
-            if mine:
-                self._settle(loop)
+
+    def _claimable(self) -> bool:
+        """Whether the consumer role is free: nobody holds it, or an event loop that no longer
+        runs (a loop keeps the role, and its doorbell reader, between its executions)."""
+        consumer = self._consumer
+        return consumer is None or (isinstance(consumer, asyncio.AbstractEventLoop) and not consumer.is_running())
+
+    def _claim(self, who: Any) -> None:
+        """Take the consumer role (under the lock; ``_claimable()`` was True)."""
+        old, attached = self._consumer, self._attached
+        self._consumer, self._attached = who, False
+        ch = self.channel
+        if attached and ch is not None:  # a loop that stopped running: its reader goes (no select runs on it)
+            with contextlib.suppress(Exception):
+                old.remove_reader(ch.res_fd)
 
     def _spin(self, done: Callable[[], bool]) -> None:
         """The consumer polls the result ring for the window (the service need not ring)."""
@@ -272,21 +285,13 @@ class ServiceProcess:
             self._drain()
 
     def _settle(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The consumer loop gives the role up when nothing is outstanding on the rings, and
-        otherwise makes sure it watches the doorbell."""
+        """The consumer loop watches the doorbell (and keeps watching it between executions:
+        adding and removing the reader each time costs two system calls)."""
         ch = self.channel
         with self._lock:
-            if self._consumer is not loop or ch is None:
-                return
-            if self._ring_ids and not ch.closed:
-                if not self._attached:
-                    self._attached = True
-                    loop.add_reader(ch.res_fd, self._on_doorbell, loop)
-                return
-            self._consumer = None
-            if self._attached:
-                self._attached = False
-                loop.remove_reader(ch.res_fd)
+            if self._consumer is loop and ch is not None and not ch.closed and not self._attached:
+                self._attached = True
+                loop.add_reader(ch.res_fd, self._on_doorbell, loop)
 
     def _on_doorbell(self, loop: asyncio.AbstractEventLoop) -> None:
         ch = self.channel
@@ -294,7 +299,6 @@ class ServiceProcess:
         if not ch.closed:
             ch.result_bell.clear()
         self._drain()
-        self._settle(loop)
 
     def ring_call_sync(self, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> tuple[bool, Any]:
         """``ring_call`` for a thread that may block (``execute_sync``)."""
@@ -306,14 +310,14 @@ class ServiceProcess:
         assert ch is not None
         while not fut.done():
             with self._lock:
-                if self._consumer is None:
-                    self._consumer = me
+                if self._consumer != me and self._claimable():
+                    self._claim(me)
             if self._consumer != me:
                 with contextlib.suppress(concurrent.futures.TimeoutError):
                     fut.result(timeout=0.01)  # another consumer drains; look at the role again soon
                 continue
             try:
-                if self.poll_window:
+                if self.poll_window and polling_pays():
                     self._spin(fut.done)
                 while not fut.done() and not ch.closed:
                     if not ch.results.set_sleeping(True):
@@ -337,8 +341,8 @@ class ServiceProcess:
 
     def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
-            if self._consumer is None:
-                self._consumer, self._attached = loop, False
+            if self._consumer is not loop and self._claimable():
+                self._claim(loop)
         self._drain()
         self._settle(loop)
 
@@ -543,8 +547,8 @@ class ServiceProcess:
             loop, attached = self._consumer, self._attached
             self._consumer, self._attached = None, False
         if attached:  # the consumer loop stops watching the doorbell before it is closed
-            here = asyncio._get_running_loop() is loop
-            with contextlib.suppress(RuntimeError):
+            here = asyncio._get_running_loop() is loop or not loop.is_running()
+            with contextlib.suppress(Exception):
                 if here:
                     loop.remove_reader(ch.res_fd)
                 else:

@@ -24,8 +24,8 @@ length prefix is absurd ends the connection: the stream's framing is lost.
 
 Executions arrive on the connection's request ring (``nnrt.process._fmq``) as burst packets
 (``nnrt.process._transport``); the loop watches the ring's doorbell, and after serving what it
-found it polls the ring for ``poll_us`` before it sleeps again (not while its own executions
-run on worker threads: they need the interpreter lock). A cheap request runs inline at once,
+found it polls the ring for ``poll_us`` before it sleeps again (only while a core is spare,
+and not while its own executions run on worker threads: they need the interpreter lock). A cheap request runs inline at once,
 reading its inputs in place in the ring; another is copied out and runs as a task. Its result
 goes on the result ring, or over the socket when it does not fit there. A request packet that
 does not parse is answered with GENERAL_FAILURE under its id, one naming no prepared model
@@ -57,7 +57,7 @@ from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import PreparedModel
 from nnrt.memory import Memory
-from nnrt.process._fmq import STRONGLY_ORDERED, Channel
+from nnrt.process._fmq import STRONGLY_ORDERED, Channel, polling_pays
 from nnrt.process._transport import decode_execute, encode_outputs, io_dtypes
 from nnrt.process._wire import decode_args, error_payload, model_from_wire, recv_frame, send_frame
 from nnrt.types import ErrorStatus
@@ -187,7 +187,7 @@ class _Service:
                     pkt.release()
                     ring.advance()
                 continue
-            if self.poll_window and not self.tasks and ring.poll(self.poll_window):
+            if self.poll_window and not self.tasks and polling_pays() and ring.poll(self.poll_window):
                 continue
             if not ring.set_sleeping(True):
                 return
