@@ -296,9 +296,25 @@ class ServiceProcess:
     def _on_doorbell(self, loop: asyncio.AbstractEventLoop) -> None:
         ch = self.channel
         assert ch is not None
-        if not ch.closed:
-            ch.result_bell.clear()
+        if ch.closed:
+            return
+        # Awake until the loop has run what this wakes: the service need not ring (a ring
+        # would wake this process while it runs, and on a busy core preempt the service).
+        ch.results.set_sleeping(False)
+        ch.result_bell.clear()
         self._drain()
+        loop.call_soon(self._doze, loop)
+
+    def _doze(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Back to sleeping (the loop is about to block, or runs after what was ready): look
+        once more after saying so (``_fmq``'s handshake), and stay awake if results came."""
+        ch = self.channel
+        if ch is None or ch.closed or self._consumer is not loop:
+            return
+        if ch.results.set_sleeping(True):
+            ch.results.set_sleeping(False)
+            self._drain()
+            loop.call_soon(self._doze, loop)
 
     def ring_call_sync(self, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> tuple[bool, Any]:
         """``ring_call`` for a thread that may block (``execute_sync``)."""
