@@ -161,6 +161,7 @@ def test_binary_result_round_trips() -> None:
     from nnrt.burst._packet import pack_result, result_datums, unpack_result
 
     parts, n = pack_result(5, result_datums(ErrorStatus.NONE, [(2, 3), ()], 10, 20), "", [bytes(32)], 32)
+    assert len(_joined(parts)) == n
     rid, status, shapes, on, message, data = unpack_result(_joined(parts))
     assert (rid, status, shapes, on, message, len(data)) == (5, ErrorStatus.NONE, [((2, 3), True), ((), True)], 10, "", 32)
     parts, _ = pack_result(6, result_datums(ErrorStatus.INVALID_ARGUMENT, [], None, None), "bad input 0", [], 0)
