@@ -250,6 +250,8 @@ class ServiceProcess:
                 self._spin(lambda: fut.done())
             if mine and not fut.done():
                 self._settle(loop)
+                if self.channel is not None and self.channel.results.readable():
+                    self._drain()  # results that came before this consumer watched the doorbell
             return True, await fut
         except asyncio.CancelledError:
             self._take(rid)
@@ -267,9 +269,12 @@ class ServiceProcess:
         old, attached = self._consumer, self._attached
         self._consumer, self._attached = who, False
         ch = self.channel
-        if attached and ch is not None:  # a loop that stopped running: its reader goes (no select runs on it)
+        if ch is None or ch.closed:
+            return
+        if attached:  # a loop that stopped running: its reader goes (no select runs on it)
             with contextlib.suppress(Exception):
                 old.remove_reader(ch.res_fd)
+        ch.results.set_sleeping(True)  # whatever the last consumer left: ring the new one
 
     def _spin(self, done: Callable[[], bool]) -> None:
         """The consumer polls the result ring for the window (the service need not ring)."""

@@ -116,9 +116,10 @@ def test_execute_sync_without_a_loop_and_loops_one_after_another() -> None:
         async def once() -> np.ndarray:
             return (await prepared.execute([x, x])).outputs[0]
 
-        for _ in range(3):  # a consumer loop that ended must not strand the next one
+        for _ in range(3):  # a consumer loop that ended must not strand the next consumer
             np.testing.assert_array_equal(asyncio.run(once()), 2 * x)
-        assert svc.ring_sent == 23 and svc.socket_sent == 0 and svc.rescues == 0
+            np.testing.assert_array_equal(prepared.execute_sync([x, x]).outputs[0], 2 * x)
+        assert svc.ring_sent == 26 and svc.socket_sent == 0 and svc.rescues == 0
 
 
 async def test_sync_threads_and_the_loop_share_the_result_ring(rdev: nnrt.ProcessDevice) -> None:
