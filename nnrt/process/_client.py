@@ -333,19 +333,16 @@ class ServiceProcess:
             with self._lock:
                 if self._consumer != me and self._claimable():
                     self._claim(me)
+                own_loop = self._consumer is not None and self._consumer is asyncio._get_running_loop()
+            if own_loop:  # called from the consumer loop's own thread: it cannot drain while we block it
+                self._consume(ch, fut)
+                continue
             if self._consumer != me:
                 with contextlib.suppress(concurrent.futures.TimeoutError):
                     fut.result(timeout=0.01)  # another consumer drains; look at the role again soon
                 continue
             try:
-                if self.poll_window and polling_pays():
-                    self._spin(fut.done)
-                while not fut.done() and not ch.closed:
-                    if not ch.results.set_sleeping(True):
-                        ch.result_bell.wait(0.05)
-                        ch.result_bell.clear()
-                    ch.results.set_sleeping(False)
-                    self._drain()
+                self._consume(ch, fut)
             finally:
                 with self._lock:
                     if self._consumer == me:
@@ -359,6 +356,19 @@ class ServiceProcess:
         if not ok:
             raise payload if isinstance(payload, NnrtError) else error_from(payload)
         return True, payload
+
+    def _consume(self, ch: Channel, fut: concurrent.futures.Future[Any]) -> None:
+        """Drain the result ring until ``fut`` is done: poll, then block on the doorbell
+        (bounded waits: a death or a closed channel ends it)."""
+        if self.poll_window and polling_pays():
+            self._spin(fut.done)
+        while not fut.done() and not ch.closed:
+            if not ch.results.set_sleeping(True):
+                ch.result_bell.wait(0.05)
+                ch.result_bell.clear()
+            ch.results.set_sleeping(False)
+            self._drain()
+        ch.results.set_sleeping(True)
 
     def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:

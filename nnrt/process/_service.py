@@ -64,6 +64,11 @@ from nnrt.types import ErrorStatus
 
 __all__ = ["main"]
 
+#: While it serves a pass of its request ring, the service rings the app's doorbell for the
+#: results at most this often (and at the end of the pass): every ring wakes the app, which on
+#: a busy core preempts the service.
+BATCH_S = 0.0005
+
 _log = get_logger("driver")
 
 
@@ -87,6 +92,8 @@ class _Service:
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.segments: dict[str, Memory] = {}
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
+        self._batch_start = 0.0  # while serving the request ring: when results were last rung
+        self._unrung = False
         self.done: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
@@ -173,6 +180,20 @@ class _Service:
         ring = ch.requests
         ch.request_bell.clear()
         ring.set_sleeping(False)
+        self._batch_start = time.perf_counter()
+        try:
+            self._serve_ring(ch, ring)
+        finally:
+            self._batch_start = 0.0
+            self._flush(ch)
+
+    def _flush(self, ch: Channel) -> None:
+        """Ring the app's doorbell for the results written and not rung yet."""
+        if self._unrung:
+            self._unrung = False
+            ch.result_bell.ring(ch.results)
+
+    def _serve_ring(self, ch: Channel, ring: Any) -> None:
         while True:
             try:
                 pkt = ring.peek()
@@ -187,6 +208,7 @@ class _Service:
                     pkt.release()
                     ring.advance()
                 continue
+            self._flush(ch)  # before polling: the app waits for these
             if self.poll_window and not self.tasks and polling_pays() and ring.poll(self.poll_window):
                 continue
             if not ring.set_sleeping(True):
@@ -224,6 +246,11 @@ class _Service:
         if ch.closed or not ch.results.try_write(parts, nbytes):
             self._reply(rid, ok, payload)
             return
+        if self._batch_start and time.perf_counter() - self._batch_start < BATCH_S:
+            self._unrung = True  # one ring for the results of this pass (``_on_ring``)
+            return
+        self._batch_start = time.perf_counter() if self._batch_start else 0.0
+        self._unrung = False
         ch.result_bell.ring(ch.results)
 
     def _spawn(self, rid: int, coro: Any) -> None:

@@ -88,6 +88,8 @@ async def test_every_mode_goes_through_the_rings(rdev: nnrt.ProcessDevice) -> No
     # execute_sync from another thread while the loop waits
     r2 = await asyncio.to_thread(prepared.execute_sync, [x, 3 * x])
     np.testing.assert_array_equal(r2.outputs[0], 4 * x)
+    # execute_sync in the consumer loop's own thread (blocking it): drained by the caller itself
+    np.testing.assert_array_equal(prepared.execute_sync([x, 2 * x]).outputs[0], 3 * x)
     fenced = [np.zeros((1, 4), np.float32) for _ in range(2)]
     for k, buf in enumerate(fenced):
         fence, callback = await prepared.execute_fenced([x, np.full((1, 4), k, np.float32)], [buf])
@@ -100,7 +102,7 @@ async def test_every_mode_goes_through_the_rings(rdev: nnrt.ProcessDevice) -> No
     many = await asyncio.gather(*(prepared.execute([np.full((1, 4), k, np.float32), x]) for k in range(32)))
     for k, m in enumerate(many):
         np.testing.assert_array_equal(m.outputs[0], k + x)
-    assert svc.ring_sent - ring0 == 1 + 1 + 2 + 5 + 32
+    assert svc.ring_sent - ring0 == 1 + 1 + 1 + 2 + 5 + 32
     assert svc.socket_sent == sock0
     assert svc.rescues == rescues0  # every result was drained by its waiter, not the last resort
 
