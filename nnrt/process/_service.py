@@ -27,7 +27,8 @@ Executions arrive on the connection's request ring (``nnrt.process._fmq``) as bu
 found it polls the ring for ``poll_us`` before it sleeps again (only while a core is spare,
 and not while its own executions run on worker threads: they need the interpreter lock). A cheap request runs inline at once,
 reading its inputs in place in the ring; another is copied out and runs as a task. Its result
-goes on the result ring, or over the socket when it does not fit there. A request packet that
+goes on the result ring, or over the socket when it does not fit there; the app's doorbell is
+rung once per pass over the request ring (``BATCH_S``), not once per result. A request packet that
 does not parse is answered with GENERAL_FAILURE under its id, one naming no prepared model
 with INVALID_ARGUMENT, and the ring serves on; a ring whose framing is lost (a length that runs
 past the written data) is reset and the app is told over the socket (id -1), as the socket's
