@@ -83,12 +83,12 @@ def _worst(accs: list[Any]) -> str:
     return f"{max(a.tolerance_used or 0.0 for a in accs):.2f}"
 
 
-def load_peak(path: Path, shapes: dict[str, Any]) -> float:
+def load_peak(path: Path, shapes: dict[str, Any], values: dict[str, Any] | None = None) -> float:
     """Peak memory traced while ``nnrt.load`` reads ``path``, over the file's size (a separate
     load: tracing slows it, so the timed load in the table is untraced)."""
     tracemalloc.start()
     try:
-        load(path, input_shapes=shapes)
+        load(path, input_shapes=shapes, input_values=values)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -111,7 +111,8 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
                                "format": "tflite" if path.suffix == ".tflite" else "onnx"}
         opts = BenchOptions(runs=runs, warmup=warmup, modes=("execute",), profile=True, reference_spread=True,
                             stream_steps=STREAM_STEPS if entry.get("kind") == "streaming" else 0,
-                            input_shapes=entry.get("input_shapes", {}), input_values=entry.get("input_values", {}))
+                            input_shapes=entry.get("input_shapes", {}), input_values=entry.get("input_values", {}),
+                            load_values=entry.get("load_values", {}))
         sys.stderr.write(f"  {path.name} ...\n")
         try:
             r = await run_bench(str(path), opts)
@@ -121,7 +122,8 @@ async def bench_all(models: list[tuple[Path, dict[str, Any]]], runs: int, warmup
             row.update(status="failed", reasons=str(err).splitlines()[0][:200])
         else:
             checked = r.accuracy + r.stream
-            row.update(size_mb=path.stat().st_size / 1e6, load_peak=load_peak(path, entry.get("input_shapes", {})))
+            row.update(size_mb=path.stat().st_size / 1e6,
+                       load_peak=load_peak(path, entry.get("input_shapes", {}), entry.get("load_values", {})))
             row.update(status="ran", ops=r.operations, load_ms=r.load_ms, prepare_ms=r.prepare_ms, max_error=_max_error(checked),
                        within=r.accurate, tol_used=_worst(checked), spread=_worst(r.reference_spread),
                        nnrt_ms=r.modes["execute"].p50,

@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="fix an input's dynamic dimensions (repeatable; NAME= for a 0-d tensor)")
     p.add_argument("--input-value", action="append", default=[], metavar="NAME=NUMBER",
                    help="fill an input with one value, e.g. a sample rate (repeatable)")
+    p.add_argument("--load-value", action="append", default=[], metavar="NAME=NUMBER",
+                   help="fix an input's value when the file is loaded (ONNX): a constant of nnrt's model, so an If "
+                        "it decides is taken at load; the reference is still fed it (repeatable)")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the reference runtime")
     p.add_argument("--reference-spread", action="store_true",
@@ -88,11 +91,13 @@ def main(argv: Sequence[str] | None = None, *, loop: str = "auto") -> int:
     try:
         shapes = parse_shape_options(args.input_shape)
         values = parse_value_options(args.input_value)
+        load_values = parse_value_options(args.load_value, "--load-value")
     except NnrtError as err:
         parser.error(str(err))
     if args.crash_test:
-        return _crash_test(args, shapes, values)
+        return _crash_test(args, shapes, values, load_values)
     opts = BenchOptions(runs=args.runs, warmup=args.warmup, seed=args.seed, input_shapes=shapes, input_values=values,
+                        load_values=load_values,
                         modes=modes, reference=args.reference, reference_spread=args.reference_spread, stream_steps=args.stream,
                         profile=args.profile,
                         loop_timeout=args.loop_timeout, progress=TerminalProgress(sys.stdout))
@@ -115,9 +120,10 @@ def main(argv: Sequence[str] | None = None, *, loop: str = "auto") -> int:
     return 0 if report.accurate is not False and not report.disagreeing_modes else 1
 
 
-def _crash_test(args: argparse.Namespace, shapes: dict[str, list[int]], values: dict[str, float]) -> int:
+def _crash_test(args: argparse.Namespace, shapes: dict[str, list[int]], values: dict[str, float],
+                load_values: dict[str, float]) -> int:
     options: dict[str, Any] = {"runs": args.runs, "warmup": args.warmup, "seed": args.seed, "input_shapes": shapes,
-                               "input_values": values, "loop_timeout": args.loop_timeout}
+                               "input_values": values, "load_values": load_values, "loop_timeout": args.loop_timeout}
     text = args.json != "-"  # with --json -, stdout carries the JSON alone
     if text:
         _write(f"nnrt bench --crash-test: {len(args.crash_test)} model(s), each in a child process, "

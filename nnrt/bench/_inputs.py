@@ -8,7 +8,9 @@ of the quantized scale are exercised), small non-negative integers for plain int
 (they are often indices or lengths), booleans; state inputs an importer made explicit start at
 their initial values (``with_initial_state``). Dynamic dimensions must be fixed, either when
 the file is loaded (``input_shapes``) or here; a value given with ``--input-value`` fills an
-input whose content matters (a sample rate, a flag).
+input whose content matters (a sample rate, a flag). ``--load-value`` instead fixes the value
+when the file is loaded (``nnrt.load(input_values=...)``): the input becomes a constant of
+nnrt's model, and an If it decides is taken at load (the reference still receives it).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def parse_shape_options(items: Sequence[str]) -> dict[str, list[int]]:
     return out
 
 
-def parse_value_options(items: Sequence[str]) -> dict[str, float]:
+def parse_value_options(items: Sequence[str], option: str = "--input-value") -> dict[str, float]:
     """``["sr=16000"]`` -> ``{"sr": 16000.0}``; INVALID_ARGUMENT naming the bad one."""
     out: dict[str, float] = {}
     for item in items:
@@ -78,12 +80,14 @@ def parse_value_options(items: Sequence[str]) -> dict[str, float]:
                 raise ValueError
             out[name] = float(value)
         except ValueError:
-            raise InvalidArgumentError(f"--input-value {item!r}: expected NAME=NUMBER") from None
+            raise InvalidArgumentError(f"{option} {item!r}: expected NAME=NUMBER") from None
     return out
 
 
-def open_model(path: str | os.PathLike[str], input_shapes: Mapping[str, Sequence[int]] | None = None) -> LoadedModel:
-    """Open ``path``: an nnrt model file (``Model.save``), else ``nnrt.load``'s formats.
+def open_model(path: str | os.PathLike[str], input_shapes: Mapping[str, Sequence[int]] | None = None,
+               load_values: Mapping[str, float] | None = None) -> LoadedModel:
+    """Open ``path``: an nnrt model file (``Model.save``), else ``nnrt.load``'s formats
+    (``load_values`` are its ``input_values``: inputs fixed at load).
 
     Raises ``InvalidArgumentError`` for a missing or unreadable file and ``UnsupportedModelError``
     (listing every rejected node) for a model nnrt cannot express.
@@ -96,8 +100,10 @@ def open_model(path: str | os.PathLike[str], input_shapes: Mapping[str, Sequence
     except OSError as err:
         raise InvalidArgumentError(f"{name}: cannot open the model: {err.strerror or err}") from None
     if head == MAGIC:
+        if load_values:
+            raise InvalidArgumentError(f"{name}: --load-value applies to .onnx files, not to a saved nnrt model")
         return LoadedModel(Model.load(name), name, "nnrt", size)
-    return LoadedModel(load(name, input_shapes=input_shapes), name, sniff_format(head), size)
+    return LoadedModel(load(name, input_shapes=input_shapes, input_values=load_values), name, sniff_format(head), size)
 
 
 def input_specs(model: Model, shapes: Mapping[str, Sequence[int]] | None = None,

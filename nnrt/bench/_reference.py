@@ -9,7 +9,8 @@ Runtime's CPU execution provider with sequential execution.
 A reference is fed by input name (nnrt's importers keep the file's names on the operands),
 falling back to position when the names differ; values are cast to the dtype the reference
 declares (nnrt holds ONNX's int64 as int32, for instance). Inputs the file does not have
-(state that nnrt makes explicit) are not fed.
+(state that nnrt makes explicit) are not fed; inputs nnrt fixed at load (``--load-value``)
+are fed by the session itself (``fixed``), so the pairing sees only nnrt's inputs.
 """
 
 from __future__ import annotations
@@ -38,19 +39,40 @@ class Reference(Protocol):
         ...
 
 
-def open_reference(path: str, fmt: str, shapes: Mapping[str, Sequence[int]], *, plain: bool = False) -> Reference:
-    """A one-thread session of the reference runtime for ``fmt`` ("tflite" or "onnx").
+def open_reference(path: str, fmt: str, shapes: Mapping[str, Sequence[int]], *, plain: bool = False,
+                   fixed: Mapping[str, np.ndarray] | None = None) -> Reference:
+    """A one-thread session of the reference runtime for ``fmt`` ("tflite" or "onnx");
+    ``fixed`` inputs (nnrt's ``--load-value``) are fed on every run and hidden from ``input_names``.
 
     ``plain=True`` opens the runtime's other, plainer path instead: LiteRT's reference kernels
     (no XNNPACK), ONNX Runtime without graph optimizations (no fusions). Two correct
     implementations still differ by rounding; how much, on a given model, is the noise floor
     against which nnrt's error is judged (``BenchReport.reference_spread``).
     """
+    ref: Reference
     if fmt == "tflite":
-        return _LiteRT(path, shapes, plain)
-    if fmt == "onnx":
-        return _OnnxRuntime(path, plain)
-    raise ReferenceUnavailable(f"no reference runtime for {fmt} models")
+        ref = _LiteRT(path, shapes, plain)
+    elif fmt == "onnx":
+        ref = _OnnxRuntime(path, plain)
+    else:
+        raise ReferenceUnavailable(f"no reference runtime for {fmt} models")
+    return _Fixed(ref, fixed) if fixed else ref
+
+
+class _Fixed:
+    """A reference with some inputs fed by itself: the ones nnrt fixed at load."""
+
+    def __init__(self, ref: Reference, fixed: Mapping[str, np.ndarray]) -> None:
+        missing = set(fixed) - set(ref.input_names)
+        if missing:
+            raise ReferenceUnavailable(f"{ref.name} has no input {sorted(missing)[0]!r} to fix")
+        self._ref, self._fixed = ref, dict(fixed)
+        self.name = ref.name
+        self.input_names = [n for n in ref.input_names if n not in fixed]
+        self.output_names = ref.output_names
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._ref.run({**feeds, **self._fixed})
 
 
 class _LiteRT:

@@ -56,6 +56,8 @@ class BenchOptions:
     seed: int = 0
     input_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
     input_values: Mapping[str, float] = field(default_factory=dict)
+    #: Inputs fixed when the file is loaded (``nnrt.load(input_values=...)``); the reference is fed them.
+    load_values: Mapping[str, float] = field(default_factory=dict)
     modes: Sequence[str] = MODES
     reference: bool = True
     #: Also run the reference's plainer path and report how far it is from the default one.
@@ -189,10 +191,15 @@ def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
                                     for x, y in zip(a, b))
 
 
+def _fixed_feeds(opts: BenchOptions) -> dict[str, np.ndarray]:
+    """What the reference is fed for the inputs nnrt fixed at load: 0-d, or the shape --input-shape gives."""
+    return {n: np.full(tuple(opts.input_shapes.get(n, ())), v) for n, v in opts.load_values.items()}
+
+
 def _open_reference(report: BenchReport, model: Model, path: str, specs: Sequence[InputSpec],
-                    inputs: list[Any]) -> Reference | None:
+                    inputs: list[Any], fixed: Mapping[str, np.ndarray]) -> Reference | None:
     try:
-        ref = open_reference(path, report.format, {s.name: s.shape for s in specs})
+        ref = open_reference(path, report.format, {s.name: s.shape for s in specs}, fixed=fixed)
         names = [s.name for s in specs]
         known = {v.input for v in state_variables(model)}  # these start at the importer's initial values
         for k, spec in enumerate(specs):  # other inputs the reference lacks start at (real) zero, as a stream does
@@ -211,7 +218,7 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     """Benchmark the model at ``path``; NnrtError for a model nnrt cannot load or run."""
     opts = options or BenchOptions()
     t = time.perf_counter()
-    loaded = open_model(path, opts.input_shapes)
+    loaded = open_model(path, opts.input_shapes, opts.load_values)
     load_ms = (time.perf_counter() - t) * 1e3
     model = loaded.model
     specs = input_specs(model, opts.input_shapes, opts.input_values)
@@ -226,7 +233,7 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
     elif loaded.format == "nnrt":
         report.reference_note = "an nnrt model file has no reference runtime"
     else:
-        ref = _open_reference(report, model, path, specs, inputs)
+        ref = _open_reference(report, model, path, specs, inputs, _fixed_feeds(opts))
     device = CpuDevice()
     try:
         t = time.perf_counter()
@@ -263,19 +270,19 @@ async def _compare(report: BenchReport, ref: Reference, prepared: PreparedModel,
         quantized = model.operands[model.output_indexes[ours]].type.is_quantized
         report.accuracy.append(compare(out_names[ours], baseline[ours], ref_out[theirs], quantized=quantized))
     if opts.reference_spread:
-        _spread(report, path, specs, feeds, ref_out, pairs)
+        _spread(report, path, specs, feeds, ref_out, pairs, _fixed_feeds(opts))
     if opts.stream_steps > 0:
         report.stream, report.stream_varied = await run_stream(
             prepared, path, report.format, specs, inputs, pairs, out_names, steps=opts.stream_steps, seed=opts.seed,
-            values=dict(opts.input_values), loop_timeout=opts.loop_timeout)
+            values=dict(opts.input_values), fixed=_fixed_feeds(opts), loop_timeout=opts.loop_timeout)
         report.stream_steps = opts.stream_steps if report.stream else 0
     return lambda: ref.run(feeds)
 
 
 def _spread(report: BenchReport, path: str, specs: Sequence[InputSpec], feeds: dict[str, np.ndarray],
-            ref_out: list[Any], pairs: list[tuple[int, int]]) -> None:
+            ref_out: list[Any], pairs: list[tuple[int, int]], fixed: Mapping[str, np.ndarray]) -> None:
     try:
-        plain = open_reference(path, report.format, {s.name: s.shape for s in specs}, plain=True)
+        plain = open_reference(path, report.format, {s.name: s.shape for s in specs}, plain=True, fixed=fixed)
         plain_out = plain.run(feeds)
     except ReferenceUnavailable as err:
         report.reference_note = f"no spread: {err}"

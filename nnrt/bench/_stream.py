@@ -10,7 +10,7 @@ output over the stream is kept, so a state carried wrongly shows up within a few
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,8 @@ def worse(a: Accuracy, b: Accuracy) -> Accuracy:
 
 async def run_stream(prepared: PreparedModel, path: str, fmt: str, specs: Sequence[InputSpec], first: list[Any],
                      pairs: list[tuple[int, int]], out_names: Sequence[str], *, steps: int, seed: int,
-                     values: dict[str, float], loop_timeout: float | None) -> tuple[list[Accuracy], bool]:
+                     values: dict[str, float], loop_timeout: float | None,
+                     fixed: Mapping[str, np.ndarray] | None = None) -> tuple[list[Accuracy], bool]:
     """The worst comparison per paired output over ``steps`` stream steps (empty when the
     model has no explicit state), and whether the reference's outputs changed along the stream
     (when they did not, the comparison cannot see the state). ``first`` are the first step's
@@ -43,7 +44,7 @@ async def run_stream(prepared: PreparedModel, path: str, fmt: str, specs: Sequen
     state = state_variables(prepared.model)
     if not state:
         return [], False
-    ref = open_reference(path, fmt, {s.name: s.shape for s in specs})
+    ref = open_reference(path, fmt, {s.name: s.shape for s in specs}, fixed=fixed)
     names = [s.name for s in specs]
     quantized = [prepared.model.operands[prepared.model.output_indexes[ours]].type.is_quantized for ours, _ in pairs]
     worst: list[Accuracy | None] = [None] * len(pairs)

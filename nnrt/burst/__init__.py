@@ -3,7 +3,8 @@ slot cache (NNAPI's burst, digest section 4).
 
 ``Burst`` is the client object made by ``PreparedModel.burst()``; ``Location``,
 ``RequestPacket`` and ``ResultPacket`` are the packets the channels carry; ``BurstServer`` is
-the device-side task; ``_lane.py`` holds the validated requests the server caches and the lean
+the device-side task; ``_slots.py`` is the client half of the slot cache and packs requests;
+``_lane.py`` holds the validated requests the server caches and the lean
 runner that executes them at once when nothing is queued. See ``_burst.py`` for the rules
 (slots, ordering, running at once, polling, closing).
 """

@@ -13,7 +13,9 @@ Rules, and why:
 * **Slots.** ``register_memory`` caches a pool on the server side and returns its slot (a
   pool already registered keeps its slot; freed slots are reused, lowest first).
   ``release_memory(slot)`` evicts it at once: requests still queued that name it fail with
-  INVALID_ARGUMENT, like any request naming an unknown slot.
+  INVALID_ARGUMENT, like any request naming an unknown slot. The client half of the cache,
+  and the packing of a request into a packet over it, live in ``_slots.py``; this module is
+  the burst's life cycle and the order and paths its requests take.
 * **Plain arrays work too.** ``execute([x, y])`` with C-contiguous arrays of the model's
   dtypes registers them in transient slots for that one request (zero copy; outputs are
   allocated when the model's output dimensions are known). A request that a packet cannot
@@ -58,7 +60,6 @@ Rules, and why:
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,8 +71,9 @@ import numpy as np
 from nnrt._aio import Future, Task, create_future, in_trio, shield, spawn, wait_done
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.burst._channel import Channel, ChannelClosed
-from nnrt.burst._packet import Location, RequestPacket, ResultPacket, client_args, client_times, shaped_outputs
+from nnrt.burst._packet import Location, ResultPacket, client_args, shaped_outputs
 from nnrt.burst._server import BurstServer
+from nnrt.burst._slots import ClientSlots
 from nnrt.errors import DeadObjectError, GeneralFailureError, InvalidArgumentError, NnrtError, error_for
 from nnrt.execution import ExecutionResult
 from nnrt.memory import Memory
@@ -156,18 +158,12 @@ class Burst:
         self._task: Task | None = None
         self._state = _NEW
         self._pending: deque[_Pending] = deque()
-        # Client half of the slot cache: pool by slot, slot by pool identity, free slots.
-        self._pools: dict[int, Memory] = {}
-        self._slot_of: dict[int, int] = {}
-        self._free: list[int] = []
-        self._next_slot = 0
-        # (direction, index, id(location)) -> (location, view) for output locations.
-        self._out_views: dict[tuple[int, int], tuple[Location, np.ndarray]] = {}
         self._gate: Future[None] | None = None  # held while a fallback execution runs
         self._idle: Future[None] | None = None  # set when nothing is pending
         model = prepared.model
-        self._in_ops = [model.operands[i] for i in model.input_indexes]
-        self._out_ops = [model.operands[i] for i in model.output_indexes]
+        #: The client half of the slot cache, and requests packed over it (``_slots``).
+        self._slots = ClientSlots(self._server, [model.operands[i] for i in model.input_indexes],
+                                  [model.operands[i] for i in model.output_indexes])
         self._submitted = self._completed = self._failed = self._fallbacks = self._eagers = self._inline = 0
         #: Run ``execute`` in the caller's task when the server is idle (benchmarks turn it off).
         self._eager = True
@@ -183,7 +179,7 @@ class Burst:
 
     def __repr__(self) -> str:
         state = ("new", "open", "closed")[self._state]
-        return f"<Burst of {self._prepared!r} {state} pending={len(self._pending)} slots={len(self._pools)}>"
+        return f"<Burst of {self._prepared!r} {state} pending={len(self._pending)} slots={len(self._slots)}>"
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -250,10 +246,7 @@ class Burst:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         self._server.clear()
-        self._pools.clear()
-        self._slot_of.clear()
-        self._free.clear()
-        self._out_views.clear()
+        self._slots.clear()
 
     def _dead(self) -> DeadObjectError:
         return DeadObjectError("the burst is closed")
@@ -271,42 +264,20 @@ class Burst:
             memory = Memory(memory)
         if not isinstance(memory, Memory):
             raise InvalidArgumentError(f"register_memory: expected an nnrt.Memory, got {type(memory).__name__}")
-        slot = self._slot_of.get(id(memory))
-        if slot is not None:
-            return slot
-        return self._add_slot(memory)
-
-    def _add_slot(self, memory: Memory) -> int:
-        if self._free:
-            slot = min(self._free)
-            self._free.remove(slot)
-        else:
-            slot = self._next_slot
-            self._next_slot += 1
-        self._pools[slot] = memory
-        self._slot_of[id(memory)] = slot
-        self._server.add_memory(slot, memory)
-        return slot
+        return self._slots.register(memory)
 
     def release_memory(self, slot: int) -> None:
         """Evict ``slot`` from the cache; requests naming it afterwards fail with INVALID_ARGUMENT."""
         self._check_open()
-        memory = self._pools.pop(slot, None) if type(slot) is int else None
-        if memory is None:
+        if not self._slots.release(slot):
             raise InvalidArgumentError(f"release_memory: slot {slot!r} is not registered")
-        self._forget_slot(slot, memory)
-
-    def _forget_slot(self, slot: int, memory: Memory) -> None:
-        del self._slot_of[id(memory)]
-        self._free.append(slot)
-        self._server.free_memory(slot)
 
     def location(
         self, slot: int, offset: int = 0, length: int | None = None, dimensions: Sequence[int] | None = None
     ) -> Location:
         """A ``Location`` in a registered pool; ``length`` defaults to the rest of the pool;
         ``dimensions`` None means "as the model says", ``()`` rank 0 (``Location``)."""
-        pool = self._pools.get(slot)
+        pool = self._slots.pools.get(slot)
         if pool is None:
             raise InvalidArgumentError(f"location: slot {slot!r} is not registered")
         if length is None:
@@ -351,7 +322,7 @@ class Burst:
                 return await done
             if self._eager:
                 server = self._server
-                packed = self._pack(inputs, outputs, measure_timing, deadline, loop_timeout)
+                packed = self._slots.pack(inputs, outputs, measure_timing, deadline, loop_timeout)
                 if packed is not None and server.begin_eager():
                     packet, out_arrays, transient = packed
                     self._submitted += 1
@@ -360,10 +331,10 @@ class Burst:
                         result_packet = await server.serve(packet)
                     finally:
                         server.end_eager()
-                        self._release_transient(transient)
+                        self._slots.release_transient(transient)
                     return self._result(result_packet, out_arrays)
                 if packed is not None:
-                    self._release_transient(packed[2])
+                    self._slots.release_transient(packed[2])
         fut = await self.submit(inputs, outputs, measure_timing=measure_timing, deadline=deadline, loop_timeout=loop_timeout)
         return await fut
 
@@ -405,7 +376,7 @@ class Burst:
             while self._gate is not None:  # a fallback took the turn while we waited
                 await shield(self._gate)
                 self._check_open()
-        packed = self._pack(inputs, outputs, measure_timing, deadline, loop_timeout)
+        packed = self._slots.pack(inputs, outputs, measure_timing, deadline, loop_timeout)
         if packed is None:
             return await self._fallback(inputs, outputs, measure_timing, deadline, loop_timeout)
         packet, out_arrays, transient = packed
@@ -429,7 +400,7 @@ class Burst:
         # locations alive, so no other object has their ids meanwhile).
         lane = None if outputs is None else self._lanes.get((*map(id, inputs), *map(id, outputs)))
         if lane is None:
-            self._check_counts(inputs, outputs)
+            self._slots.check_counts(inputs, outputs)
             if outputs is None or not all(x is None or type(x) is Location for x in inputs):
                 return None
             if not all(type(y) is Location for y in outputs):
@@ -462,92 +433,6 @@ class Burst:
         self._pending.append(_Pending(fut, [], ()))
         self._submitted += 1
         return fut
-
-    def _check_counts(self, inputs: Sequence[Any], outputs: Sequence[Any] | None) -> None:
-        if isinstance(inputs, np.ndarray) or len(inputs) != len(self._in_ops):
-            n = 1 if isinstance(inputs, np.ndarray) else len(inputs)
-            raise InvalidArgumentError(f"the model has {len(self._in_ops)} inputs, the request gives {n}")
-        if outputs is not None and (isinstance(outputs, np.ndarray) or len(outputs) != len(self._out_ops)):
-            n = 1 if isinstance(outputs, np.ndarray) else len(outputs)
-            raise InvalidArgumentError(f"the model has {len(self._out_ops)} outputs, the request gives {n}")
-
-    def _pack(
-        self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
-    ) -> tuple[RequestPacket, list[np.ndarray], tuple[int, ...]] | None:
-        """The request packet, the client's output arrays and the transient slots; None: not expressible."""
-        self._check_counts(inputs, outputs)
-        client_times(deadline, loop_timeout)
-        arrays: list[tuple[int, np.ndarray]] = []  # (position, array) to register transiently
-        in_locs: list[Location | None] = []
-        if outputs is not None and all(type(a) is Location for a in (*inputs, *outputs)):  # the streaming case
-            outs = tuple(outputs)
-            packet = RequestPacket(tuple(inputs), outs, bool(measure), deadline, loop_timeout)
-            return packet, [self._client_view(j, y) for j, y in enumerate(outs)], ()
-        for k, x in enumerate(inputs):
-            if x is None or type(x) is Location:
-                in_locs.append(x)
-            elif self._expressible(x, self._in_ops[k]):
-                in_locs.append(None)
-                arrays.append((k, x))
-            else:
-                return None
-        n_in = len(in_locs)
-        out_locs: list[Location | None] = []
-        out_arrays: list[np.ndarray] = []
-        for j, op in enumerate(self._out_ops):
-            y = None if outputs is None else outputs[j]
-            if type(y) is Location:
-                out_locs.append(y)
-                out_arrays.append(self._client_view(j, y))
-                continue
-            if y is None:
-                if not op.fully_specified:
-                    return None
-                y = np.empty(op.dimensions, op.type.dtype)
-            elif not (self._expressible(y, op) and y.flags.writeable):
-                return None
-            out_locs.append(None)
-            out_arrays.append(y)
-            arrays.append((n_in + j, y))
-        transient: tuple[int, ...] = ()
-        if arrays:
-            slots = []
-            for pos, arr in arrays:
-                slot = self._add_slot(Memory(arr))
-                slots.append(slot)
-                loc = Location(slot, 0, arr.nbytes, arr.shape)
-                if pos < n_in:
-                    in_locs[pos] = loc
-                else:
-                    out_locs[pos - n_in] = loc
-            transient = tuple(slots)
-        packet = RequestPacket(tuple(in_locs), tuple(out_locs), bool(measure), deadline, loop_timeout)  # type: ignore[arg-type]
-        return packet, out_arrays, transient
-
-    @staticmethod
-    def _expressible(x: Any, op: Any) -> bool:
-        return type(x) is np.ndarray and x.dtype == op.type.dtype and x.flags.c_contiguous and not op.type.is_scalar
-
-    def _client_view(self, j: int, loc: Location) -> np.ndarray:
-        hit = self._out_views.get((j, id(loc)))
-        if hit is not None and hit[0] is loc:
-            return hit[1]
-        pool = self._pools.get(loc.slot) if type(loc.slot) is int else None
-        view: np.ndarray
-        try:
-            if pool is None or loc.offset < 0 or loc.length < 0:
-                raise ValueError
-            view = pool.buffer[loc.offset : loc.offset + loc.length].view(self._out_ops[j].type.dtype)
-            dims = loc.dimensions
-            if dims and type(dims) is tuple and math.prod(dims) <= view.size:
-                view = view[: math.prod(dims)].reshape(dims)  # the usual result shape: no reshape per result
-        except (ValueError, TypeError):
-            view = np.empty(0, self._out_ops[j].type.dtype)  # the server will refuse the request
-        else:
-            if len(self._out_views) > 1024:
-                self._out_views.clear()
-            self._out_views[j, id(loc)] = (loc, view)
-        return view
 
     async def _fallback(
         self, inputs: Sequence[Any], outputs: Sequence[Any] | None, measure: bool, deadline: Any, loop_timeout: Any
@@ -586,7 +471,7 @@ class Burst:
         if not pending:  # closed under the server's feet; nothing is waiting any more
             return
         entry = pending.popleft()
-        self._release_transient(entry.transient)
+        self._slots.release_transient(entry.transient)
         fut = entry.future
         if not fut.done():
             try:
@@ -601,12 +486,6 @@ class Burst:
             idle, self._idle = self._idle, None
             if not idle.done():
                 idle.set_result(None)
-
-    def _release_transient(self, slots: tuple[int, ...]) -> None:
-        for slot in slots:
-            memory = self._pools.pop(slot, None)
-            if memory is not None:
-                self._forget_slot(slot, memory)
 
     def _result(self, result: ResultPacket, arrays: list[np.ndarray]) -> ExecutionResult:
         """The ``ExecutionResult`` of a result packet, or raise the error its status names."""
@@ -631,7 +510,7 @@ class Burst:
             worker_batches=self._server.batches,
             queued=len(ch),
             max_queue_depth=ch.max_depth,
-            slots=len(self._pools),
+            slots=len(self._slots),
             poll_hits=ch.poll_hits,
             blocking_waits=ch.blocking_waits,
             polling_window=self.polling_window,

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from nnrt.errors import InvalidArgumentError
 from nnrt.importers._common import Rejection, Rejections, UnsupportedModelError
 from nnrt.importers._tflite_control import StateVariable, state_variables
@@ -24,6 +26,7 @@ __all__ = ["Rejection", "Rejections", "StateVariable", "UnsupportedModelError", 
            "state_variables"]
 
 InputShapes = Mapping[str, Sequence[int]]
+InputValues = Mapping[str, object]
 
 
 def sniff_format(head: bytes) -> str:
@@ -33,7 +36,8 @@ def sniff_format(head: bytes) -> str:
     return "onnx"
 
 
-def load(path: str | os.PathLike[str], *, input_shapes: InputShapes | None = None) -> Model:
+def load(path: str | os.PathLike[str], *, input_shapes: InputShapes | None = None,
+         input_values: InputValues | None = None) -> Model:
     """Read a ``.tflite`` or ``.onnx`` file into a finished ``Model``.
 
     Inputs and outputs are, in order, the file's graph inputs and outputs, with their names
@@ -41,7 +45,10 @@ def load(path: str | os.PathLike[str], *, input_shapes: InputShapes | None = Non
     left dynamic stay unknown (0). A stateful TFLite model (resource variables, LSTM/RNN
     variable tensors) gets its state as extra inputs and outputs after the file's own
     (``state_in/<key>``, ``state_out/<key>``); ``state_variables(model)`` lists them with their
-    positions and initial values. Raises ``InvalidArgumentError`` for a file that cannot be
+    positions and initial values. ``input_values={"name": value}`` (ONNX) fixes an input's value at
+    load: the input becomes a constant and leaves the model's inputs, so what depends on it only
+    (a condition that picks an If branch, as silero's sample rate does) is decided at load.
+    Raises ``InvalidArgumentError`` for a file that cannot be
     read or parsed, and for a model with nodes nnrt cannot express (every one listed: name,
     op type, reason).
     """
@@ -59,14 +66,19 @@ def load(path: str | os.PathLike[str], *, input_shapes: InputShapes | None = Non
     if size == 0:
         raise InvalidArgumentError(f"load: {path!r} is empty")
     shapes = _check_input_shapes(input_shapes)
+    values = _check_input_values(input_values)
     name = os.path.basename(os.fspath(path))
     if sniff_format(bytes(data[:8])) == "tflite":
         from nnrt.importers._tflite import load_tflite
 
-        return load_tflite(memoryview(data), name=name, input_shapes=shapes)
-    from nnrt.importers._onnx import load_onnx
+        if values:
+            raise InvalidArgumentError(f"load: {name}: input_values is supported for ONNX files only")
 
-    return load_onnx(memoryview(data), name=name, input_shapes=shapes, base_dir=os.path.dirname(os.path.abspath(path)))
+        return load_tflite(memoryview(data), name=name, input_shapes=shapes)
+    from nnrt.importers._onnx_graph import load_onnx
+
+    return load_onnx(memoryview(data), name=name, input_shapes=shapes, input_values=values,
+                     base_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def _check_input_shapes(input_shapes: InputShapes | None) -> dict[str, tuple[int, ...]]:
@@ -85,4 +97,23 @@ def _check_input_shapes(input_shapes: InputShapes | None) -> dict[str, tuple[int
         if any(d < 0 for d in fixed):
             raise InvalidArgumentError(f"load: input_shapes[{key!r}] = {list(fixed)} has a negative dimension")
         out[key] = fixed
+    return out
+
+
+def _check_input_values(input_values: InputValues | None) -> dict[str, np.ndarray]:
+    if input_values is None:
+        return {}
+    if not isinstance(input_values, Mapping):
+        raise InvalidArgumentError(f"load: input_values must map input names to values, got {input_values!r}")
+    out: dict[str, np.ndarray] = {}
+    for key, value in input_values.items():
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"load: input_values key {key!r} is not an input name")
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as err:
+            raise InvalidArgumentError(f"load: input_values[{key!r}] is not an array: {err}") from None
+        if arr.dtype.kind not in "biuf":
+            raise InvalidArgumentError(f"load: input_values[{key!r}] = {value!r} is not a number or numeric array")
+        out[key] = arr
     return out

@@ -1,22 +1,22 @@
-"""The ONNX importer: a ModelProto (read by ``_onnx_proto``) into a finished nnrt ``Model``.
+"""The ONNX importer's vocabulary: how one node becomes NNAPI operations.
 
-``load_onnx`` walks the graph's nodes in file order (ONNX requires them topologically
-sorted). Each tensor becomes a ``Value``: its ONNX element type, its shape as far as it is
-known (0 = unknown dimension, ``None`` = unknown rank), and either a constant numpy array or
-the nnrt operand that holds it. Constants are never turned into operands until an emitted
-operation reads them, so shape arithmetic (Shape → Gather → Concat → Reshape ...) folds into
-numpy at import time (``_onnx_fold``) and Reshape targets become constants. Constant tensors
-become CONSTANT_POOL operands that view the loaded file (``_ArrayPool``): no second copy.
+Each ONNX tensor becomes a ``Value``: its ONNX element type, its shape as far as it is known
+(0 = unknown dimension, ``None`` = unknown rank), and either a constant numpy array or the nnrt
+operand that holds it. Constants are never turned into operands until an emitted operation
+reads them, so shape arithmetic (Shape → Gather → Concat → Reshape ...) folds into numpy at
+import time (``_onnx_fold``) and Reshape targets become constants. Constant tensors become
+CONSTANT_POOL operands that view the loaded file (``_ArrayPool``): no second copy.
 
-Each node goes to its op family's mapper (``_onnx_nn``: conv, pool, dense, batch
-norm; ``_onnx_norm``: layer/RMS/instance norms, LRN, Lp; ``_onnx_elem``: elementwise, activations, reductions,
+A ``Builder`` emits the operands and operations of one graph (the main graph or an If/Loop
+body); a ``NodeCtx`` is one node being converted. Each op type has a mapper registered with
+``@mapper`` in its family's module (``_onnx_nn``: conv, pool, dense, batch norm; ``_onnx_norm``:
+layer/RMS/instance norms, LRN, Lp; ``_onnx_elem``: elementwise, activations, reductions,
 softmax, cast; ``_onnx_quant``: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul;
 ``_onnx_rnn``: LSTM, GRU, RNN; ``_onnx_shape``: reshaping and data movement; ``_onnx_flow``:
-If/Loop), which emits NNAPI
-operations through ``Builder.op``. A mapper that meets something NNAPI cannot express raises
-``Reject(reason)``; the importer records it (``Rejections``), marks the node's outputs as
-unavailable and carries on, so one ``UnsupportedModelError`` lists every offending node.
-Nodes fed only by unavailable values are skipped without a second, derived complaint.
+If/Loop), which emits NNAPI operations through ``Builder.op``. A mapper that meets something
+NNAPI cannot express raises ``Reject(reason)``. Walking a whole graph (inputs, nodes in order,
+rejections, outputs) lives in ``_onnx_graph``: this module holds what every mapper needs, that
+one what only the walk needs.
 
 Layout: the model's inputs and outputs keep the file's layout (NCHW stays NCHW for the
 caller). Inside, conv, conv-transpose, pools and resize run NHWC, nnrt's native layout, and a
@@ -32,17 +32,16 @@ strings are refused. Opsets 11 and later of the default domain are read.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from nnrt.errors import InvalidArgumentError
-from nnrt.importers._common import Rejections
-from nnrt.importers._onnx_proto import ONNX_DTYPES, ONNX_TYPE_NAMES, Graph, ModelProto, Node, parse_model, tensor_array
+from nnrt.importers._onnx_proto import Node
 from nnrt.model import Model
 from nnrt.types import OperandType, OperationType
 
-__all__ = ["MAPPERS", "Arg", "Builder", "NodeCtx", "Reject", "Value", "load_onnx", "mapper"]
+__all__ = ["MAPPERS", "Arg", "Builder", "NodeCtx", "Reject", "Value", "mapper"]
 
 Shape = tuple[int, ...] | None
 MIN_OPSET = 11
@@ -139,6 +138,14 @@ class Builder:
         self.graph_outputs: set[str] = set()
         #: Nodes already folded into an earlier one (BatchNormalization or Relu after a Conv).
         self.absorbed: set[int] = set()
+        #: The node that computes each tensor of this graph (to name what a value depends on).
+        self.producers: dict[str, Node] = {}
+        #: Readers of each tensor name over the whole model (nested graphs and graph outputs
+        #: too), shared by the builders of one load: a constant read once may be re-laid in place.
+        self.reads: Counter[str] = parent.reads if parent is not None else Counter()
+        #: Tensors stored in the file (initializers and Constant nodes, nested graphs' too): only
+        #: their bytes may be re-laid in place (a folded tensor may view bytes another name reads).
+        self.stored: set[str] = parent.stored if parent is not None else set()
 
     # -- values -----------------------------------------------------------------------------
 
@@ -163,6 +170,39 @@ class Builder:
             self.values[name] = inner
             return inner
         return None
+
+    def relaid(self, name: str, arr: np.ndarray) -> np.ndarray:
+        """``arr``, the stored tensor ``name`` (an initializer or a Constant node's value)
+        re-laid or folded for its one reader, as a contiguous array.
+
+        When nothing else reads the tensor, ``arr`` is written over the tensor's own bytes in
+        the loaded file, so the file's layout is not kept beside the re-laid one (a model whose
+        weights are all re-laid would otherwise hold them twice). The tensor is then
+        unavailable under its name. Otherwise ``arr`` is copied.
+        """
+        holders = []
+        b: Builder | None = self
+        while b is not None:
+            if name in b.values:
+                holders.append(b)
+            b = b.parent
+        src = holders[-1].values[name] if holders else None
+        old = None if src is None else src.const
+        if (src is None or old is None or name not in self.stored or self.reads[name] != 1
+                or src.index is not None or src.twin is not None
+                or old.dtype != arr.dtype or old.nbytes != arr.nbytes or not old.flags.c_contiguous):
+            return np.ascontiguousarray(arr)
+        flat = old.reshape(-1).view()
+        try:
+            flat.flags.writeable = True  # the load's own buffer (not an external file's bytes)
+        except ValueError:
+            return np.ascontiguousarray(arr)
+        flat[...] = np.ascontiguousarray(arr).reshape(-1)  # a temporary when ``arr`` views ``old``
+        out = flat.reshape(arr.shape)
+        out.flags.writeable = False
+        for b in holders:
+            b.values[name] = Value(old.dtype, src.shape, missing=True)
+        return out
 
     def add(self, dtype: np.dtype, shape: Shape, quant: tuple[float, int] | None, name: str = "") -> int:
         t = nnrt_type(dtype, quant, name or "tensor")
@@ -413,174 +453,3 @@ def mapper(*op_types: str) -> Callable[[Mapper], Mapper]:
 
 def _load_mappers() -> None:
     from nnrt.importers import _onnx_elem, _onnx_flow, _onnx_nn, _onnx_norm, _onnx_quant, _onnx_rnn, _onnx_shape  # noqa: F401
-
-
-def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
-    """Convert every node of ``g`` into ``b``; record the ones that cannot be expressed."""
-    from nnrt.importers._onnx_fold import try_fold
-    from nnrt.importers._onnx_layout import run_in_nhwc
-
-    b.graph_outputs = {vi.name for vi in g.outputs}
-    for node in g.nodes:
-        for name in node.inputs:
-            b.consumers.setdefault(name, []).append(node)
-    for node in g.nodes:
-        if id(node) in b.absorbed:
-            continue
-        ins: list[Value | None] = []
-        for name in node.inputs:
-            ins.append(None if name == "" else b.lookup(name))
-        ctx = NodeCtx(b, node, ins)
-        unknown = [name for name, v in zip(node.inputs, ins) if name and v is None]
-        fn = MAPPERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-        try:
-            if unknown:
-                raise Reject(f"input {unknown[0]!r} is not produced by any earlier node, initializer or graph input")
-            if fn is None:
-                where = f" of domain {node.domain!r}" if node.domain not in ("", "ai.onnx") else ""
-                raise Reject(f"operator {node.op_type}{where} is not supported")
-            if any(v is not None and v.missing for v in ins):
-                ctx.outputs = [Value(_F32, None, missing=True) for _ in node.outputs]
-            elif not try_fold(ctx) and not run_in_nhwc(ctx, fn):
-                fn(ctx)
-                if any(v is None for v, name in zip(ctx.outputs, node.outputs) if name):
-                    raise Reject("an output this node would produce is not supported")
-        except Reject as r:
-            rejections.add(node.label, node.op_type, str(r))
-            ctx.outputs = [Value(_F32, None, missing=True) for _ in node.outputs]
-        except InvalidArgumentError as err:
-            # A Model call refused what the mapper built: report it against this node.
-            rejections.add(node.label, node.op_type, f"nnrt refused the mapping: {err}")
-            ctx.outputs = [Value(_F32, None, missing=True) for _ in node.outputs]
-        for name, v in zip(node.outputs, ctx.outputs):
-            if name:
-                b.values[name] = v if v is not None else Value(_F32, None, missing=True)
-
-
-#: Where quantized ops read a tensor and its scale / zero point: op type -> ((tensor, scale, zp), ...).
-_QUANT_READERS = {"DequantizeLinear": ((0, 1, 2),), "QLinearConv": ((0, 1, 2),), "QLinearMatMul": ((0, 1, 2), (3, 4, 5))}
-
-
-def input_quant(g: Graph, values: Mapping[str, Value]) -> dict[str, tuple[float, int]]:
-    """Scale and zero point of uint8/int8 graph inputs, from the quantized ops that read them."""
-    out: dict[str, tuple[float, int]] = {}
-    for node in g.nodes:
-        for t, s, z in _QUANT_READERS.get(node.op_type, ()):
-            if len(node.inputs) <= s:
-                continue
-            scale = values.get(node.inputs[s])
-            zp = values.get(node.inputs[z]) if len(node.inputs) > z and node.inputs[z] else None
-            if scale is None or scale.const is None or scale.const.size != 1:
-                continue
-            if zp is not None and (zp.const is None or zp.const.size != 1):
-                continue
-            out.setdefault(node.inputs[t], (float(scale.const.reshape(-1)[0]),
-                                            0 if zp is None or zp.const is None else int(zp.const.reshape(-1)[0])))
-    return out
-
-
-def graph_input_value(b: Builder, vi_name: str, elem_type: int, dims: tuple[int, ...] | None,
-                      fixed: tuple[int, ...] | None, quant: tuple[float, int] | None = None) -> Value:
-    dtype = ONNX_DTYPES.get(elem_type)
-    if dtype is None:
-        raise Reject(f"graph input {vi_name!r} has element type {ONNX_TYPE_NAMES.get(elem_type, elem_type)}, "
-                     "which nnrt cannot hold")
-    if dims is not None and 0 in dims:
-        raise Reject(f"graph input {vi_name!r} has a zero-sized dimension {list(dims)} (nnrt's 0 means unknown)")
-    shape: Shape = None if dims is None else tuple(max(d, 0) for d in dims)
-    if fixed is not None:
-        if shape is not None and (len(fixed) != len(shape) or any(s and s != f for s, f in zip(shape, fixed))):
-            raise Reject(f"input_shapes[{vi_name!r}] = {list(fixed)} does not match the file's {list(dims or ())}")
-        shape = fixed
-    if dtype not in (np.uint8, np.int8):
-        quant = None
-    v = Value(dtype, shape, quant=quant)
-    v.index = b.add(dtype, shape, quant, vi_name)
-    return v
-
-
-def load_onnx(data: memoryview, *, name: str, input_shapes: Mapping[str, tuple[int, ...]],
-              base_dir: str | None = None) -> Model:
-    """Decode ``data`` as an ONNX ModelProto and build the nnrt ``Model`` (see the module doc)."""
-    _load_mappers()
-    proto = parse_model(data, base_dir)
-    return build_model(proto, name=name, input_shapes=input_shapes)
-
-
-def build_model(proto: ModelProto, *, name: str, input_shapes: Mapping[str, tuple[int, ...]]) -> Model:
-    g = proto.graph
-    assert g is not None
-    rejections = Rejections("onnx")
-    opset = proto.opsets.get("", proto.opsets.get("ai.onnx", 0))
-    if opset < MIN_OPSET:
-        rejections.add("<model>", "opset_import", f"ai.onnx opset {opset} is older than {MIN_OPSET}")
-        for node in g.nodes:  # name the op types that would not map under any opset too
-            if node.op_type not in MAPPERS or node.domain not in ("", "ai.onnx"):
-                rejections.add(node.label, node.op_type, f"operator {node.op_type} is not supported")
-        rejections.raise_if_any(name)
-    model = Model(name=name)
-    b = Builder(model, opset)
-    for t in g.initializers:
-        try:
-            b.values[t.name] = Value(np.dtype(ONNX_DTYPES.get(t.data_type, _F32)), t.dims,
-                                     const=tensor_array(t, "initializer"))
-        except InvalidArgumentError as err:
-            if t.data_type in ONNX_DTYPES or t.external:
-                raise
-            rejections.add(t.name, "initializer", str(err).removeprefix("load: "))
-            b.values[t.name] = Value(_F32, t.dims, missing=True)
-    if g.has_sparse_initializers:
-        rejections.add("<graph>", "sparse_initializer", "sparse initializers are not supported")
-    unknown = set(input_shapes) - {vi.name for vi in g.inputs}
-    if unknown:
-        raise InvalidArgumentError(f"load: {name}: input_shapes names {sorted(unknown)}, which are not graph inputs")
-    inputs: list[Value] = []
-    quant = input_quant(g, b.values)
-    for vi in g.inputs:
-        if vi.name in b.values and vi.name not in input_shapes:
-            continue  # an initializer listed as an input (IR < 4, or an overridable default): constant
-        if not vi.is_tensor:
-            rejections.add(vi.name, "graph input", "only tensor inputs are supported (not sequences, maps, optionals)")
-            b.values[vi.name] = Value(_F32, None, missing=True)
-            continue
-        try:
-            v = graph_input_value(b, vi.name, vi.elem_type, vi.dims, input_shapes.get(vi.name), quant.get(vi.name))
-        except Reject as r:
-            rejections.add(vi.name, "graph input", str(r))
-            b.values[vi.name] = Value(_F32, None, missing=True)
-            continue
-        b.values[vi.name] = v
-        inputs.append(v)
-    convert_nodes(b, g, rejections)
-    outputs = finish_outputs(b, [vi.name for vi in g.outputs], rejections, inputs)
-    rejections.raise_if_any(name)
-    model.identify_inputs_and_outputs([v.index for v in inputs if v.index is not None], outputs)
-    model.finish()
-    return model
-
-
-def finish_outputs(b: Builder, names: Sequence[str], rejections: Rejections, inputs: Sequence[Value]) -> list[int]:
-    """Operand indexes of the graph outputs: each written by an operation, each distinct."""
-    taken = {v.index for v in inputs}
-    out: list[int] = []
-    for name in names:
-        v = b.values.get(name)
-        if v is None:
-            rejections.add(name, "graph output", "is not produced by any node")
-            continue
-        if v.missing:
-            continue
-        try:
-            v = b.logical(v)
-            if v.index is None or v.index in taken or v.const is not None:
-                v = b.copy(v)
-            assert v.index is not None
-        except (Reject, InvalidArgumentError) as r:
-            rejections.add(name, "graph output", str(r))
-            continue
-        if v.dtype == np.float64:
-            rejections.add(name, "graph output", "double outputs are not supported")
-        b.model.operands[v.index].name = b.model.operands[v.index].name or name
-        taken.add(v.index)
-        out.append(v.index)
-    return out

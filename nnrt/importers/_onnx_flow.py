@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnrt.importers._common import Rejections
-from nnrt.importers._onnx import Arg, Builder, NodeCtx, Reject, Value, convert_nodes, finish_outputs, mapper
+from nnrt.importers._onnx import Arg, Builder, NodeCtx, Reject, Value, mapper
+from nnrt.importers._onnx_graph import convert_nodes, finish_outputs
 from nnrt.importers._onnx_proto import ONNX_DTYPES, Graph
 from nnrt.model import Model
 from nnrt.types import OperandType
@@ -29,6 +30,7 @@ from nnrt.types import OperationType as Op
 __all__: list[str] = []
 
 _BOOL = np.dtype(bool)
+_RUN_TIME_HINT = "The condition is known only at run time"
 _I64 = np.dtype(np.int64)
 
 
@@ -54,6 +56,26 @@ def _body(ctx: NodeCtx, graph: Graph, what: str, inputs: list[tuple[str, Value]]
     if rejections:
         raise Reject(f"{what}: " + "; ".join(str(r) for r in rejections.items))
     return child, model, outs
+
+
+def inputs_behind(b: Builder, name: str) -> list[str]:
+    """The model inputs the tensor ``name`` is computed from (through this graph and the ones enclosing it)."""
+    found: list[str] = []
+    todo: list[tuple[Builder, str]] = [(b, name)]
+    seen: set[tuple[int, str]] = set()
+    while todo:
+        g, n = todo.pop()
+        if not n or (id(g), n) in seen:
+            continue
+        seen.add((id(g), n))
+        node = g.producers.get(n)
+        if node is not None:
+            todo += [(g, i) for i in node.inputs]
+        elif g.parent is not None:
+            todo.append((g.parent, n))
+        elif (v := g.values.get(n)) is not None and v.const is None and not v.missing and n not in found:
+            found.append(n)
+    return sorted(found)
 
 
 def _ref(ctx: NodeCtx, model: Model) -> int:
@@ -92,7 +114,16 @@ def _if(ctx: NodeCtx) -> None:
         for k, vi in enumerate(graph.outputs):
             ctx.set(k, ctx.b.values[vi.name])
         return
-    branches = [_body(ctx, g, what, []) for g, what in ((then_g, "then_branch"), (else_g, "else_branch"))]
+    try:
+        branches = [_body(ctx, g, what, []) for g, what in ((then_g, "then_branch"), (else_g, "else_branch"))]
+    except Reject as r:
+        if _RUN_TIME_HINT in str(r):  # a nested If said it already
+            raise
+        behind = inputs_behind(ctx.b, ctx.node.inputs[0])
+        fix = f"input_values={{{', '.join(repr(n) + ': ...' for n in behind)}}}" if behind else "input_values"
+        raise Reject(f"{r}. {_RUN_TIME_HINT}, so NNAPI's IF needs both branches expressible with the shapes "
+                     f"fixed at load; fixing the inputs it depends on at load ({fix}) picks the branch "
+                     "instead") from None
     # Both branches take the union of the outer tensors either reads, in one order.
     names: list[str] = []
     for child, _m, _o in branches:

@@ -299,8 +299,12 @@ def _conv(ctx: NodeCtx) -> None:
     bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(w.shape[0], x.dtype)
     w, bias, act, out_name = _conv_fusions(ctx, w.astype(x.dtype, copy=False), bias)
     folded_bias = bias
-    emit_conv(ctx, x, w, lambda arr, _dim, _sl: _cv(arr), lambda sl: _cv(folded_bias[sl]), act=act, was_1d=was_1d,
-              out_name=out_name)
+    whole = w.size
+
+    def weight(arr: np.ndarray, _dim: int, _sl: slice) -> Value:  # re-laid over the file's bytes when it may
+        return _cv(ctx.b.relaid(ctx.node.inputs[1], arr) if arr.size == whole else arr)
+
+    emit_conv(ctx, x, w, weight, lambda sl: _cv(folded_bias[sl]), act=act, was_1d=was_1d, out_name=out_name)
 
 
 def _conv_run_time(ctx: NodeCtx) -> None:
@@ -519,7 +523,7 @@ def _matmul(ctx: NodeCtx) -> None:
         else:
             assert a.shape is not None
             out_shape = (*a.shape[:-1], b.shape[1])
-        fully_connected(ctx, a, b.const.T, np.zeros(b.shape[1], a.dtype), out_shape)
+        fully_connected(ctx, a, ctx.b.relaid(ctx.node.inputs[1], b.const.T), np.zeros(b.shape[1], a.dtype), out_shape)
         return
     assert a.shape is not None
     if (rb == 1 and ra >= 2) or (rb == 2 and ra != 2):
@@ -570,6 +574,7 @@ def _gemm(ctx: NodeCtx) -> None:
         w = (b.const if trans_b else b.const.T).astype(np.float32, copy=False)
         if alpha != 1.0:
             w = w * np.float32(alpha)
+        w = ctx.b.relaid(ctx.node.inputs[1], w)
         y = fully_connected(ctx, a, w, bias, shape, final=add_c is None)
     else:
         y = ctx.b.op1(Op.BATCH_MATMUL, [a, b, ctx.b.bool(False), ctx.b.bool(bool(trans_b))], a.dtype, shape)

@@ -77,7 +77,7 @@ class _Rnn:
         if x.dtype != _F32:
             raise Reject(f"input of type {x.dtype} is not supported (float32 is)")
         if x.need_rank(ctx.node.op_type) != 3:
-            raise Reject("X must be 3-D")
+            raise Reject(f"X must be 3-D, got shape {list(x.shape or ())}")
         w, r = _Param(ctx, ctx.inp(1), "W"), _Param(ctx, ctx.inp(2), "R")
         self.hidden = ctx.i("hidden_size", r.shape[-1])
         self.w, self.r = w, r

@@ -38,6 +38,9 @@ The rules, and why:
   MISSED_DEADLINE_TRANSIENT, not success; a job that cannot make it is never dispatched: one
   dispatch test (``_startable``) decides for a free unit and a unit handed over at a checkpoint.
 
+The answers (``Decision``, ``Admission``, ``Actions``) and the per-app and per-class records
+live in ``_decisions``; this module is the rules.
+
 The async layer's loop: after every event (submit, checkpoint YIELD/ABORT, complete, cancel,
 timer) call ``poll(now)`` (or its parts: ``expire``, ``next_to_run`` until ``None``, ``expire``
 again, ``preemption_targets``), start the jobs it returns, fail the failed ones, set the
@@ -47,129 +50,36 @@ interrupt flag of the targets so they reach ``checkpoint`` soon, and arm one tim
 
 from __future__ import annotations
 
-import enum
 import heapq
 import itertools
 import math
 from bisect import bisect_right, insort
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from nnrt.errors import InternalError
+from nnrt.sched._decisions import (
+    _NOTHING,
+    ADMITTED,
+    CONTINUE,
+    Action,
+    Actions,
+    Admission,
+    Decision,
+    _App,
+    _Class,
+    _Key,
+    _order,
+    _seq,
+)
 from nnrt.sched._job import Job, JobState, _Event
-from nnrt.sched._stats import ClassStatistics, SchedulerStatistics, _Counters
+from nnrt.sched._stats import ClassStatistics, SchedulerStatistics
 from nnrt.types import ErrorStatus, Priority
 
 __all__ = ["ADMITTED", "CONTINUE", "Action", "Actions", "Admission", "Decision", "Policy"]
 
 _INF = math.inf
 _HIGHEST = max(Priority)
-_Key = tuple[int, int, float, int]
-
-
-class Action(enum.Enum):
-    """What a running job does after a checkpoint."""
-
-    CONTINUE = "continue"
-    YIELD = "yield"  # give the unit to ``Decision.successor`` and wait to be started again
-    ABORT = "abort"  # stop and fail with ``Decision.status``
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The answer of ``Policy.checkpoint``.
-
-    On YIELD the policy has already parked the job (PREEMPTED) and started ``successor`` on the
-    freed unit; on ABORT the job has failed with ``status`` and its unit is free.
-    """
-
-    action: Action
-    status: ErrorStatus = ErrorStatus.NONE
-    successor: Job | None = None
-
-
-#: The fast-path answer: carry on.
-CONTINUE = Decision(Action.CONTINUE)
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """The answer of ``Policy.submit``: admitted (status NONE), or refused with a status and why."""
-
-    status: ErrorStatus
-    reason: str = ""
-
-    @property
-    def admitted(self) -> bool:
-        """True if the job was queued."""
-        return self.status is ErrorStatus.NONE
-
-    def __bool__(self) -> bool:
-        return self.admitted
-
-
-#: The answer for every admitted job.
-ADMITTED = Admission(ErrorStatus.NONE)
-
-
-class Actions(NamedTuple):
-    """Everything the async layer must carry out after an event (see ``Policy.poll``). A named
-    tuple: immutable, and made twice per execution (a frozen dataclass costs 4x as much)."""
-
-    start: tuple[Job, ...]  # now RUNNING on ``job.unit``: let them run
-    failed: tuple[Job, ...]  # failed while waiting (``job.status``): fail their futures
-    interrupt: tuple[Job, ...]  # running jobs that should reach a checkpoint soon
-    next_expiry: float | None  # arm one timer here (None: no timer needed)
-
-
-#: ``poll``'s answer when nothing waits.
-_NOTHING = Actions((), (), (), None)
-
-
-class _Class:
-    """The waiting jobs of one (app, priority), in EDF-then-FIFO order, and its aging clock.
-
-    ``since`` is when the class last started waiting with nothing running (None otherwise);
-    ``credit`` is aging levels carried over from a preemption; ``held`` is the boost its
-    running jobs were dispatched with.
-    """
-
-    __slots__ = ("base", "counters", "credit", "held", "running", "since", "waiting")
-
-    def __init__(self, base: Priority) -> None:
-        self.base = base
-        self.waiting: list[Job] = []
-        self.running = 0
-        self.since: float | None = None
-        self.credit = 0
-        self.held = 0
-        self.counters = _Counters()
-
-
-class _App:
-    __slots__ = ("classes", "n_waiting", "name", "running", "served", "vtime", "weight")
-
-    def __init__(self, name: Hashable, weight: float) -> None:
-        self.name = name
-        self.weight = weight
-        self.vtime = 0.0  # device seconds / weight ("weighted" fairness)
-        self.served = -1  # dispatch sequence number of its last dispatch
-        self.classes = {p: _Class(p) for p in Priority}
-        self.running: list[Job] = []
-        self.n_waiting = 0
-
-    @property
-    def active(self) -> bool:
-        return bool(self.n_waiting or self.running)
-
-
-def _order(job: Job) -> tuple[float, int]:
-    return (_INF if job.deadline is None else job.deadline, job.seq)
-
-
-def _seq(job: Job | None) -> int:
-    return -1 if job is None else job.seq
 
 
 class Policy:

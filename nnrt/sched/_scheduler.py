@@ -29,8 +29,9 @@ from nnrt._aio import Future, call_later, create_future
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import Cancellable, Clock, VirtualClock, call_at, perf_ns
 from nnrt.errors import error_for
+from nnrt.sched._decisions import Action, Decision
 from nnrt.sched._job import Job
-from nnrt.sched._policy import Action, Decision, Policy
+from nnrt.sched._policy import Policy
 from nnrt.sched._stats import ClassStatistics, SchedulerStatistics
 from nnrt.types import ErrorStatus, Priority
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from nnrt.sched import Job, Policy
-from nnrt.sched._policy import _App, _Key
+from nnrt.sched._decisions import _App, _Key
 from nnrt.types import ErrorStatus
 
 __all__ = ["POLICIES", "make_policy"]

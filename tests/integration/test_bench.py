@@ -278,7 +278,7 @@ async def test_reference_comparison_with_onnx_runtime(tmp_path: Path, monkeypatc
     onnx_add(path, scale=scale)
     model = dynamic_add()
     monkeypatch.setattr("nnrt.bench._run.open_model",
-                        lambda p, shapes: LoadedModel(model, str(p), "onnx", os.path.getsize(p)))
+                        lambda p, shapes, values=None: LoadedModel(model, str(p), "onnx", os.path.getsize(p)))
     report = await run_bench(str(path), BenchOptions(runs=6, warmup=1, input_shapes={"a": [2, 3], "b": [2, 3]},
                                                      reference_spread=True))
     assert report.reference is not None and report.reference.startswith("ONNX Runtime ")
@@ -402,7 +402,7 @@ async def test_a_reference_that_fails_to_run_is_reported_and_the_bench_goes_on(t
     path = tmp_path / "add.onnx"
     onnx_add(path)
     model = dynamic_add()
-    monkeypatch.setattr("nnrt.bench._run.open_model", lambda p, shapes: LoadedModel(model, str(p), "onnx", 1))
+    monkeypatch.setattr("nnrt.bench._run.open_model", lambda p, shapes, values=None: LoadedModel(model, str(p), "onnx", 1))
     monkeypatch.setattr("nnrt.bench._run.open_reference", lambda *a, **k: Failing())
     report = await run_bench(str(path), BenchOptions(runs=2, warmup=0, input_shapes={"a": [2, 3], "b": [2, 3]}))
     assert report.reference is None and report.accuracy == [] and report.reference_latency is None

@@ -53,3 +53,25 @@ def test_onnx_file_through_the_importer_against_onnx_runtime(tmp_path: Path, cap
     assert re.search(r"^  sum +\[2, 3\] +0 +0  yes \(tolerance used 0\)$", out, re.M)
     doc = json.loads((tmp_path / "r.json").read_text())
     assert [i["name"] for i in doc["inputs"]] == ["a", "b"] and doc["reference"]["accurate"] is True
+
+
+def test_load_value_fixes_an_input_at_load_and_still_feeds_the_reference(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """silero_vad.onnx's case (benchmarks/models.toml ``load_values``): an If on the sample rate
+    whose 8 kHz branch cannot run on the chunk; fixed at load, nnrt's model has no ``sr`` input
+    and ONNX Runtime is still fed it."""
+    pytest.importorskip("onnx")
+    from tests.importers.onnx_build import save
+    from tests.importers.onnx_silero_like import N, silero_like_model
+
+    path = save(silero_like_model(), tmp_path)
+    argv = ["bench", path, "--input-shape", f"x=1,{N}", "--runs", "2", "--warmup", "0", "--json", "-"]
+    assert main([*argv, "--load-value", "sr=16000"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [i["name"] for i in doc["inputs"]] == ["x", "state"]
+    assert doc["reference"]["accurate"] is True and [a["output"] for a in doc["reference"]["accuracy"]] == ["score", "state_n"]
+    assert main([*argv, "--input-value", "sr=16000"]) == 1  # a run-time sample rate: refused at load, naming why
+    assert "input_values={'sr': ...}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*argv, "--load-value", "sr"])
+    assert "--load-value 'sr': expected NAME=NUMBER" in capsys.readouterr().err
