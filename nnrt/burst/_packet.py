@@ -90,6 +90,7 @@ HEADER_DATUMS = 6
 _OPERAND_DATUMS = 5  # has_value, slot, offset, length, n_dims (then the dims)
 _MAX_RANK = 16  # NNAPI has no limit; a bound keeps a corrupt n_dims from allocating a huge tuple
 _MAX_OPERANDS = 1 << 16
+_STATUSES = {int(s): s for s in ErrorStatus}
 #: The slot of a location whose bytes travel inside the packet (binary form).
 INLINE_SLOT = -1
 _MAX_POOLS = 1 << 10
@@ -279,7 +280,7 @@ def parse_request(datums: Sequence[int]) -> tuple[list[RawLocation | None], list
         if n_dims >= 0:
             dims = tuple(datums[pos : pos + n_dims])
             pos += n_dims
-            if any(d < 0 for d in dims):
+            if dims and min(dims) < 0:
                 raise MalformedPacketError(f"request packet: negative dimension for {_where(k, n_in)}")
         if has_value == 0:
             if k >= n_in:
@@ -343,10 +344,9 @@ def parse_result(datums: Sequence[int]) -> tuple[ErrorStatus, list[tuple[tuple[i
     if len(datums) < 5 or datums[0] != len(datums):
         raise MalformedPacketError(f"result packet: size datum says {datums[0] if datums else 'nothing'}, "
                                    f"the packet has {len(datums)} datums")
-    try:
-        status = ErrorStatus(datums[1])
-    except ValueError:
-        raise MalformedPacketError(f"result packet: unknown status {datums[1]}") from None
+    status = _STATUSES.get(datums[1])
+    if status is None:
+        raise MalformedPacketError(f"result packet: unknown status {datums[1]}")
     n_out, pos, end = datums[2], 3, len(datums) - 2
     if not 0 <= n_out <= _MAX_OPERANDS:
         raise MalformedPacketError(f"result packet: bad output count {n_out}")
@@ -358,7 +358,7 @@ def parse_result(datums: Sequence[int]) -> tuple[ErrorStatus, list[tuple[tuple[i
         if sufficient not in (0, 1) or not 0 <= n_dims <= _MAX_RANK or pos + 2 + n_dims > end:
             raise MalformedPacketError(f"result packet: bad shape for output {j}")
         dims = tuple(datums[pos + 2 : pos + 2 + n_dims])
-        if any(d < 0 for d in dims):
+        if dims and min(dims) < 0:
             raise MalformedPacketError(f"result packet: negative dimension for output {j}")
         shapes.append((dims, bool(sufficient)))
         pos += 2 + n_dims
