@@ -223,7 +223,7 @@ class ServiceProcess:
                 return False
             self._pending[rid] = waiter
             self._ring_ids[rid] = dtypes
-            if not ch.requests.try_write(parts, nbytes):  # under the lock: one producer at a time
+            if ch.closed or not ch.requests.try_write(parts, nbytes):  # under the lock: one producer at a time
                 del self._pending[rid], self._ring_ids[rid]
                 return False
             self.ring_sent += 1
@@ -383,10 +383,16 @@ class ServiceProcess:
             return self._pending.pop(rid, None)
 
     def _drain(self) -> None:
-        """Read every result on the result ring and complete its waiter (one drainer at a time)."""
+        """Read every result on the result ring and complete its waiter (one drainer at a time;
+        a caller that finds another draining leaves it to that one, which looks again after it
+        let go, so a result that came meanwhile is not left behind)."""
         ch = self.channel
-        if ch is None or not self._drain_lock.acquire(blocking=False):
-            return
+        while ch is not None and self._drain_lock.acquire(blocking=False):
+            self._drain_once(ch)
+            if ch.closed or not ch.results.readable():
+                return
+
+    def _drain_once(self, ch: Channel) -> None:
         done: list[tuple[int, bool, Any]] = []
         try:
             if ch.closed:
@@ -584,5 +590,5 @@ class ServiceProcess:
                     loop.remove_reader(ch.res_fd)
                 else:
                     loop.call_soon_threadsafe(loop.remove_reader, ch.res_fd)
-        with self._drain_lock:  # not while a drainer holds views of the ring
+        with self._drain_lock, self._lock:  # not while a drainer reads or a producer writes the rings
             ch.close()

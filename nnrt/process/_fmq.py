@@ -152,13 +152,20 @@ class Ring:
 
     @property
     def consumer_sleeping(self) -> bool:
-        return bool(self._ctl[_SLEEP])
+        try:
+            return bool(self._ctl[_SLEEP])
+        except ValueError:  # released: the channel closed under a waiter (no one to wake)
+            return False
 
     # -- consumer ---------------------------------------------------------------------------
 
     def readable(self) -> bool:
-        ctl = self._ctl
-        return bool(ctl[_WRITE] != ctl[_READ])
+        """Whether a packet waits (False once the channel closed: a waiter may race ``close``)."""
+        try:
+            ctl = self._ctl
+            return bool(ctl[_WRITE] != ctl[_READ])
+        except ValueError:
+            return False
 
     def peek(self) -> memoryview | None:
         """The next packet's bytes (a view into the ring, valid until ``advance``), or None.
@@ -193,7 +200,10 @@ class Ring:
     def set_sleeping(self, sleeping: bool) -> bool:
         """Set the consumer's *sleeping* word; when setting it, fence and answer whether a
         packet arrived meanwhile (then do not sleep)."""
-        self._ctl[_SLEEP] = int(sleeping)
+        try:
+            self._ctl[_SLEEP] = int(sleeping)
+        except ValueError:  # released (see ``readable``)
+            return False
         if not sleeping:
             return False
         full_fence()
@@ -206,9 +216,8 @@ class Ring:
         if window <= 0:
             return False
         end = time.perf_counter() + window
-        ctl = self._ctl
         while time.perf_counter() < end:
-            if ctl[_WRITE] != ctl[_READ]:
+            if self.readable():
                 return True
         return False
 
@@ -302,6 +311,8 @@ class Channel:
 
     def wake_all(self) -> None:
         """Ring both doorbells unconditionally (a death or close: blocked waiters look again)."""
+        if self.closed:  # the descriptors may be another file's by now
+            return
         for fd in (self.req_fd, self.res_fd):
             with contextlib.suppress(OSError):
                 os.eventfd_write(fd, 1)

@@ -310,6 +310,30 @@ def test_death_during_execute_sync_on_the_ring() -> None:
         dev.close()
 
 
+def test_close_while_threads_wait_on_the_ring() -> None:
+    dev = nnrt.ProcessDevice("fmq-close")
+    prepared = asyncio.run(dev.prepare_model(zoo.add_chain(40, 1_000_000)))
+    x = np.ones((1, 1_000_000), np.float32)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(1000):
+                prepared.execute_sync([x])
+        except BaseException as err:  # inspected below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    dev.close()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive()
+    assert len(errors) == 3 and all(isinstance(e, nnrt.DeadObjectError) for e in errors), errors
+
+
 async def test_death_during_a_burst_on_the_ring() -> None:
     async with nnrt.ProcessDevice("fmq-burst-death") as dev:
         prepared = await dev.prepare_model(zoo.one_add())
