@@ -16,7 +16,7 @@ Measured 02:13 UTC on the shared 2-core machine (load average 5.4: other enginee
 ``--quick``: eventfd always p50 18 us / p99 1.5 ms, 14 us CPU per round trip on each side;
 pipe always 45 us / 7.3 ms, 30 us; sleeping flag + eventfd 13.5 us / 65 us, 7.5 us (chosen);
 flag + 50 us poll window p50 3.2 us (when both sides had a core) but p99 3.8 ms and 27 us CPU
-(so the rings poll only while a core is spare: ``nnrt.process._fmq.polling_pays``).
+(so the rings poll only while polling pays: ``nnrt.process._fmq.Poller``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ Any thread may produce requests (one at a time, under the lock). One *consumer* 
 reads the result ring, and completes every waiter whose result it finds:
 
 * an event loop awaiting an execution takes the role; when its request is the only one
-  outstanding it first polls the result ring for ``poll_us`` when a core is spare (the
+  outstanding it first polls the result ring for ``poll_us`` while that pays (the
   service answers a cheap request in tens of microseconds: the coroutine then never
   sleeps), then watches the doorbell with ``loop.add_reader`` (no thread hop: the callback
   drains the ring and resolves the futures of its own loop directly); it keeps the role
@@ -66,7 +66,7 @@ import nnrt
 from nnrt._log import get_logger
 from nnrt.burst._packet import MalformedPacketError, packet_id
 from nnrt.errors import DeadObjectError, GeneralFailureError, NnrtError
-from nnrt.process._fmq import STRONGLY_ORDERED, Channel, polling_pays
+from nnrt.process._fmq import Channel, Poller
 from nnrt.process._transport import decode_outputs
 from nnrt.process._wire import encode_frame, error_from, recv_frame, send_frame, write_frame
 
@@ -98,7 +98,7 @@ class ServiceProcess:
     def __init__(self, kind: str, options: dict[str, Any], *, hang_timeout: float, start_timeout: float,
                  on_death: Callable[[str], None] | None = None, ring_bytes: int = 0, poll_us: float = 0.0) -> None:
         self.hang_timeout = hang_timeout
-        self.poll_window = poll_us * 1e-6 if STRONGLY_ORDERED else 0.0
+        self.poller = Poller(poll_us * 1e-6)
         self._ring_ids: dict[int, Any] = {}  # request id -> output dtypes, for executions on the rings
         self._consumer: Any = None  # who reads the result ring now: an event loop, a thread id, or None
         self._attached = False  # the consumer loop watches the doorbell with add_reader
@@ -246,7 +246,7 @@ class ServiceProcess:
             mine = self._consumer is loop
             alone = mine and len(self._ring_ids) == 1
         try:
-            if alone and self.poll_window and polling_pays():
+            if alone and self.poller.should():
                 self._spin(lambda: fut.done())
             if mine and not fut.done():
                 self._settle(loop)
@@ -282,10 +282,11 @@ class ServiceProcess:
         assert ch is not None
         ring = ch.results
         ring.set_sleeping(False)
-        end = time.perf_counter() + self.poll_window
+        end = time.perf_counter() + self.poller.window
         while not done() and time.perf_counter() < end:
             if ring.readable():
                 self._drain()
+        self.poller.record(done())
         if ring.set_sleeping(True):
             self._drain()
 
@@ -360,7 +361,7 @@ class ServiceProcess:
     def _consume(self, ch: Channel, fut: concurrent.futures.Future[Any]) -> None:
         """Drain the result ring until ``fut`` is done: poll, then block on the doorbell
         (bounded waits: a death or a closed channel ends it)."""
-        if self.poll_window and polling_pays():
+        if self.poller.should():
             self._spin(fut.done)
         while not fut.done() and not ch.closed:
             if not ch.results.set_sleeping(True):

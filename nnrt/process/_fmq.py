@@ -39,15 +39,15 @@ after every packet and the consumer reads the ring only after it has read the do
 ``eventfd`` write and read take the same kernel lock, so the reader's loads come after the
 writer's stores (release/acquire through the kernel).
 
-**Waiting** (``Doorbell``): the consumer polls the ring for a window (only while a core is
-spare: ``polling_pays``), then sets *sleeping*,
+**Waiting** (``Doorbell``): the consumer polls the ring for a window (while polling pays:
+``Poller``), then sets *sleeping*,
 fences, looks once more, and blocks on the doorbell (``select`` / the event loop's
 ``add_reader``). The producer rings the doorbell (one ``eventfd`` write) only when it sees
 *sleeping* set. Measured with ``benchmarks/fmq.py`` (ping-pong of 16-byte packets between two
 processes, load average ~5 on 2 cores): always an eventfd p50 18 us / p99 1.5 ms, 14 us CPU per
 round trip on each side; always a pipe 45 us / 7.3 ms, 30 us; the sleeping flag with an eventfd
 13.5 us / 65 us, 7.5 us (the best: chosen); with a 50 us poll window p50 3.2 us when both sides
-had a core, but p99 3.8 ms and 27 us CPU under that load (hence polling only on a spare core).
+had a core, but p99 3.8 ms and 27 us CPU under that load (hence polling only while it pays: ``Poller``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Channel", "Doorbell", "Ring", "STRONGLY_ORDERED", "full_fence", "polling_pays"]
+__all__ = ["Channel", "Doorbell", "Poller", "Ring", "STRONGLY_ORDERED", "full_fence"]
 
 #: True on CPUs whose stores are seen in program order (x86): the rings may be polled.
 STRONGLY_ORDERED = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
@@ -80,19 +80,30 @@ def full_fence() -> None:
     _fence_lock.release()
 
 
-_CPUS = os.cpu_count() or 1
-_load = [0.0, 1.0]  # [when it was read, whether a core was spare]
+class Poller:
+    """Whether polling a ring pays, learnt from how it went (as an adaptive mutex spins).
 
+    A poll *pays* when the awaited packet came within the window: the peer ran on another core
+    meanwhile. On a machine whose cores are all busy it does not (the spinner takes the core its
+    peer needs: ``benchmarks/fmq.py``, p99 in milliseconds) and sleeping on the doorbell is
+    better. ``should()`` says poll while the recent hit rate (a moving average) is at least a
+    half, and otherwise one time in 16, to notice when cores come free again. The machine's
+    load average cannot decide this: the two processes' own polling counts in it.
+    """
 
-def polling_pays() -> bool:
-    """Whether a core is spare now (the one-minute load average below the CPU count minus a
-    half; read at most once a second). Polling a ring only pays when the peer runs on another
-    core meanwhile: on a saturated machine the spinner takes the core its peer needs
-    (``benchmarks/fmq.py``: p99 in milliseconds), and sleeping on the doorbell is better."""
-    now = time.monotonic()
-    if now - _load[0] > 1.0:
-        _load[0], _load[1] = now, float(os.getloadavg()[0] < _CPUS - 0.5)
-    return bool(_load[1])
+    def __init__(self, window: float) -> None:
+        self.window = window if STRONGLY_ORDERED else 0.0
+        self._score = 1.0
+        self._count = 0
+
+    def should(self) -> bool:
+        if self.window <= 0:
+            return False
+        self._count += 1
+        return self._score >= 0.5 or self._count % 16 == 0
+
+    def record(self, hit: bool) -> None:
+        self._score = 0.75 * self._score + (0.25 if hit else 0.0)
 
 
 def _pad(n: int) -> int:

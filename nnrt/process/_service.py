@@ -24,8 +24,9 @@ length prefix is absurd ends the connection: the stream's framing is lost.
 
 Executions arrive on the connection's request ring (``nnrt.process._fmq``) as burst packets
 (``nnrt.process._transport``); the loop watches the ring's doorbell, and after serving what it
-found it polls the ring for ``poll_us`` before it sleeps again (only while a core is spare,
-and not while its own executions run on worker threads: they need the interpreter lock). A cheap request runs inline at once,
+found it polls the ring for ``poll_us`` before it sleeps again (while polling pays:
+``_fmq.Poller``; not while its own executions run on worker threads: they need the
+interpreter lock). A cheap request runs inline at once,
 reading its inputs in place in the ring; another is copied out and runs as a task. Its result
 goes on the result ring, or over the socket when it does not fit there; the app's doorbell is
 rung once per pass over the request ring (``BATCH_S``), not once per result. A request packet that
@@ -58,7 +59,7 @@ from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import PreparedModel
 from nnrt.memory import Memory
-from nnrt.process._fmq import STRONGLY_ORDERED, Channel, polling_pays
+from nnrt.process._fmq import Channel, Poller
 from nnrt.process._transport import decode_execute, encode_outputs, io_dtypes
 from nnrt.process._wire import decode_args, error_payload, model_from_wire, recv_frame, send_frame
 from nnrt.types import ErrorStatus
@@ -88,7 +89,7 @@ class _Service:
         self.sock = sock
         self.device = device
         self.channel = None if ring is None else Channel(*ring[:4])
-        self.poll_window = ring[4] * 1e-6 if ring is not None and STRONGLY_ORDERED else 0.0
+        self.poller = Poller(ring[4] * 1e-6 if ring is not None else 0.0)
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.segments: dict[str, Memory] = {}
@@ -210,8 +211,11 @@ class _Service:
                     ring.advance()
                 continue
             self._flush(ch)  # before polling: the app waits for these
-            if self.poll_window and not self.tasks and polling_pays() and ring.poll(self.poll_window):
-                continue
+            if not self.tasks and self.poller.should():
+                hit = ring.poll(self.poller.window)
+                self.poller.record(hit)
+                if hit:
+                    continue
             if not ring.set_sleeping(True):
                 return
             ring.set_sleeping(False)

@@ -108,3 +108,21 @@ def test_close_releases_memory_and_descriptors() -> None:
 def test_capacity_must_be_a_power_of_two() -> None:
     with pytest.raises(ValueError, match="power of two"):
         Channel.create(1000)
+
+
+def test_poller_learns_whether_polling_pays() -> None:
+    from nnrt.process._fmq import STRONGLY_ORDERED, Poller
+
+    if not STRONGLY_ORDERED:  # weakly ordered CPUs never poll
+        assert not Poller(50e-6).should()
+        return
+    assert not Poller(0.0).should()
+    poller = Poller(50e-6)
+    assert poller.should()
+    for _ in range(10):
+        poller.record(False)  # the peer never answered within the window
+    asked = [poller.should() for _ in range(64)]
+    assert 1 <= sum(asked) <= 5  # only the occasional probe
+    for _ in range(10):
+        poller.record(True)
+    assert all(poller.should() for _ in range(16))
