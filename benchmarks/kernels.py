@@ -4,8 +4,10 @@ Each case is one small model built twice with the same weights: an nnrt model (N
 ``execute_sync``, so the figure includes nnrt's per-call overhead of a few microseconds) and an
 ONNX graph (NCHW, ``session.run`` with ``intra_op_num_threads=1``). Their outputs are compared
 first (same math), then both are timed in interleaved batches (nnrt, ORT, nnrt, ...) so that the
-machine's load hits both alike; the figures are medians. Compare the ratios, not the times: the
-machine is shared.
+machine's load hits both alike; the figures are medians. nnrt runs twice: as prepared by default
+(numba's compiled kernels where there is one, ``nnrt/ops/_jit.py``) and with the numpy kernels
+only (what ``NNRT_JIT=0`` gives), so each compiled kernel's gain is measured in the same run.
+Compare the ratios, not the times: the machine is shared.
 
 Cases: depthwise 3x3 on [1,128,128,24]; a single-row depthwise ([1,K,1,C] -> [1,1,1,C], a
 temporal convolution); a 1x256 convolution over a short signal (an STFT as a conv, as in
@@ -33,6 +35,7 @@ import numpy as np
 import nnrt
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from nnrt.ops import _jit
 
 try:
     import onnxruntime as ort
@@ -168,6 +171,31 @@ def silu_case(shape: tuple[int, int, int, int]) -> Case:
     return Case(f"LOGISTIC x MUL {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
 
 
+def hard_swish_case(shape: tuple[int, int, int, int]) -> Case:
+    g = NnrtGraph()
+    xi = g.tensor(T.TENSOR_FLOAT32, shape)
+    y = g.op(Op.HARD_SWISH, [xi], T.TENSOR_FLOAT32, shape)
+    x = _f32(*shape, scale=4.0)
+    session = None
+    if ort is not None:
+        session = onnx_session([helper.make_node("HardSwish", ["x"], ["y"])], {}, nchw(x).shape, nchw(x).shape)
+    return Case(f"HARD_SWISH {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
+
+
+def mean_case(shape: tuple[int, int, int, int]) -> Case:
+    """MEAN over H and W keeping them (a global average pool, as in squeeze-excite blocks)."""
+    n, c = shape[0], shape[3]
+    g = NnrtGraph()
+    xi = g.tensor(T.TENSOR_FLOAT32, shape)
+    y = g.op(Op.MEAN, [xi, g.const(T.TENSOR_INT32, np.array([1, 2], dtype=np.int32)), g.i32(1)], T.TENSOR_FLOAT32,
+             [n, 1, 1, c])
+    x = _f32(*shape)
+    session = None
+    if ort is not None:
+        session = onnx_session([helper.make_node("GlobalAveragePool", ["x"], ["y"])], {}, nchw(x).shape, [n, c, 1, 1])
+    return Case(f"MEAN over H,W {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
+
+
 def prelu_case(shape: tuple[int, int, int, int]) -> Case:
     c = shape[3]
     slope = _f32(c, scale=0.25)
@@ -259,6 +287,8 @@ def cases() -> list[Case]:
         conv_case("depthwise 3x3 [1,128,128,24]", (1, 128, 128, 24), 0, (3, 3), (1, 1), depthwise=True),
         conv_case("depthwise 3x3 +RELU6 [1,112,112,32]", (1, 112, 112, 32), 0, (3, 3), (1, 1), depthwise=True, act=3),
         conv_case("depthwise 5x5/2 [1,64,64,48]", (1, 64, 64, 48), 0, (5, 5), (2, 2), depthwise=True),
+        conv_case("depthwise 3x3/2 +RELU6 [1,56,56,144]", (1, 56, 56, 144), 0, (3, 3), (2, 2), depthwise=True, act=3),
+        conv_case("depthwise 3x3 [1,14,14,480]", (1, 14, 14, 480), 0, (3, 3), (1, 1), depthwise=True),
         conv_case("single-row depthwise [1,24,1,64]->[1,1,1,64]", (1, 24, 1, 64), 0, (24, 1), (1, 1), depthwise=True,
                   pads=(0, 0, 0, 0)),
         conv_case("1x256/128 conv, 576 samples -> 258 ch", (1, 1, 576, 1), 258, (1, 256), (128, 1), pads=(0, 0, 0, 0)),
@@ -268,6 +298,9 @@ def cases() -> list[Case]:
         conv_case("1x1 conv 32->64 [1,112,112,32]", (1, 112, 112, 32), 64, (1, 1), (1, 1), act=3),
         conv_case("1x1 conv 96->24 [1,40,40,96]", (1, 40, 40, 96), 24, (1, 1), (1, 1)),
         silu_case((1, 40, 40, 64)),
+        hard_swish_case((1, 112, 112, 16)),
+        mean_case((1, 20, 20, 192)),
+        mean_case((1, 160, 160, 24)),
         prelu_case((1, 64, 64, 32)),
         qconv_case("int8 conv 3x3 16->16 [1,40,40,16]", (1, 40, 40, 16), 16, 3),
         qconv_case("int8 depthwise 3x3 [1,40,40,32]", (1, 40, 40, 32), 0, 3, depthwise=True),
@@ -281,22 +314,22 @@ def cases() -> list[Case]:
 # -- timing --------------------------------------------------------------------------------
 
 
-def interleaved(a: Callable[[], object], b: Callable[[], object], budget_s: float, repeat: int) -> tuple[float, float]:
-    """Median µs per call of ``a`` and ``b``, in alternating batches sized to ~``budget_s`` each."""
-    a(), b()
+def interleaved(fns: Sequence[Callable[[], object]], budget_s: float, repeat: int) -> list[float]:
+    """Median µs per call of each of ``fns``, in alternating batches sized to ~``budget_s`` each."""
+    for fn in fns:
+        fn()
     t = time.perf_counter()
-    a()
+    fns[0]()
     per = max(time.perf_counter() - t, 1e-6)
     number = max(1, int(budget_s / repeat / per))
-    ta: list[float] = []
-    tb: list[float] = []
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        for fn, out in ((a, ta), (b, tb)):
+        for fn, out in zip(fns, times, strict=True):
             t = time.perf_counter()
             for _ in range(number):
                 fn()
             out.append((time.perf_counter() - t) / number * 1e6)
-    return statistics.median(ta), statistics.median(tb)
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -306,33 +339,43 @@ def main() -> None:
     args = parser.parse_args()
     budget, repeat = (0.1, 5) if args.quick else (0.4, 9)
     device = nnrt.CpuDevice(blas_threads=1)
+    jit = _jit.available()
     sys.stdout.write(f"nnrt kernels vs ONNX Runtime (numpy {np.__version__}, "
-                     f"onnxruntime {ort.__version__ if ort else 'absent'}), one thread, µs per call\n")
-    sys.stdout.write(f"  {'case':48} {'nnrt':>9} {'ORT':>9} {'ratio':>7}\n")
-    ratios = []
+                     f"onnxruntime {ort.__version__ if ort else 'absent'}, numba kernels {'on' if jit else 'off'}), "
+                     "one thread, µs per call\n")
+    sys.stdout.write("  nnrt = as prepared by default (compiled kernels where numba has one), numpy = NNRT_JIT=0\n")
+    sys.stdout.write(f"  {'case':48} {'nnrt':>9} {'numpy':>9} {'ORT':>9} {'nnrt/ORT':>8} {'numpy/ORT':>9}\n")
+    ratios: list[float] = []
+    base_ratios: list[float] = []
     for case in cases():
         if args.only not in case.name:
             continue
         prepared = device.prepare_model_sync(case.model)
+        with _jit.forced(False):
+            reference = device.prepare_model_sync(case.model)
         run = lambda p=prepared, x=case.x: p.execute_sync([x])  # noqa: E731
+        run_np = lambda p=reference, x=case.x: p.execute_sync([x])  # noqa: E731
         got = run().outputs[0]
         if case.session is None:
-            t_nnrt = interleaved(run, run, budget, repeat)[0]
-            sys.stdout.write(f"  {case.name:48} {t_nnrt:9.1f} {'-':>9}\n")
+            t_nnrt, t_np = interleaved([run, run_np], budget, repeat)
+            sys.stdout.write(f"  {case.name:48} {t_nnrt:9.1f} {t_np:9.1f} {'-':>9}\n")
             continue
         feeds = {"x": case.x_onnx}
         want = case.session.run(None, feeds)[0]
         if case.to_nhwc and want.ndim == 4:
             want = want.transpose(0, 2, 3, 1)
-        err = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
-        check = "" if err <= case.tolerance else f"  (outputs differ by {err:.3g})"
-        t_nnrt, t_ort = interleaved(run, lambda s=case.session, f=feeds: s.run(None, f), budget, repeat)
+        errs = [float(np.abs(o.astype(np.float64) - want.astype(np.float64)).max())
+                for o in (got, run_np().outputs[0])]
+        check = "" if max(errs) <= case.tolerance else f"  (outputs differ by {max(errs):.3g})"
+        t_nnrt, t_np, t_ort = interleaved([run, run_np, lambda s=case.session, f=feeds: s.run(None, f)], budget, repeat)
         ratios.append(t_nnrt / t_ort)
-        sys.stdout.write(f"  {case.name:48} {t_nnrt:9.1f} {t_ort:9.1f} {t_nnrt / t_ort:6.2f}x{check}\n")
+        base_ratios.append(t_np / t_ort)
+        sys.stdout.write(f"  {case.name:48} {t_nnrt:9.1f} {t_np:9.1f} {t_ort:9.1f} {t_nnrt / t_ort:7.2f}x "
+                         f"{t_np / t_ort:8.2f}x{check}\n")
     if ratios:
-        sys.stdout.write(f"  {'median ratio nnrt / ORT':48} {'':9} {'':9} {statistics.median(ratios):6.2f}x\n")
+        sys.stdout.write(f"  {'median ratio to ORT':48} {'':9} {'':9} {'':9} {statistics.median(ratios):7.2f}x "
+                         f"{statistics.median(base_ratios):8.2f}x\n")
     device.close()
-
 
 if __name__ == "__main__":
     main()

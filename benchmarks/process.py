@@ -11,6 +11,9 @@ in one run:
     into the device's shared arena at 1 MB); the service's
     overhead over in-process execution of the same request, and the 1 MB / 1 KB ratio of that
     overhead for shared memory (target: <= 1, i.e. the size costs nothing);
+(b2) what an output's size costs: [1, 1] + a [1, n] constant (so only the output's transport
+    differs), 1 KB and 1 MB, the output in a shared ``Memory`` location (written in place by
+    the service), in a caller's array, and allocated; the service's overhead over in-process;
 (c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
     operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
     requests alternating; on the rings, and over the socket as before them) against one
@@ -140,6 +143,50 @@ async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
     ratio("shared Memory overhead 1 MB / 1 KB", overhead["1 MB"] / max(overhead["1 KB"], 1e-9), 1.0)
 
 
+def broadcast_model(n: int) -> Model:
+    """[1, 1] + a [1, n] constant: a tiny input, an output of n floats."""
+    m = Model(f"broadcast_{n}")
+    x = m.add_operand(T.TENSOR_FLOAT32, [1, 1])
+    c = m.add_operand(T.TENSOR_FLOAT32, [1, n])
+    act = m.add_operand(T.INT32)
+    y = m.add_operand(T.TENSOR_FLOAT32, [1, n])
+    m.set_operand_value(c, np.arange(n, dtype=np.float32).reshape(1, n))
+    m.set_operand_value(act, 0)
+    m.add_operation(Op.ADD, [x, c, act], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+async def output_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
+    print("(b2) output size: [1, 1] + a [1, n] constant, output [1, n] float32")
+    number, rounds = (100, 3) if QUICK else (300, 5)
+    overhead: dict[str, float] = {}
+    x = np.ones((1, 1), np.float32)
+    for label, n in (("1 KB", 256), ("1 MB", 262_144)):
+        model = broadcast_model(n)
+        local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
+        with Memory.from_shared_memory(size=4 * n) as mem:
+            cases: dict[str, list[object] | None] = {
+                "shared Memory output (in place)": [MemoryLocation(mem, 0, 4 * n)],
+                "caller's array output": [np.zeros((1, n), np.float32)],
+                "no output buffer (result allocated)": None,
+            }
+            for case, outs in cases.items():
+                la, lb = [], []
+                for _ in range(rounds):
+                    for samples, target in ((la, local), (lb, remote)):
+                        for _ in range(number):
+                            t = time.perf_counter()
+                            await target.execute([x], outs)  # type: ignore[arg-type]
+                            samples.append((time.perf_counter() - t) * 1e6)
+                over = statistics.median(lb) - statistics.median(la)
+                report(f"{label}: service overhead, {case}", over)
+                overhead[f"{label} {case}"] = over
+    ratio("shared Memory output overhead 1 MB / 1 KB", overhead["1 MB shared Memory output (in place)"]
+          / max(overhead["1 KB shared Memory output (in place)"], 1e-9), 1.0)
+
+
 async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
     print(f"(c) GIL-bound {ops}-ADD chain, 8 executions in flight")
     model = zoo.add_chain(ops, 16)
@@ -216,6 +263,7 @@ async def main() -> None:
         with nnrt.ProcessDevice() as proc:
             await round_trip(cpu, proc)
             await input_size(cpu, proc)
+            await output_size(cpu, proc)
         for ops in (200, 2000):
             await gil_bound(cpu, ops)
         await death_and_recovery(False)

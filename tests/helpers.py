@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -164,3 +165,11 @@ async def _settled() -> None:
     from nnrt._aio import checkpoint
 
     await checkpoint()
+
+
+def wait_until(pred: Callable[[], object], timeout: float = 10.0) -> None:
+    """Poll ``pred`` until it is true: a hang guard, not a timing assertion."""
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.005)

@@ -546,8 +546,9 @@ def _calibrate(plan: Plan) -> None:
         if not op.fully_specified:
             return
         args.append(op.type.dtype.type(0).item() if op.type.is_scalar else np.zeros(op.dimensions, op.type.dtype))
-    # The first run is cold (allocator, caches, lazy imports); keep the best of the later ones.
-    # Cheap plans get more runs, since a noisy measurement decides where they run.
+    # The first run is cold (allocator, caches, lazy imports, compiled kernels compiling or
+    # loading): it counts for neither the estimates nor the time spent. Keep the best of the
+    # later ones; cheap plans get more runs, since a noisy measurement decides where they run.
     best: dict[int, float] = {}
     runs, spent = 0, 0
     while runs < 2 or (runs < 6 and spent < 2_000_000):
@@ -561,8 +562,8 @@ def _calibrate(plan: Plan) -> None:
         finally:
             fp_errors_restored(token)
         runs += 1
-        spent += sum(profile.values())
         if runs > 1:
+            spent += sum(profile.values())
             for key, ns in profile.items():
                 best[key] = min(best.get(key, float("inf")), float(ns))
     for step in plan.steps:

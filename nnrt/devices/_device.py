@@ -198,6 +198,12 @@ class Device(ABC):
         (PERSISTENT if it never could, TRANSIENT while other prepared models hold it).
         """
 
+    async def ready(self) -> None:
+        """Make the device able to answer its device calls (``capabilities``,
+        ``supported_operations``, ...) without a long wait: nothing to do for an in-process
+        device; a ``ProcessDevice`` starts (or restarts) its service here, off the event loop."""
+        return None
+
     def allocate(
         self,
         desc: BufferDesc | Sequence[int],

@@ -75,7 +75,7 @@ except ImportError:  # pragma: no cover - other numpy layouts
 class ExecContext:
     """Per-execution state shared by the interpreter and its driver."""
 
-    __slots__ = ("clock", "cost", "deadline", "handoff", "interrupt", "loop_timeout", "on_loop", "profile")
+    __slots__ = ("clock", "cost", "deadline", "handoff", "interrupt", "loop_timeout", "on_loop", "outputs", "profile")
 
     def __init__(
         self,
@@ -99,6 +99,10 @@ class ExecContext:
         self.cost: CostModel | None = None
         #: A DELEGATED step and its inputs on the way to the driver, its outputs on the way back.
         self.handoff: Any = None
+        #: The request's output buffers (None entries: allocated), when the caller gave any: a
+        #: driver that runs the whole plan elsewhere may write into them in place (it then
+        #: returns them as the outputs, and ``PreparedModel._finish`` does not copy them again).
+        self.outputs: Any = None
 
 
 def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:

@@ -218,7 +218,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
         if step.kind == KERNEL and folder.fold(step, in_ops):
             continue
         steps.append(step)
-    steps = fuse_steps(model, steps, _fetcher)
+    steps = fuse_steps(model, steps, _fetcher, folder.operands)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
     plan.dynamic = not all(ops[i].fully_specified for i in model.input_indexes)

@@ -240,6 +240,8 @@ class PreparedModel:
         whatever the device is doing), returning the result; otherwise return the coroutine
         that drives it through the device's scheduler."""
         ctx = self._context(deadline, loop_timeout)
+        if bufs is not None:
+            ctx.outputs = bufs
         driver, plan = self._driver, self.plan
         if plan.dynamic:
             ctx.cost = plan.cost_for(args)
@@ -499,7 +501,9 @@ class PreparedModel:
                 outs.append(buf)
                 shapes.append(OutputShape(arr.shape, False))
             else:
-                if buf.shape == arr.shape:
+                if arr.ctypes.data == buf.ctypes.data:
+                    pass  # written in place already (``ExecContext.outputs``)
+                elif buf.shape == arr.shape:
                     np.copyto(buf, arr)
                 else:
                     buf.reshape(-1)[: arr.size] = arr.reshape(-1)
@@ -538,14 +542,16 @@ class PreparedModel:
             if (buf is None or type(value) is not np.ndarray or value.shape != dims or buf.shape != dims
                     or value.dtype != buf.dtype):
                 return False
-            buf[...] = value
+            if value is not buf:  # else written in place already (``ExecContext.outputs``)
+                buf[...] = value
             return True
         for dims, value, buf in zip(self._out_dims, results, bufs):
             if (buf is None or type(value) is not np.ndarray or value.shape != dims or buf.shape != dims
                     or value.dtype != buf.dtype):
                 return False
         for value, buf in zip(results, bufs):
-            buf[...] = value  # type: ignore[index]  # same shape and dtype: a plain copy (cheaper than np.copyto)
+            if value is not buf:  # else written in place already (``ExecContext.outputs``)
+                buf[...] = value  # type: ignore[index]  # same shape and dtype: a plain copy (cheaper than np.copyto)
         return True
 
     def _finish_fast(self, results: list[Any], args: list[Any]) -> ExecutionResult:

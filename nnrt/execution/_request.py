@@ -37,7 +37,7 @@ import numpy as np
 
 from nnrt.errors import InvalidArgumentError, NnrtError
 from nnrt.memory import BufferToken, DeviceBuffer, Memory, MemoryLocation
-from nnrt.memory._domain import compatible, resolve_buffer
+from nnrt.memory._domain import compatible, domain_of, resolve_buffer
 from nnrt.model import Operand
 from nnrt.ops import OpCall, prepare_function
 from nnrt.types import OperandLifeTime, OperationType, OutputShape
@@ -139,7 +139,7 @@ def resolve_request(
     specs = prepared._inputs
     if len(inputs) != len(specs):
         raise InvalidArgumentError(f"the model has {len(specs)} inputs, the request gives {len(inputs)}")
-    device, app = prepared._driver, prepared.app
+    device, app = domain_of(prepared._driver), prepared.app
     new_inputs = list(inputs)
     read: set[int] = set()
     uninitialized: list[tuple[DeviceBuffer, str]] = []

@@ -98,6 +98,8 @@ async def prepare(
     options = _Options(pref, prio, app, deadline, cache_dir, token)
     if len(found) == 1:
         return await options.on(found[0], model, token)
+    for device in found:  # a device whose calls need a service started starts it here, off the loop
+        await device.ready()
     choice = choose_devices(model, found, pref)
     if len(set(choice)) <= 1:
         device = found[choice[0]] if choice else (ref or found[0])

@@ -38,7 +38,9 @@ from nnrt.memory._memory import Memory
 from nnrt.model import Operand, as_dims
 from nnrt.types import OperandType
 
-__all__ = ["BufferDesc", "BufferRole", "BufferToken", "BufferTracker", "DeviceBuffer", "allocate_buffer", "tracker_for"]
+__all__ = [
+    "BufferDesc", "BufferRole", "BufferToken", "BufferTracker", "DeviceBuffer", "allocate_buffer", "domain_of", "tracker_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,12 @@ class DeviceBuffer:
         violation is INVALID_ARGUMENT and leaves the buffer uninitialized.
         """
         self._storage = None
+        data = self._source(source, dimensions).copy().view(self.type.dtype).reshape(self.dimensions)
+        data.flags.writeable = False
+        self._storage = data
+
+    def _source(self, source: Memory | np.ndarray, dimensions: Sequence[int] | None) -> np.ndarray:
+        """``copy_from``'s checks (INVALID_ARGUMENT); the source's bytes (a view)."""
         where = f"copy_from (buffer {int(self.token)})"
         raw = _bytes_of(source, self.type, where, writable=False)
         if dimensions is None:
@@ -180,23 +188,26 @@ class DeviceBuffer:
             )
         if raw.nbytes != self.nbytes:
             raise InvalidArgumentError(f"{where}: the source has {raw.nbytes} bytes, the buffer {self.nbytes}")
-        data = raw.copy().view(self.type.dtype).reshape(self.dimensions)
-        data.flags.writeable = False
-        self._storage = data
+        return raw
 
     def copy_to(self, destination: Memory | np.ndarray) -> None:
         """Copy the buffer into a writable memory pool or array of exactly its size.
 
         A size mismatch is INVALID_ARGUMENT; an uninitialized buffer is GENERAL_FAILURE.
         """
+        raw = self._destination(destination)
+        storage = self._storage
+        if storage is None:
+            raise GeneralFailureError(f"copy_to (buffer {int(self.token)}): the buffer is uninitialized")
+        raw[...] = storage.reshape(-1).view(np.uint8)
+
+    def _destination(self, destination: Memory | np.ndarray) -> np.ndarray:
+        """``copy_to``'s checks (INVALID_ARGUMENT); the destination's bytes (a view)."""
         where = f"copy_to (buffer {int(self.token)})"
         raw = _bytes_of(destination, self.type, where, writable=True)
         if raw.nbytes != self.nbytes:
             raise InvalidArgumentError(f"{where}: the destination has {raw.nbytes} bytes, the buffer {self.nbytes}")
-        storage = self._storage
-        if storage is None:
-            raise GeneralFailureError(f"{where}: the buffer is uninitialized")
-        raw[...] = storage.reshape(-1).view(np.uint8)
+        return raw
 
     def free(self) -> None:
         """Release the buffer: its token becomes unknown and its data is dropped."""
@@ -228,20 +239,31 @@ class DeviceBuffer:
     def begin_write(self) -> None:
         self._storage = None
 
-    def commit(self, value: np.ndarray, where: str) -> np.ndarray:
-        """Adopt an execution's output array; GENERAL_FAILURE when its shape does not fit."""
+    def _check_result(self, value: np.ndarray, where: str) -> None:
         if value.shape != self.dimensions:
             raise GeneralFailureError(
                 f"{where}: the result has shape {list(value.shape)}, device buffer {int(self.token)} holds "
                 f"{list(self.dimensions)}"
             )
+
+    def commit(self, value: np.ndarray, where: str) -> np.ndarray:
+        """Adopt an execution's output array; GENERAL_FAILURE when its shape does not fit."""
+        self._check_result(value, where)
         value.flags.writeable = False
         self._storage = value
         return value.view()
 
 
+def domain_of(driver: Any) -> Any:
+    """The device whose buffers a prepared model with this driver takes: the driver itself
+    (an in-process device), or its ``buffer_domain`` (a process-backed device's per-model
+    driver names its device)."""
+    return getattr(driver, "buffer_domain", driver)
+
+
 def resolve_buffer(device: Any, app: str, value: DeviceBuffer | BufferToken, where: str) -> DeviceBuffer:
-    """The device buffer a request argument names, for a prepared model of ``app`` on ``device``."""
+    """The device buffer a request argument names, for a prepared model of ``app`` on ``device``
+    (``domain_of`` the prepared model's driver)."""
     tracker = tracker_for(device)
     if isinstance(value, DeviceBuffer):
         if not tracker.owns(value) or value.app != app:
@@ -291,8 +313,10 @@ def allocate_buffer(
     prepared_models: Sequence[Any],
     input_roles: Sequence[BufferRole] = (),
     output_roles: Sequence[BufferRole] = (),
+    cls: type[DeviceBuffer] | None = None,
 ) -> tuple[DeviceBuffer, BufferToken]:
-    """``Device.allocate`` for devices that keep buffers in host memory (see the module doc)."""
+    """``Device.allocate`` for devices that keep buffers in host memory (see the module doc);
+    ``cls``: a ``DeviceBuffer`` subclass keeping its data elsewhere (a service's buffer)."""
     where = "allocate"
     dims = _int_dims(desc.dimensions if isinstance(desc, BufferDesc) else desc, f"{where}: desc")
     models = tuple(prepared_models)
@@ -301,7 +325,7 @@ def allocate_buffer(
     if not input_roles and not output_roles:
         raise InvalidArgumentError(f"{where}: no input or output roles given")
     for k, pm in enumerate(models):
-        if getattr(pm, "_driver", None) is not device:
+        if domain_of(getattr(pm, "_driver", None)) is not device:
             raise InvalidArgumentError(f"{where}: prepared model {k} is not a model prepared by this device")
     apps = {pm.app for pm in models}
     if len(apps) > 1:
@@ -340,5 +364,5 @@ def allocate_buffer(
         combined = _combine(combined, op.dimensions)
     if not first.type.is_scalar and (not combined or 0 in combined):
         raise GeneralFailureError(f"{where}: dimensions {list(combined)} are not fully known; dynamic buffers are unsupported")
-    buffer = DeviceBuffer(tracker_for(device), first, combined, next(iter(apps)), models, frozenset(roles))
+    buffer = (cls or DeviceBuffer)(tracker_for(device), first, combined, next(iter(apps)), models, frozenset(roles))
     return buffer, buffer.token

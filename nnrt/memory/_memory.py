@@ -31,35 +31,52 @@ import weakref
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from nnrt.errors import InvalidArgumentError, ResourceExhaustedError
 from nnrt.types import ErrorStatus
 
-__all__ = ["Memory", "MemoryLocation", "open_regular_file", "read_regular_file", "shared_segment"]
-
-#: The mapping of every shared-memory segment this process created or attached -> its name
-#: (``shared_segment``: an out-of-process driver passes such arrays by name, not by value).
-_segment_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+__all__ = ["FileKey", "Memory", "MemoryLocation", "open_regular_file", "pool_origin", "read_regular_file"]
 
 
-def shared_segment(array: np.ndarray) -> tuple[str, int] | None:
-    """``(segment name, byte offset)`` when ``array`` is a view of a named shared-memory
-    segment (``Memory.from_shared_memory``), else None."""
+class FileKey(NamedTuple):
+    """What another process needs to map the same bytes of a ``Memory.from_file`` pool: the
+    file's absolute path, the mapped range (``start`` is a multiple of the allocation
+    granularity), the access mode, and the file's identity (device, inode) when it was mapped,
+    so that a file replaced or removed since is refused rather than read."""
+
+    path: str
+    start: int
+    length: int
+    writable: bool
+    dev: int
+    ino: int
+
+
+#: The mapping of every shared-memory segment this process created or attached -> its name,
+#: and of every mapped file -> its ``FileKey`` (``pool_origin``: an out-of-process driver
+#: passes arrays in such pools by name, not by value).
+_pool_keys: weakref.WeakKeyDictionary[Any, str | FileKey] = weakref.WeakKeyDictionary()
+
+
+def pool_origin(array: np.ndarray) -> tuple[str | FileKey, int] | None:
+    """``(segment name or FileKey, byte offset in that mapping)`` when ``array`` is a view of a
+    named shared-memory segment (``Memory.from_shared_memory``) or of a mapped file
+    (``Memory.from_file``), else None."""
     root: Any = array
     while isinstance(root, np.ndarray) and root.base is not None:
         root = root.base
     mapped = root.obj if isinstance(root, memoryview) else root
     try:
-        name = _segment_names.get(mapped)
-    except TypeError:  # not weak-referenceable: not a segment's mapping
+        key = _pool_keys.get(mapped)
+    except TypeError:  # not weak-referenceable: not a pool's mapping
         return None
-    if name is None:
+    if key is None:
         return None
     start = np.frombuffer(mapped, np.uint8, count=1).ctypes.data  # type: ignore[arg-type]
-    return name, int(array.ctypes.data - start)
+    return key, int(array.ctypes.data - start)
 
 
 class _Segment(shared_memory.SharedMemory):
@@ -181,7 +198,7 @@ class Memory:
         mem = cls.__new__(cls)
         assert seg._mmap is not None
         buf = np.frombuffer(seg._mmap, dtype=np.uint8)
-        _segment_names[seg._mmap] = seg.name
+        _pool_keys[seg._mmap] = seg.name
         if size is not None:
             if size > buf.size:
                 seg.release()
@@ -214,6 +231,9 @@ class Memory:
                                    offset=start)
             except OSError as err:
                 raise InvalidArgumentError(f"{where}: cannot map the file: {err.strerror}") from None
+            st = os.fstat(fd)
+            _pool_keys[mapped] = FileKey(os.path.abspath(os.fsdecode(path)), start, offset + size - start, bool(writable),
+                                         st.st_dev, st.st_ino)
         finally:
             os.close(fd)
         mem = cls.__new__(cls)

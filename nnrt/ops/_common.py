@@ -11,6 +11,7 @@ integer pipeline (the quantized LSTM cells) build it from the fixed-point helper
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from nnrt.ops._registry import Kernel, OpCall
 from nnrt.types import ErrorStatus, OperandType
 
 __all__ = [
+    "activation_bounds",
     "ACT_NONE",
     "ACT_RELU",
     "ACT_RELU1",
@@ -113,8 +115,18 @@ def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
     return clipped
 
 
+def activation_bounds(act: int) -> tuple[np.float32, np.float32]:
+    """A fused activation's float32 clamp bounds for a compiled kernel; (1, 0) for none (lo > hi)."""
+    if act == ACT_NONE:
+        return np.float32(1), np.float32(0)
+    lo, hi = _ACT_BOUNDS[act]
+    return np.float32(lo), np.float32(hi)
+
+
+@functools.lru_cache(maxsize=4096)
 def quant_range(act: int, scale: float, zero_point: int, type_: OperandType) -> tuple[int, int]:
-    """The saturating integer range of a quantized output with a fused activation."""
+    """The saturating integer range of a quantized output with a fused activation (remembered:
+    every requantization asks, and numpy scalar arithmetic makes it cost ~3 us)."""
     qmin, qmax = _INT_RANGES[type_]
     lo, hi = _ACT_BOUNDS[act]
     if lo != -np.inf:

@@ -21,12 +21,35 @@ sums as long as every partial sum stays below 2**24 in float32 (``exact_in_float
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["Geometry", "depthwise_direct", "depthwise_sums", "exact_in_float32", "im2col", "padded", "window_view"]
+from nnrt.ops._common import activation_bounds
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import (
+    BLOCK,
+    DEPTHWISE_ROWS_F32,
+    WINDOW_PIXELS_F32,
+    depthwise_rows_f32,
+    window_pixels_f32,
+)
+
+__all__ = [
+    "Geometry",
+    "CompiledDepthwise",
+    "compiled_depthwise",
+    "depthwise_direct",
+    "depthwise_sums",
+    "exact_in_float32",
+    "im2col",
+    "padded",
+    "window_view",
+]
 
 @dataclass(frozen=True, slots=True)
 class Geometry:
@@ -194,3 +217,54 @@ def _phase_taps(k: int, dil: int, stride: int) -> list[tuple[int, tuple[int, int
     for i in range(k):
         by_phase.setdefault(i * dil % stride, []).append(i)
     return [(p, (ts[0], ts[1] - ts[0] if len(ts) > 1 else 1, len(ts))) for p, ts in sorted(by_phase.items())]
+
+
+#: Channels from which the pixel-major compiled depthwise loop beats the row-major one at stride 1.
+_PIXELS_MIN_CHANNELS = 64
+
+#: A compiled depthwise run: (NHWC float32 input, filter taps, bias, KW, geometry) -> output.
+CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry], np.ndarray]
+
+
+def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDepthwise | None:
+    """At preparation: the compiled float32 depthwise loop for a layer's column stride and
+    channel count (either may be unknown), or None when numba is absent or ``NNRT_JIT=0``.
+
+    The row-major loop for stride 1 with fewer than 64 channels, the pixel-major one otherwise
+    (``_jit_float``'s module comment; measured in ``benchmarks/kernels.py``). Only the loop a
+    layer uses is compiled (or loaded from numba's cache).
+    """
+    if stride_w == 1 and channels is not None and 0 < channels < _PIXELS_MIN_CHANNELS:
+        rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32)
+        return None if rows is None else partial(_depthwise_rows, rows)
+    pixels = compiled(window_pixels_f32, WINDOW_PIXELS_F32)
+    return None if pixels is None else partial(_depthwise_pixels, pixels)
+
+
+def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
+                      g: Geometry) -> np.ndarray:
+    c = x.shape[3]
+    out = np.empty((x.shape[0], g.out_h, g.out_w, c), dtype=np.float32)
+    lo, hi = activation_bounds(g.act)
+    fn(np.ascontiguousarray(x, dtype=np.float32), taps.taps.reshape(-1, k_w, c), bias.taps[0], out,
+       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi, False)
+    return out
+
+
+def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
+                    g: Geometry) -> np.ndarray:
+    """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
+    weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
+    per tap column the shift and the output range it covers."""
+    n, h, w, c = x.shape
+    xs = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c)
+    reps = max(1, min(g.out_w, -(-BLOCK // c)))
+    cols = np.empty((k_w, 3), dtype=np.int64)
+    for j in range(k_w):
+        off = j * g.dil_w - g.left
+        cols[j] = off * c, max(0, -off) * c, min(g.out_w, w - off) * c
+    wt = taps.tiled(reps).reshape(-1, k_w, reps * c)
+    out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+    lo, hi = activation_bounds(g.act)
+    fn(xs, wt, bias.tiled(reps)[0], cols, out.reshape(n, g.out_h, g.out_w * c), g.stride_h, g.dil_h, g.top, lo, hi)
+    return out

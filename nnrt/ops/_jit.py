@@ -19,14 +19,26 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["available", "compiled"]
+from nnrt._log import get_logger
+
+__all__ = ["available", "compiled", "forced"]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
-_cache: dict[Callable[..., Any], Callable[..., Any]] = {}
+_cache: dict[Callable[..., Any], Callable[..., Any] | None] = {}
+
+
+def _import_numba() -> Any:
+    """The numba module, or None when it is not installed (the fast extra)."""
+    try:
+        import numba  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    return numba
 
 
 def available() -> bool:
@@ -37,37 +49,67 @@ def available() -> bool:
     if "numba" not in _state:
         with _lock:
             if "numba" not in _state:
-                mod: Any = None
-                if os.environ.get("NNRT_JIT", "1").strip().lower() not in ("0", "false", "no", "off"):
-                    try:
-                        import numba  # type: ignore[import-untyped,unused-ignore]
-
-                        mod = numba
-                    except ImportError:  # the fast extra is not installed: the numpy kernels run
-                        mod = None
-                _state["numba"] = mod
+                off = os.environ.get("NNRT_JIT", "1").strip().lower() in ("0", "false", "no", "off")
+                _state["numba"] = None if off else _import_numba()
     return _state["numba"] is not None
 
 
-def compiled(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+def compiled(fn: Callable[..., Any], signature: str | None = None) -> Callable[..., Any] | None:
     """``fn`` compiled by ``numba.njit(cache=True, nogil=True)``, or ``None`` when not available.
 
-    One dispatcher per function, made on first request; numba compiles it on its first call per
-    argument types (or loads it from its disk cache).
+    One dispatcher per function, made on first request. With a ``signature`` (numba's string
+    form, e.g. ``"void(float32[:, ::1], int64)"``) the function is compiled for exactly those
+    types right here, or loaded from numba's disk cache: a kernel asks at preparation, so no
+    execution pays a compilation (seconds) and a call with other types fails instead of
+    compiling again. Without one, numba compiles lazily on the first call per argument types.
+
+    A function numba fails to compile (a numba bug, bytecode rewritten by a coverage tool) is
+    logged once (``nnrt.jit`` event ``jit.compile_failed``) and gives ``None`` from then on:
+    the numpy kernel runs.
     """
     if not available():
         return None
-    hit = _cache.get(fn)
-    if hit is None:
-        with _lock:
-            hit = _cache.get(fn)
-            if hit is None:
-                try:
-                    hit = _state["numba"].njit(cache=True, nogil=True)(fn)
-                except RuntimeError:  # no file to cache beside (a function made at run time)
-                    hit = _state["numba"].njit(nogil=True)(fn)
-                _cache[fn] = hit
+    if fn in _cache:
+        return _cache[fn]
+    with _lock:
+        if fn not in _cache:
+            _cache[fn] = _compile(fn, signature)
+    return _cache[fn]
+
+
+def _compile(fn: Callable[..., Any], signature: str | None) -> Callable[..., Any] | None:
+    njit = _state["numba"].njit
+    args: tuple[str, ...] = (signature,) if signature is not None else ()
+    try:
+        try:
+            hit: Callable[..., Any] = njit(*args, cache=True, nogil=True)(fn)
+        except RuntimeError:  # no file to cache beside (a function made at run time)
+            hit = njit(*args, nogil=True)(fn)
+    except Exception as exc:  # numba's errors have no common public base; the numpy kernel is the fallback
+        get_logger("jit").warning("jit.compile_failed", function=fn.__qualname__, error=f"{type(exc).__name__}: {exc}"[:500])
+        return None
     return hit
+
+
+@contextmanager
+def forced(on: bool) -> Iterator[None]:
+    """Preparations inside the block use the compiled kernels (``on``, when numba is importable)
+    or the numpy ones, whatever ``NNRT_JIT`` says: for tests and benchmarks that compare both.
+
+    Not for concurrent use: the decision is process-wide while the block runs.
+    """
+    available()
+    with _lock:
+        before = _state["numba"]
+        if on and before is None:
+            _state["numba"] = _import_numba()
+        elif not on:
+            _state["numba"] = None
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["numba"] = before
 
 
 def reset_for_tests() -> None:

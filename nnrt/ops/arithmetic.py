@@ -24,10 +24,10 @@ from nnrt.ops._common import (
     broadcasts,
     check_activation,
     from_real,
-    lookup_binary,
     quant8_table,
     to_real,
 )
+from nnrt.ops._jit_quant import table_lookups
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -80,6 +80,7 @@ def prepare_binary(call: OpCall) -> Kernel:
 
     if t.is_quantized:
         tables: dict[int, np.ndarray] = {}  # by activation: built on first use, then looked up
+        lookup = table_lookups()[1]
 
         def run_quant(a: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
             table = tables.get(act)
@@ -90,7 +91,7 @@ def prepare_binary(call: OpCall) -> Kernel:
                     return from_real(ufunc(to_real(qa, a_op, np.float64), to_real(qb, b_op, np.float64)), out_op, code)
 
                 table = tables[act] = quant8_table(formula, (a_op, b_op))
-            return lookup_binary(table, a, b)
+            return lookup(table, a, b)
 
         return run_quant
 

@@ -16,10 +16,14 @@ channel-major planes when the input has few channels, as im2col rows otherwise) 
 ones so the product adds the bias. DEPTHWISE_CONV_2D views NHWC rows as flat ``[W*C]`` vectors
 and accumulates one tiled weight row per tap (clipped at the borders, so no padded copy), a
 block of output rows at a time so the accumulator stays in cache, fused activation included.
+With numba (``nnrt.ops._jit``), float32 DEPTHWISE_CONV_2D runs a compiled loop of
+``_jit_float`` instead, chosen and compiled once at preparation (``compiled_depthwise``), and a
+float32 1x1 CONV_2D adds its bias and fused activation in one compiled pass.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +31,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import (
+    activation_bounds,
     apply_activation,
     check_activation,
     check_padding_scheme,
@@ -34,18 +39,23 @@ from nnrt.ops._common import (
     from_real,
     implicit_padding,
     int_param,
+    quant_range,
     to_nchw,
     to_real,
 )
 from nnrt.ops._conv_core import (
     Geometry,
     TiledTaps,
+    compiled_depthwise,
     depthwise_direct,
     depthwise_sums,
     exact_in_float32,
     im2col,
     padded,
 )
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import BIAS_ACT_F32, bias_act_f32
+from nnrt.ops._jit_quant import conv_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
@@ -270,7 +280,8 @@ def empty_output(call: OpCall, n: int, c: int, g: Geometry) -> np.ndarray:
 
 
 def conv_nhwc(
-    x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry, nchw_out: bool = False
+    x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry, nchw_out: bool = False,
+    bias_act: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> tuple[np.ndarray, bool]:
     """Convolution plus bias of real NHWC ``x`` (may be a view of NCHW data).
 
@@ -278,6 +289,9 @@ def conv_nhwc(
     (the gathered taps get a row of ones, so the matrix product adds the bias). Returns a
     fresh, writable result and whether it is NCHW: [N, Cout, out_h, out_w] when ``nchw_out``
     asks for it and the formulation gives it for free, else [N, out_h, out_w, Cout].
+    ``bias_act(out, bias_row)``, for a 1x1 filter without ``nchw_out``, adds the bias to the
+    [P, Cout] product in place instead (the caller's compiled pass that also applies the fused
+    activation).
     """
     n, h, w, c = x.shape
     oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
@@ -293,7 +307,10 @@ def conv_nhwc(
         xp = padded(x, g, 1, 1)
         src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
         out: np.ndarray = np.matmul(src.reshape(p, c), waug[:k])
-        _add_row(out, waug[k])
+        if bias_act is not None:
+            bias_act(out, waug[k])
+        else:
+            _add_row(out, waug[k])
         return out.reshape(n, oh, ow, cout), False
     if c <= _PLANES_MAX_CHANNELS and k_h * k_w <= _PLANES_MAX_TAPS:
         # Channel-major padded copy, then one [C, N, OH, OW] block per tap; BLAS multiplies
@@ -365,16 +382,26 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     if const_w is not None and const_b is not None:
         mat0 = _conv_matrices(call, types, const_w, const_b, cached=True)
     zero = call.inputs[0].zero_point if types.quantized else 0
+    fused = compiled(bias_act_f32, BIAS_ACT_F32) if call.outputs[0].type is T.TENSOR_FLOAT32 and fd[1:3] == (1, 1) else None
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g, cin = _run_geometry(call, sig, (x, w, b, *params))
+    def checked(args: tuple[Any, ...]) -> Geometry:
+        g, cin = _run_geometry(call, sig, args)
+        w, b = args[1], args[2]
         if w.shape[3] != cin or b.shape != (w.shape[0],):
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
+        return g
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        g = checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
         wmat, scales = mat0 if mat0 is not None else _conv_matrices(call, types, w, b, cached=False)
         if scales is None:
-            out, in_layout = conv_nhwc(input_nhwc(call, x, g, types), wmat, w.shape[1], w.shape[2], g, g.nchw)
+            xin = input_nhwc(call, x, g, types)
+            if fused is not None and not g.nchw and w.shape[1] == w.shape[2] == 1:  # bias + activation in one pass
+                lo, hi = activation_bounds(g.act)
+                return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi))[0]
+            out, in_layout = conv_nhwc(xin, wmat, w.shape[1], w.shape[2], g, g.nchw)
             return finish_output(call, out, g, in_layout)
         xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
         if zero:
@@ -382,7 +409,23 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         sums = conv_nhwc(xc, wmat, w.shape[1], w.shape[2], g)[0]
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
-    return run
+    return _compiled_or(call, sig, types, False, checked, run)
+
+
+def _compiled_or(call: OpCall, sig: ConvSignature, types: ConvTypes, depthwise: bool,
+                 checked: Any, run: Kernel) -> Kernel:
+    """The compiled twin of a quantized conv's ``run`` (``_jit_quant``) when filter, bias and
+    every scalar parameter are constants; else ``run``."""
+    w, b = call.const(1), call.const(2)
+    if not types.quantized or w is None or b is None or w.size == 0:
+        return run
+    if any(call.const(i) is None for i in range(sig.pad, len(call.inputs))):
+        return run
+    centred, scales = centred_filter(call, w, 3 if depthwise else 0)
+    out = call.outputs[0]
+    qrange = quant_range(call.const(sig.act), out.scale, out.zero_point, out.type)
+    fast = conv_runner(call, depthwise, centred, b, scales, qrange, checked, run)
+    return run if fast is None else fast
 
 
 def _conv_matrices(
@@ -447,15 +490,22 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
     const_w, const_b = call.const(1), call.const(2)
     filt0 = _depthwise_filter(call, types, const_w) if const_w is not None else None
     bias0 = _depthwise_bias(call, types, const_b) if const_b is not None else None
+    stride_w = call.const(sig.stride)
+    jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g, cin = _run_geometry(call, sig, (x, w, b, *params))
-        cout = w.shape[3]
-        if w.shape[0] != 1 or cout != cin * g.extra or b.shape != (cout,):
+    def checked(args: tuple[Any, ...]) -> Geometry:
+        g, cin = _run_geometry(call, sig, args)
+        w, b = args[1], args[2]
+        if w.shape[0] != 1 or w.shape[3] != cin * g.extra or b.shape != (w.shape[3],):
             call.fail(
                 f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels "
                 f"x depth multiplier {g.extra}"
             )
+        return g
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        g = checked((x, w, b, *params))
+        cout = w.shape[3]
         n, kh, kw = x.shape[0], w.shape[1], w.shape[2]
         if n == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, n, cout, g)
@@ -465,6 +515,9 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
         if g.extra > 1:
             xin = np.repeat(xin, g.extra, axis=3)
         oh, ow = g.out_h, g.out_w
+        if jit is not None:
+            res = jit(xin, taps, bias, kw, g)
+            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
             xc = xin.astype(dtype)
             if zero:
@@ -481,7 +534,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             real *= scales.tiled(ow)[0]
         return finish_output(call, real.reshape(n, oh, ow, cout), g)
 
-    return run
+    return _compiled_or(call, sig, types, True, checked, run)
 
 
 #: Depthwise outputs (batch x rows x columns) up to which one contraction beats the tap loop.

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import ACT_NONE, apply_activation, check_activation, from_real
+from nnrt.ops._common import ACT_NONE, apply_activation, check_activation, from_real, quant_range
+from nnrt.ops._jit_quant import fc_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.types import OperandType as T
@@ -172,7 +173,14 @@ def _fc_quant(call: OpCall) -> Kernel:
         acc *= product_scale
         return from_real(acc, out_op, check_activation(call, act, 3))
 
-    return run
+    act = call.const(3)
+    b_const = call.const(2)
+    if wt_const is None or b_const is None or act is None:
+        return run
+    _check_weights_bias(call, w_const, b_const)
+    qrange = quant_range(act, out_op.scale, out_op.zero_point, out_op.type)
+    fast = fc_runner(call, wt_const.T, b_const, product_scale, qrange, lambda x, w, b: _fc_runtime_checks(call, x, w, b), run)
+    return run if fast is None else fast
 
 
 # -- BATCH_MATMUL -------------------------------------------------------------------------

@@ -241,9 +241,24 @@ def prepare_pad(call: OpCall) -> Kernel:
         fill = default if value is None else value
         if t.is_quantized and not qmin <= int(fill) <= qmax:
             call.fail(f"input 2: pad value {fill} is out of range for {t.name}")
-        return np.pad(output_values(x, src, dst), pads, mode="constant", constant_values=fill)
+        return pad_copy(output_values(x, src, dst), pads, fill)
 
     return run
+
+
+def pad_copy(x: np.ndarray, pads: Sequence[tuple[int, int]], fill: Any) -> np.ndarray:
+    """``np.pad(x, pads, constant_values=fill)`` in one fresh array: the border slabs filled, the
+    inside copied once (np.pad's generic path takes 1.5-2.5x as long on NHWC tensors)."""
+    shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pads, strict=True))
+    out = np.empty(shape, x.dtype)
+    for axis, (lo, hi) in enumerate(pads):
+        before = (slice(None),) * axis
+        if lo:
+            out[(*before, slice(0, lo))] = fill
+        if hi:
+            out[(*before, slice(shape[axis] - hi, None))] = fill
+    out[tuple(slice(lo, lo + d) for d, (lo, _) in zip(x.shape, pads, strict=True))] = x
+    return out
 
 
 _MIRROR_MODES = {0: ("reflect", 1), 1: ("symmetric", 0)}

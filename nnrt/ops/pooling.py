@@ -8,7 +8,8 @@ the padding. The kernels work in NHWC (NCHW is viewed as NHWC and transposed bac
 numbers (float32 for float types, float64 for quantized ones, requantized by ``from_real``).
 All three reductions are separable: the window is reduced along the height first (whole rows,
 contiguous, and the data shrinks by the stride), then along the width, so a KHxKW window costs
-KH+KW passes instead of KH*KW.
+KH+KW passes instead of KH*KW. With numba, float32 MAX_POOL_2D runs a compiled loop instead
+(``_jit_float.window_pixels_f32`` taking maxima: one pass, activation included, identical).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.ops._common import (
+    activation_bounds,
     apply_activation,
     check_activation,
     check_padding_scheme,
@@ -30,6 +32,8 @@ from nnrt.ops._common import (
     to_nchw,
     to_real,
 )
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import WINDOW_PIXELS_F32, window_pixels_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -192,6 +196,8 @@ def prepare_pool2d(call: OpCall) -> Kernel:
     else:
         reduce_fn = window_sum
 
+    fast = compiled(window_pixels_f32, WINDOW_PIXELS_F32) if kind is Op.MAX_POOL_2D and t is T.TENSOR_FLOAT32 else None
+
     def run(x: np.ndarray, *params: Any) -> np.ndarray:
         args = (x, *params)
         if x.ndim != 4:
@@ -204,6 +210,12 @@ def prepare_pool2d(call: OpCall) -> Kernel:
         xr = to_real(x, in_op, real)
         if g.nchw:
             xr = from_nchw(xr)
+        if fast is not None:  # compiled max pool with the activation in the same pass
+            res = np.empty((nb, g.out_h, g.out_w, c), dtype=np.float32)
+            lo, hi = activation_bounds(g.act)
+            window, start = np.empty((g.k_h, g.k_w, 0), np.float32), np.full(c, -np.inf, np.float32)
+            fast(np.ascontiguousarray(xr), window, start, res, g.stride_h, g.stride_w, 1, 1, g.top, g.left, lo, hi, True)
+            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         out = reduce_fn(xr, g)
         if t is T.TENSOR_FLOAT32:
             res = apply_activation(out, g.act)

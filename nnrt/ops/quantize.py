@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnrt.ops._common import from_real, to_real
+from nnrt.ops._common import ACT_NONE, from_real, quant_range, to_real
+from nnrt.ops._jit_quant import dequantize_runner, quantize_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -63,7 +64,8 @@ def prepare_quantize(call: OpCall) -> Kernel:
     def run(x: np.ndarray) -> np.ndarray:
         return from_real(to_real(x, in_op), out_op)
 
-    return run
+    fast = quantize_runner(call, quant_range(ACT_NONE, out_op.scale, out_op.zero_point, out_op.type))
+    return run if fast is None else fast
 
 
 @kernel(Op.DEQUANTIZE)
@@ -78,7 +80,8 @@ def prepare_dequantize(call: OpCall) -> Kernel:
     def run(x: np.ndarray) -> np.ndarray:
         return to_real(x, in_op).astype(out_dtype, copy=False)
 
-    return run
+    fast = dequantize_runner(call)
+    return run if fast is None else fast
 
 
 @kernel(Op.CAST)

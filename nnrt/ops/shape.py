@@ -16,13 +16,13 @@ at the bottom so they register with this family; it shares this module's helpers
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from nnrt.model import Operand
-from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize
+from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize, same_quant
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -68,6 +68,26 @@ def all_const(call: OpCall, *inputs: int) -> bool:
     return all(not call.has_input(i) or call.const(i) is not None for i in inputs)
 
 
+P = TypeVar("P")
+
+
+def by_shape(plan: Callable[[Any], P]) -> Callable[[Any], P]:
+    """``plan(key)`` remembered per ``key`` (input shapes) for an operation whose parameters are
+    all constants (``plan`` closes over them): the plan (validation included) runs once per
+    shape, not on every execution (a few us of Python per step on a small streaming model)."""
+    memo: dict[Hashable, P] = {}
+
+    def planned(key: Any) -> P:
+        hit = memo.get(key)
+        if hit is None:
+            hit = plan(key)
+            if len(memo) < 16:
+                memo[key] = hit
+        return hit
+
+    return planned
+
+
 def same_io(call: OpCall, types: Sequence[T], n_in: int = 1) -> None:
     """Input 0 has one of ``types``; inputs 1..n_in-1 and every output have its type."""
     call.expect_type(0, *types)
@@ -108,7 +128,14 @@ def prepare_reshape(call: OpCall) -> Kernel:
     def run(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
         return requantize(x, src, dst).reshape(_reshape_plan(call, x.size, shape))
 
-    return run
+    if not all_const(call, 1) or not same_quant(src, dst):
+        return run
+    planned = by_shape(lambda size: _reshape_plan(call, size, call.const(1)))
+
+    def run_same(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
+        return x.reshape(planned(x.size)).copy()
+
+    return run_same
 
 
 # -- CONCATENATION -----------------------------------------------------------------------------
@@ -147,7 +174,18 @@ def prepare_concatenation(call: OpCall) -> Kernel:
         ax = _concat_plan(call, [x.shape for x in xs], args[n])
         return np.concatenate([output_values(x, op, dst) for x, op in zip(xs, srcs)], axis=ax)
 
-    return run
+    if not all_const(call, n) or not all(same_quant(op, dst) for op in srcs):
+        return run
+    planned = by_shape(lambda shapes: _concat_plan(call, shapes, call.const(n)))
+
+    def run_same(*args: Any) -> np.ndarray:
+        xs: tuple[np.ndarray, ...] = args[:n]
+        return np.concatenate(xs, axis=planned(tuple([x.shape for x in xs])))
+
+    def run_pair(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:  # a streaming state and a frame
+        return np.concatenate((a, b), axis=planned((a.shape, b.shape)))
+
+    return run_pair if n == 2 else run_same
 
 
 # -- SQUEEZE / EXPAND_DIMS ---------------------------------------------------------------------
@@ -265,7 +303,14 @@ def prepare_slice(call: OpCall) -> Kernel:
     def run(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
         return requantize(x[_slice_plan(call, x.shape, begin, size)], src, dst)
 
-    return run
+    if not all_const(call, 1, 2) or not same_quant(src, dst):
+        return run
+    planned = by_shape(lambda shape: _slice_plan(call, shape, call.const(1), call.const(2)))
+
+    def run_same(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
+        return x[planned(x.shape)].copy()
+
+    return run_same
 
 
 def _clamp_index(index: int, dim: int, forward: bool) -> int:
@@ -327,7 +372,18 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
         slices, shape = _strided_plan(call, x.shape, begin, end, strides, (bm, em, sm))
         return requantize(x[slices], src, dst).reshape(shape)
 
-    return run
+    if not all_const(call, 1, 2, 3, 4, 5, 6) or not same_quant(src, dst):
+        return run
+    b0, e0, s0 = call.const(1), call.const(2), call.const(3)
+    masks0 = (call.const(4), call.const(5), call.const(6))
+    planned = by_shape(lambda shape: _strided_plan(call, shape, b0, e0, s0, masks0))
+
+    def run_same(x: np.ndarray, begin: Any, end: Any, strides: Any, bm: int, em: int, sm: int) -> np.ndarray:
+        slices, shape = planned(x.shape)
+        out = x[slices].copy()
+        return out if out.shape == shape else out.reshape(shape)
+
+    return run_same
 
 
 # -- SPLIT / PACK ------------------------------------------------------------------------------

@@ -8,6 +8,10 @@ list kept sorted by offset, freed blocks coalesce with their neighbours; an arra
 not fit (arena full, or larger than the arena) falls back to the socket. The arena is the
 device's: it survives service restarts (a new service maps it by name again) and is unlinked
 by ``close``. Blocks are freed when the request's reply arrives or the service dies.
+
+Large outputs that come back to plain arrays (the caller's, or allocated for the result) go
+through it too: the service writes the result into a block and the app copies it out once
+(``reserve``), instead of a pickle, two socket copies and a copy into the caller's array.
 """
 
 from __future__ import annotations
@@ -40,7 +44,17 @@ class Arena:
 
     def put(self, array: np.ndarray) -> tuple[str, int] | None:
         """Copy ``array`` into a new block; ``(segment name, offset)``, or None when it does not fit."""
-        n = -(-array.nbytes // ALIGN) * ALIGN
+        block = self.reserve(array.nbytes)
+        if block is None:
+            return None
+        dst = block[2][: array.nbytes]
+        np.copyto(dst.view(array.dtype).reshape(array.shape), array)
+        return block[0], block[1]
+
+    def reserve(self, nbytes: int) -> tuple[str, int, np.ndarray] | None:
+        """A new block of ``nbytes``: ``(segment name, offset, its bytes)``, or None when it
+        does not fit (an output the service writes into, ``nnrt.process._device``)."""
+        n = -(-nbytes // ALIGN) * ALIGN
         with self._lock:
             for k, (offset, length) in enumerate(self._free):
                 if length >= n:
@@ -54,9 +68,7 @@ class Arena:
             if self._memory is None:
                 self._memory = Memory.from_shared_memory(size=self.size)
             memory = self._memory
-        dst = memory.buffer[offset : offset + array.nbytes]
-        np.copyto(dst.view(array.dtype).reshape(array.shape), array)
-        return str(memory.name), offset
+        return str(memory.name), offset, memory.buffer[offset : offset + nbytes]
 
     def free(self, offset: int, nbytes: int) -> None:
         """Return the block at ``offset`` (``nbytes`` as given to ``put``)."""

@@ -12,9 +12,15 @@ on one asyncio event loop, reading frames as the socket becomes readable:
   finds nothing (INVALID_ARGUMENT), as if it did not exist;
 * ``execute`` runs a task per request, so several executions (of several apps) are in flight
   and the device's scheduler orders them; ``cancel`` cancels one;
-* ``release`` drops a prepared model; ``support``, ``capabilities`` and ``ping`` answer at once
+* ``prepare_cached`` is ``prepare_model_from_cache`` (the model goes back with the handle);
+* ``allocate``, ``copy_from``, ``copy_to`` are a device buffer's calls; the buffer is filed
+  under ``(app, random handle)`` like a prepared model, and ``release`` drops either;
+* ``release`` drops a prepared model; ``support``, ``capabilities``, ``statistics`` and ``ping``
+  answer at once
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
-* ``_hang`` and ``_exit`` are test hooks (block the loop thread forever; exit at once).
+* ``_hang`` (block the loop thread forever) is a test hook, served only when the service's
+  environment has ``NNRT_SERVICE_TEST_HOOKS=1``; ``_inline`` and ``_counts`` answer questions
+  tests ask (would a request run at once; how many models, buffers, pools it holds).
 
 A malformed request (a frame that does not unpickle, is not ``(kind, id, ...)``, names an
 unknown kind or has the wrong arguments) is answered with a failure (GENERAL_FAILURE, or
@@ -49,6 +55,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -57,11 +64,25 @@ from nnrt._log import get_logger
 from nnrt.burst._packet import MalformedPacketError, packet_id, unpack_request
 from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
-from nnrt.execution import PreparedModel
-from nnrt.memory import Memory
+from nnrt.execution import ExecutionResult, PreparedModel
+from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
 from nnrt.process._fmq import Channel, Poller
+from nnrt.process._pools import Pools
 from nnrt.process._transport import decode_execute, encode_outputs, io_dtypes
-from nnrt.process._wire import decode_args, error_payload, model_from_wire, recv_frame, send_frame
+from nnrt.process._wire import (
+    InPlace,
+    PoolRef,
+    check_request,
+    decode_args,
+    error_payload,
+    loads_request,
+    model_from_wire,
+    model_to_wire,
+    output_views,
+    recv_frame,
+    send_frame,
+    statistics_to_wire,
+)
 from nnrt.types import ErrorStatus
 
 __all__ = ["main"]
@@ -85,17 +106,20 @@ def make_device(kind: str, options: dict[str, Any]) -> Device:
 
 
 class _Service:
-    def __init__(self, sock: socket.socket, device: Device, ring: tuple[int, int, int, int, float] | None = None) -> None:
+    def __init__(self, sock: socket.socket, device: Device, *, test_hooks: bool = False,
+                 ring: tuple[int, int, int, int, float] | None = None) -> None:
         self.sock = sock
         self.device = device
+        self.test_hooks = test_hooks
         self.channel = None if ring is None else Channel(*ring[:4])
         self.poller = Poller(ring[4] * 1e-6 if ring is not None else 0.0)
-        self.prepared: dict[tuple[str, int], PreparedModel] = {}
-        self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.segments: dict[str, Memory] = {}
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
         self._batch_start = 0.0  # while serving the request ring: when results were last rung
         self._unrung = False
+        self.prepared: dict[tuple[str, int], PreparedModel] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.pools = Pools()
+        self.buffers: dict[tuple[str, int], DeviceBuffer] = {}
         self.done: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
@@ -113,8 +137,7 @@ class _Service:
                 loop.remove_reader(self.channel.req_fd)
             for task in list(self.tasks.values()):
                 task.cancel()
-            for mem in self.segments.values():
-                mem.close()
+            self.pools.close()
             close = getattr(self.device, "close", None)
             if close is not None:
                 close()
@@ -133,7 +156,7 @@ class _Service:
 
     def _on_readable(self) -> None:
         try:
-            msg = recv_frame(self.sock)
+            msg = recv_frame(self.sock, loads_request)
         except (EOFError, OSError):  # the app closed the socket or died (or framing is lost)
             self._stop()
             return
@@ -145,17 +168,32 @@ class _Service:
             return
         kind, rid = msg[0], msg[1]
         try:
+            check_request(kind, msg[2:])
             if kind == "execute":
                 if not self._execute_now(rid, *msg[2:]):
                     self._spawn(rid, self._execute(rid, *msg[2:]))
             elif kind == "prepare":
                 self._spawn(rid, self._prepare(rid, *msg[2:]))
+            elif kind == "prepare_cached":
+                self._spawn(rid, self._prepare_cached(rid, *msg[2:]))
+            elif kind == "statistics":
+                self._reply(rid, True, statistics_to_wire(self.device.statistics()))  # type: ignore[attr-defined]
             elif kind == "cancel":
                 task = self.tasks.get(msg[3])
                 if task is not None:
                     task.cancel()
-            elif kind == "release":
+            elif kind == "release":  # a prepared model or a device buffer
                 self.prepared.pop((msg[2], msg[3]), None)
+                buffer = self.buffers.pop((msg[2], msg[3]), None)
+                if buffer is not None:
+                    buffer.free()
+            elif kind == "allocate":
+                self._reply(rid, True, self._allocate(*msg[2:]))
+            elif kind == "copy_from":
+                self._copy_from(*msg[2:])
+                self._reply(rid, True, None)
+            elif kind == "copy_to":
+                self._reply(rid, True, self._copy_to(*msg[2:]))
             elif kind == "ping":
                 self._reply(rid, True, os.getpid())
             elif kind == "support":
@@ -164,12 +202,15 @@ class _Service:
             elif kind == "capabilities":
                 self._reply(rid, True, self.device.capabilities)
             elif kind == "_hang":  # test hook: a wedged service
+                if not self.test_hooks:
+                    raise InvalidArgumentError("unknown request '_hang'")
                 while True:
                     time.sleep(3600)
-            elif kind == "_exit":  # test hook: a crash
-                os._exit(3)
-            else:
-                self._reply(rid, False, error_payload(InvalidArgumentError(f"unknown request {kind!r}")))
+            elif kind == "_inline":  # test hook: would this prepared model's request run at once?
+                prepared = self._lookup(msg[2], msg[3])
+                self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
+            elif kind == "_counts":  # test hook: what the service holds
+                self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
@@ -228,11 +269,11 @@ class _Service:
             dtypes = self.dtypes.get((req.app, req.handle))
             if dtypes is None:
                 dtypes = self.dtypes[(req.app, req.handle)] = io_dtypes(prepared.model)
-            values = decode_execute(req, dtypes[0], len(dtypes[1]), self._attach)
-            if self._execute_now(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, self._ring_reply):
+            values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
+            if self._execute_now(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, None, self._ring_reply):
                 return
             values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
-            self._spawn(rid, self._execute(rid, req.app, req.handle, values, req.deadline, req.loop_timeout,
+            self._spawn(rid, self._execute(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, None,
                                            self._ring_reply))
         except MalformedPacketError as err:
             self._ring_reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), f"FMQ request packet ill-formed: {err.message}"))
@@ -267,13 +308,63 @@ class _Service:
         try:
             model = model_from_wire(*wire)
             prepared = await self.device.prepare_model(model, app=app, **options)
-            handle = secrets.randbits(62)
-            self.prepared[(app, handle)] = prepared
-            self._reply(rid, True, (handle, prepared.plan.cost_ns))
+            self._reply(rid, True, (self._file(app, prepared), prepared.plan.cost_ns))
         except asyncio.CancelledError:
             raise
         except Exception as err:
             self._reply(rid, False, error_payload(err))
+
+    async def _prepare_cached(self, rid: int, app: str, options: dict[str, Any]) -> None:
+        """``prepare_model_from_cache``; the model goes back with the handle (the app's side
+        validates requests against it)."""
+        try:
+            opts = dict(options)
+            prepared = await self.device.prepare_model_from_cache(  # type: ignore[attr-defined]
+                opts.pop("cache_dir"), opts.pop("token"), app=app, **opts)
+            self._reply(rid, True, (self._file(app, prepared), prepared.plan.cost_ns, model_to_wire(prepared.model)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+
+    # -- device buffers (``ProcessDevice.allocate``) ----------------------------------------------
+
+    def _allocate(self, app: str, dims: tuple[int, ...], handles: list[int], input_roles: list[BufferRole],
+                  output_roles: list[BufferRole]) -> int:
+        models = [self._lookup(app, h) for h in handles]
+        buffer, _token = self.device.allocate(BufferDesc(dims), models, input_roles, output_roles)
+        handle = secrets.randbits(62)
+        self.buffers[(app, handle)] = buffer
+        return handle
+
+    def _finder(self, app: str) -> Callable[[int, str], DeviceBuffer]:
+        def find(handle: int, where: str) -> DeviceBuffer:
+            buffer = self.buffers.get((app, handle))
+            if buffer is None:
+                raise InvalidArgumentError(f"{where}: app {app!r} has no device buffer {handle} in this service")
+            return buffer
+        return find
+
+    def _copy_from(self, app: str, handle: int, args: list[Any]) -> None:
+        find = self._finder(app)
+        find(handle, "copy_from").copy_from(*decode_args(args, self.pools.attach, find))
+
+    def _copy_to(self, app: str, handle: int, ref: PoolRef | None) -> np.ndarray | None:
+        """Into the app's shared pool in place (``ref``), else back by value."""
+        buffer = self._finder(app)(handle, "copy_to")
+        if ref is not None:
+            raw = output_views([ref], self.pools.attach, self._finder(app))[0]  # type: ignore[index]
+            buffer.copy_to(raw.reshape(-1).view(np.uint8).view(buffer.type.dtype))
+            return None
+        out = np.empty(buffer.dimensions, buffer.type.dtype)
+        buffer.copy_to(out)
+        return out
+
+    def _file(self, app: str, prepared: PreparedModel) -> int:
+        """File a prepared model under ``(app, a random handle)``; the handle."""
+        handle = secrets.randbits(62)
+        self.prepared[(app, handle)] = prepared
+        return handle
 
     def _lookup(self, app: str, handle: int) -> PreparedModel:
         prepared = self.prepared.get((app, handle))
@@ -282,7 +373,7 @@ class _Service:
         return prepared
 
     def _execute_now(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                     loop_timeout: float | None, reply: Any = None) -> bool:
+                     loop_timeout: float | None, out_refs: list[Any] | None = None, reply: Any = None) -> bool:
         """Run a cheap request at once when the device may (``Driver.can_run_now``: the path a
         burst's inline requests take), without a task; False: it needs the scheduler."""
         prepared = self.prepared.get((app, handle))
@@ -290,31 +381,36 @@ class _Service:
             return False
         reply = reply or self._reply
         try:
-            result = prepared._execute_now(decode_args(args, self._attach), None, True, deadline, loop_timeout)
-            reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+            find = self._finder(app)
+            outs = output_views(out_refs, self.pools.attach, find)
+            result = prepared._execute_now(decode_args(args, self.pools.attach, find), outs, True, deadline, loop_timeout)
+            reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except Exception as err:
             reply(rid, False, error_payload(err))
         return True
 
     async def _execute(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                       loop_timeout: float | None, reply: Any = None) -> None:
+                       loop_timeout: float | None, out_refs: list[Any] | None = None, reply: Any = None) -> None:
         reply = reply or self._reply
         try:
             prepared = self._lookup(app, handle)
-            values = decode_args(args, self._attach)
-            result = await prepared.execute(values, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
-            reply(rid, True, (result.outputs, result.timing.time_on_device_ns or 0))
+            find = self._finder(app)
+            values = decode_args(args, self.pools.attach, find)
+            outs = output_views(out_refs, self.pools.attach, find)
+            result = await prepared.execute(values, outs, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
+            reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except asyncio.CancelledError:
             reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), "the execution was cancelled"))
             raise
         except Exception as err:
             reply(rid, False, error_payload(err))
 
-    def _attach(self, name: str) -> np.ndarray:
-        mem = self.segments.get(name)
-        if mem is None:
-            mem = self.segments[name] = Memory.from_shared_memory(name)
-        return mem.buffer
+
+def _reply_outputs(result: ExecutionResult, outs: list[Any] | None) -> list[Any]:
+    """The outputs for the reply: those written in place are only their shape (``InPlace``)."""
+    if outs is None:
+        return result.outputs
+    return [InPlace(s.dimensions) if type(b) is np.ndarray else v for v, b, s in zip(result.outputs, outs, result.output_shapes)]
 
 
 def _watch_parent(parent: int) -> None:
@@ -337,7 +433,8 @@ def main(argv: list[str]) -> int:
         return 1
     send_frame(sock, (0, True, (os.getpid(), device.name, device.version, device.feature_level, int(device.type))))
     try:
-        asyncio.run(_Service(sock, device, ring).run())
+        hooks = os.environ.get("NNRT_SERVICE_TEST_HOOKS") == "1"
+        asyncio.run(_Service(sock, device, test_hooks=hooks, ring=ring).run())
     finally:
         sock.close()
     return 0

@@ -7,7 +7,8 @@ and the service's outputs into such a result, and back:
 
 * an input that is a view of a named shared-memory segment (a ``Memory.from_shared_memory``
   location, or a large array the device copied into its arena: ``_wire.encode_args``'s rule)
-  is a location in a *pool* named by the segment's name; any other array's bytes go inline,
+  is a location in a *pool* named by the segment's name (a mapped file's pool, or a device
+  buffer, has no name here: that request goes over the socket); any other array's bytes go inline,
   in the packet's data section; an omitted optional input is a location-less input;
 * outputs come back inline in the result, each as its shape and bytes; the dtype of every
   operand is the model's, which both sides hold (an array of another dtype, or a value that
@@ -34,7 +35,7 @@ from nnrt.burst._packet import (
     unpack_result,
 )
 from nnrt.errors import InvalidArgumentError, error_for
-from nnrt.process._wire import ShmRef, encode_args
+from nnrt.process._wire import PoolRef, encode_args
 from nnrt.types import ErrorStatus
 
 if TYPE_CHECKING:
@@ -81,10 +82,14 @@ def encode_execute(rid: int, handle: int, app: str, values: Sequence[Any], deadl
     for v, w in zip(values, wire):
         if v is None:
             inputs.append(None)
-        elif type(w) is ShmRef:
-            if w.name not in pools:
-                pools.append(w.name)
-            inputs.append((pools.index(w.name), w.offset, v.nbytes, v.shape))
+        elif type(w) is PoolRef:
+            if type(w.pool) is not str:  # a mapped file (by path): the socket's form only
+                for offset, nbytes in blocks:
+                    arena.free(offset, nbytes)  # type: ignore[union-attr]
+                return None
+            if w.pool not in pools:
+                pools.append(w.pool)
+            inputs.append((pools.index(w.pool), w.offset, v.nbytes, v.shape))
         else:
             arr = v if v.flags.c_contiguous else np.ascontiguousarray(v)
             inputs.append((INLINE_SLOT, size, arr.nbytes, arr.shape))
@@ -98,7 +103,7 @@ _INLINE_OUT: RawLocation = (INLINE_SLOT, 0, 0, None)
 
 
 def decode_execute(req: RingRequest, dtypes: Sequence[np.dtype[Any]], n_outputs: int,
-                   attach: Callable[[str], np.ndarray]) -> list[Any]:
+                   attach: Callable[[str, str], np.ndarray]) -> list[Any]:
     """The service's input values of a request (views of the packet or of the pools: copy them
     before the packet is freed if they must outlive it). A location outside its data, or
     counts that do not match the model, are INVALID_ARGUMENT."""
@@ -118,7 +123,7 @@ def decode_execute(req: RingRequest, dtypes: Sequence[np.dtype[Any]], n_outputs:
         if slot == INLINE_SLOT:
             raw: Any = req.data
         elif 0 <= slot < len(req.pools):
-            raw = attach(req.pools[slot])
+            raw = attach(req.pools[slot], f"input {k}")
         else:
             raise InvalidArgumentError(f"request: input {k} names pool {slot}; the packet has {len(req.pools)}")
         if length != n or offset < 0 or offset + n > len(raw):

@@ -14,6 +14,9 @@ the input that caused it). Targets:
   served by a burst server holding two registered pools.
 * ``load``: ``nnrt.load`` (TFLite or ONNX by content) of the bytes as a file; an accepted model
   is prepared. It covers the importers as they grow.
+* ``service_request``: the bytes as one request frame's body to a ``ProcessDevice``'s service
+  loop (in this process, on a socket pair): every request is answered with an NNAPI status and
+  the service serves on (``nnrt.process._wire.loads_request``, ``check_request``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import struct
 import tempfile
 from collections.abc import Callable
@@ -179,6 +183,123 @@ def load(data: bytes) -> None:
     _try_model(nnrt.load(env().write(data)))
 
 
+class _ServiceHarness:
+    """A ``ProcessDevice``'s service loop (``nnrt.process._service._Service``) in this process,
+    on a socket pair, serving the env's CPU device: one prepared ONE_ADD filed under
+    ("default", 1) and a device buffer for its input 0 under ("default", 2), test hooks off."""
+
+    def __init__(self) -> None:
+        from nnrt.process._service import _Service
+
+        self.peer, end = socket.socketpair()
+        self.service = _Service(end, env().device)
+        self.service.done = env().loop.create_future()
+        prepared = env().device.prepare_model_sync(zoo.one_add())
+        buffer, _ = env().device.allocate((), [prepared], input_roles=[nnrt.BufferRole(0, 0)])
+        buffer.copy_from(np.ones((1, 4), np.float32))
+        self.service.prepared[("default", 1)] = prepared
+        self.service.buffers[("default", 2)] = buffer
+        self._keep = (prepared, buffer)
+
+    def close(self) -> None:
+        self.peer.close()
+        self.service.sock.close()
+
+    async def serve(self) -> None:
+        """Serve the frame on the socket, and let the tasks it spawned (a preparation, an
+        execution) finish."""
+        self.service._on_readable()
+        await asyncio.gather(*self.service.tasks.values(), return_exceptions=True)
+
+    def replies(self) -> list[Any]:
+        from nnrt.process._wire import recv_frame
+
+        out = []
+        self.peer.setblocking(False)
+        try:
+            while True:
+                out.append(recv_frame(self.peer))
+        except (BlockingIOError, EOFError):
+            pass
+        finally:
+            self.peer.setblocking(True)
+        return out
+
+
+_service: _ServiceHarness | None = None
+
+
+@_guard
+def service_request(data: bytes) -> None:
+    """The bytes as the body of one request frame to a service: it must answer every request
+    (a reply with an NNAPI status, never a bare exception) and keep serving."""
+    from nnrt.process._wire import error_from
+
+    global _service
+    if _memo_bomb(data):
+        return  # a known limitation of pickle, not fuzzed (see _memo_bomb)
+    if _service is None:
+        _service = _ServiceHarness()
+    harness = _service
+    harness.peer.sendall(struct.pack("<Q", len(data)) + data)
+    env().loop.run_until_complete(asyncio.wait_for(harness.serve(), 10))
+    if harness.service.done.done():  # only a lost framing ends a service: never here
+        raise UnexpectedError("the service stopped serving after a well-framed request")
+    for reply in harness.replies():
+        if not (type(reply) is tuple and len(reply) == 3 and type(reply[1]) is bool):
+            raise UnexpectedError(f"malformed reply {reply!r:.200}")
+        if not reply[1]:
+            err = error_from(reply[2])
+            if err.message.startswith("the service sent a malformed failure"):
+                raise UnexpectedError(err.message)
+            check_status(err)
+
+
+def _memo_bomb(data: bytes) -> bool:
+    """True for a frame whose memo opcodes (PUT, BINPUT, LONG_BINPUT) name an index above 2**20:
+    CPython's C unpickler grows its memo table to twice that index, so such a frame of a few
+    bytes makes the service allocate gigabytes. nnrt's encoder never emits these opcodes
+    (protocol 5 memoizes with MEMOIZE), and a check in the service would cost a Python-level
+    scan of every request (~35 us), so the service does not refuse them: a frame that malformed
+    can exhaust its own service's memory (then a death: DEAD_OBJECT), never run code in it
+    (``loads_request``). The fuzzer leaves them out."""
+    import pickletools
+
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and isinstance(arg, int) and arg > 1 << 20:
+                return True
+    except Exception:  # not a pickle up to there: the unpickler refuses it
+        return False
+    return False
+
+
+def service_seeds() -> dict[str, bytes]:
+    """Corpus entries for ``service_request``: one well-formed request of each kind."""
+    import pickle
+
+    from nnrt.memory._memory import FileKey
+    from nnrt.process._wire import BufRef, PoolRef, model_to_wire
+
+    x = np.ones((1, 4), np.float32)
+    wire = model_to_wire(zoo.one_add())
+    requests: dict[str, tuple[Any, ...]] = {
+        "execute": ("execute", 3, "default", 1, [x, x], None, 2.0),
+        "execute_buffer": ("execute", 4, "default", 1, [BufRef(2), x], 1e12, None, [None]),
+        "execute_pool": ("execute", 5, "default", 1, [PoolRef("nnrt-none", 0, "<f4", (1, 4)), x], None, None,
+                         [PoolRef(FileKey("/nonexistent", 0, 4096, True, 1, 2), 0, "<f4", (1, 4))]),
+        "prepare": ("prepare", 6, "default", wire, {"priority": nnrt.Priority.HIGH}),
+        "support": ("support", 7, "", wire),
+        "allocate": ("allocate", 8, "default", (1, 4), [1], [nnrt.BufferRole(0, 1)], []),
+        "copy": ("copy_from", 9, "default", 2, [x]),
+        "copy_to": ("copy_to", 10, "default", 2, None),
+        "ping": ("ping", 11, ""),
+        "release": ("release", 0, "default", 99),
+    }
+    return {name: pickle.dumps(r, protocol=5) for name, r in requests.items()}
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "model_file": model_file, "cache": cache, "burst_packet": burst_packet, "load": load,
+    "service_request": service_request,
 }

@@ -17,7 +17,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt import zoo
 from nnrt.burst._packet import Location, RequestPacket, encode_request
-from tests.adversarial._targets import cache_seed
+from tests.adversarial._targets import cache_seed, service_seeds
 from tests.adversarial.fuzz import CORPUS
 
 
@@ -119,6 +119,10 @@ def main() -> None:
     for name, packet in packets.items():
         datums = encode_request(packet)
         (out / name).write_bytes(struct.pack(f"<{len(datums)}q", *datums))
+    out = CORPUS / "service_request"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in service_seeds().items():
+        (out / name).write_bytes(data)
     out = CORPUS / "load"
     out.mkdir(parents=True, exist_ok=True)
     (out / "add_relu.onnx").write_bytes(_onnx_add())

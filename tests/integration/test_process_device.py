@@ -10,6 +10,7 @@ file descriptor behind.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import threading
@@ -23,9 +24,12 @@ import pytest
 import nnrt
 from nnrt import ErrorStatus, zoo
 from nnrt.memory import Memory, MemoryLocation
-from nnrt.process._wire import ShmRef, encode_args
+from nnrt.process._wire import PoolRef, encode_args
 
 TOKEN = bytes(range(32))
+
+# The services these tests start serve the ``_hang`` test hook (the watchdog's test).
+os.environ["NNRT_SERVICE_TEST_HOOKS"] = "1"
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +70,9 @@ def gone(pid: int) -> bool:
 
 
 def fd_count() -> int:
+    """Open file descriptors, once garbage from earlier tests (views in cycles keeping a closed
+    pool's mapping, and so its descriptor) is collected."""
+    gc.collect()
     return len(os.listdir("/proc/self/fd"))
 
 
@@ -179,7 +186,7 @@ async def test_shared_memory_input_is_sent_by_name(pdev: nnrt.ProcessDevice) -> 
         args, _ = prepared._validate_request([loc], None)
         wire, blocks = encode_args(args)
         assert blocks == []
-        assert type(wire[0]) is ShmRef and wire[0].name == mem.name and wire[0].offset == 64
+        assert type(wire[0]) is PoolRef and wire[0].pool == mem.name and wire[0].offset == 64
         result = await prepared.execute([loc])
         del args
     np.testing.assert_array_equal(result.outputs[0], expected_chain(model, x))
@@ -191,7 +198,7 @@ async def test_large_plain_inputs_go_through_the_arena() -> None:
         prepared = await dev.prepare_model(model)
         xs = [np.random.default_rng(k).standard_normal((1, 128 * 1024)).astype(np.float32) for k in range(6)]
         wire, blocks = encode_args([xs[0]], dev._arena)
-        assert type(wire[0]) is ShmRef and wire[0].name == dev._arena.name and blocks == [(0, xs[0].nbytes)]
+        assert type(wire[0]) is PoolRef and wire[0].pool == dev._arena.name and blocks == [(0, xs[0].nbytes)]
         dev._arena.free(*blocks[0])
         results = await asyncio.gather(*(prepared.execute([x]) for x in xs))  # some fall back to the socket
         for x, r in zip(xs, results):
@@ -239,18 +246,33 @@ async def test_an_app_cannot_reach_another_apps_prepared_model(pdev: nnrt.Proces
 # -- malformed requests ---------------------------------------------------------------------------------
 
 
-async def test_malformed_requests_are_answered_and_the_service_serves_on(pdev: nnrt.ProcessDevice) -> None:
+async def test_malformed_requests_are_answered_and_the_service_serves_on(pdev: nnrt.ProcessDevice, tmp_path: Path) -> None:
     import pickle
     import struct
 
     service = pdev._running()
-    for body in (b"not a pickle at all", pickle.dumps(["a", "list"]), pickle.dumps(("execute", "rid-not-int"))):
+    for body in (b"", b"not a pickle at all", pickle.dumps(["a", "list"]), pickle.dumps(("execute", "rid-not-int"))):
         with service._send_lock:
             service._sock.sendall(struct.pack("<Q", len(body)) + body)
     with pytest.raises(nnrt.InvalidArgumentError, match="unknown request 'frobnicate'"):
         pdev._test_call("frobnicate")
-    with pytest.raises(nnrt.GeneralFailureError, match="TypeError"):
+    with pytest.raises(nnrt.GeneralFailureError, match="malformed execute request: 1 arguments"):
         pdev._test_call("execute", "default")  # too few arguments
+    with pytest.raises(nnrt.GeneralFailureError, match="malformed execute request: argument 1 is a str"):
+        pdev._test_call("execute", "default", "handle", [], None, None)
+    with pytest.raises(nnrt.GeneralFailureError, match="unknown options"):
+        pdev._test_call("prepare", "default", ({}, []), {"bogus": 1})
+    # A frame that would call a function while unpickling is refused before anything runs.
+    marker = tmp_path / "created-by-the-frame"
+
+    class Evil:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return os.mkdir, (str(marker),)
+
+    evil = pickle.dumps(("ping", 7, Evil()))
+    with service._send_lock:
+        service._sock.sendall(struct.pack("<Q", len(evil)) + evil)
+    assert pdev._test_call("ping") == pdev.pid and not marker.exists()
     with pytest.raises(nnrt.InvalidArgumentError, match="malformed model description"):
         pdev._test_call("support", "", ({"not": "a model"}, []))
     assert pdev._test_call("ping") == pdev.pid

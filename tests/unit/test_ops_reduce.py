@@ -103,3 +103,23 @@ def test_bad_signatures(device: nnrt.CpuDevice) -> None:
         with pytest.raises(nnrt.InvalidArgumentError, match=match) as info:
             device.prepare_model_sync(build())
         assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(("dims", "axes", "keep"), [
+    ([1, 80, 80, 96], [1, 2], True), ([2, 7, 5, 3], [1, 2], False), ([1, 1, 1, 8], [-3, -2], True),
+    ([3, 300, 17], [0, 1], True), ([4, 6], [0], False), ([1, 97, 101, 5], [2], True), ([2, 3, 4, 5], [0, 2], False),
+])
+def test_float32_mean_over_outer_axes_keeps_its_bits(device: nnrt.CpuDevice, dims: list[int], axes: list[int],
+                                                     keep: bool) -> None:
+    """A global average pool (MEAN over axes other than the last) sums float32 straight into
+    float64: bit for bit the mean of the float64 copy it used to make, special values included."""
+    x = (np.random.default_rng(len(dims)).standard_normal(dims) * 100).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::97] = np.float32(3e38)
+    flat[1::89] = np.float32(-1e-40)
+    flat[5] = np.inf if flat.size > 5 else flat[0]
+    want = x.astype(np.float64).mean(axis=tuple(axes), keepdims=keep).astype(np.float32)
+    out_dims = list(want.shape)
+    got = run(device, reduce_model(Op.MEAN, T.TENSOR_FLOAT32, dims, axes, keep, out_dims), x)[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

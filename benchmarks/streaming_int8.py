@@ -1,0 +1,206 @@
+"""Small int8 streaming models: one ``await execute`` step against LiteRT's ``invoke``, with and
+without the compiled 8-bit kernels (``nnrt/ops/_jit_quant.py``), in one run.
+
+For each microWakeWord model (``tests/data/models/`` and ``--models DIR``), the model is prepared
+twice on one CpuDevice: with compiled kernels (numba) and with ``NNRT_JIT=0`` (the numpy kernels,
+the reference the CTS runs). Then, interleaved batch by batch so that the machine's load hits
+all three alike: ``await execute`` of each (the public path: request validation, the inline
+decision, the interpreter, outputs), and LiteRT's step as ``nnrt bench`` times it (set the
+input, ``invoke``, copy the output; one thread, the state kept inside the interpreter). Printed:
+medians of wall and CPU time (``time.thread_time``: what other processes' load does not
+inflate), the ratios to LiteRT (target <= 3x) and numpy / compiled; then, per op type, the
+kernels' CPU time alone (best of five batches of each step called in a loop) on both plans.
+
+``--cold`` also measures start-up in fresh processes: import plus load, preparation (which
+compiles or loads the compiled kernels during calibration) and the first step, with an empty
+``NUMBA_CACHE_DIR`` (cold: numba compiles) and again with the same directory (warm: loaded from
+numba's cache), next to ``NNRT_JIT=0``.
+
+Run: python benchmarks/streaming_int8.py [--quick] [--cold] [--models /work/models]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from nnrt.bench._inputs import input_specs, make_inputs, open_model, with_initial_state
+from nnrt.bench._reference import feeds_for, open_reference
+from nnrt.devices import CpuDevice
+from nnrt.execution import PreparedModel
+from nnrt.ops import _jit
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = 3.0
+
+
+def _models(dirs: list[Path]) -> list[Path]:
+    found: dict[str, Path] = {}
+    for d in [ROOT / "tests" / "data" / "models", *dirs]:
+        for p in sorted(d.rglob("microwakeword_*.tflite")):
+            found.setdefault(p.name, p)
+    return list(found.values())
+
+
+def _prepare(device: CpuDevice, model: Any, jit: bool) -> PreparedModel:
+    saved = os.environ.pop("NNRT_JIT", None)
+    try:
+        if not jit:
+            os.environ["NNRT_JIT"] = "0"
+        _jit.reset_for_tests()
+        return device.prepare_model_sync(model)
+    finally:
+        os.environ.pop("NNRT_JIT", None)
+        if saved is not None:
+            os.environ["NNRT_JIT"] = saved
+        _jit.reset_for_tests()
+
+
+async def _batch(fn: Callable[[], Awaitable[Any]] | Callable[[], Any], n: int, is_async: bool) -> tuple[float, float]:
+    """Mean wall and CPU microseconds of ``n`` calls."""
+    t, c = time.perf_counter_ns(), time.thread_time_ns()
+    for _ in range(n):
+        if is_async:
+            await fn()
+        else:
+            fn()
+    return (time.perf_counter_ns() - t) / n / 1e3, (time.thread_time_ns() - c) / n / 1e3
+
+
+def _kernels_by_type(p: PreparedModel, inputs: list[Any], calls: int) -> dict[str, float]:
+    """CPU microseconds per execution of each op type's kernels (best of 5 batches per step)."""
+    plan = p.plan
+    slots = plan.template.copy()
+    for s, v in zip(plan.inputs, inputs):
+        slots[s] = v
+    by: dict[str, float] = collections.defaultdict(float)
+    for step in plan.steps:
+        args = step.fetch(slots)
+        fn = step.fn
+        assert fn is not None
+        result = fn(*args)
+        if step.out >= 0:
+            slots[step.out] = result
+        best = float("inf")
+        for _ in range(5):
+            c = time.thread_time_ns()
+            for _ in range(calls):
+                fn(*args)
+            best = min(best, (time.thread_time_ns() - c) / calls / 1e3)
+        by[step.type.name] += best
+    return dict(by)
+
+
+async def _one(path: Path, rounds: int, per: int) -> dict[str, Any]:
+    model = open_model(path).model
+    specs = input_specs(model)
+    inputs = with_initial_state(model, make_inputs(specs, seed=0))
+    ref = open_reference(str(path), "tflite", {s.name: s.shape for s in specs})
+    feeds = feeds_for(ref, [s.name for s in specs], inputs)
+    device = CpuDevice()
+    try:
+        fast, slow = _prepare(device, model, True), _prepare(device, model, False)
+        a, b = (await fast.execute(inputs)).outputs, (await slow.execute(inputs)).outputs
+        assert all((x == y).all() for x, y in zip(a, b)), "compiled and numpy outputs differ"
+        runs: dict[str, list[tuple[float, float]]] = {"compiled": [], "numpy": [], "litert": []}
+        for _ in range(rounds):
+            runs["compiled"].append(await _batch(lambda: fast.execute(inputs), per, True))
+            runs["numpy"].append(await _batch(lambda: slow.execute(inputs), per, True))
+            runs["litert"].append(await _batch(lambda: ref.run(feeds), per, False))
+        med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
+        calls = max(per // 2, 20)
+        return {"model": path.name, "steps": len(fast.plan.steps), "inline": (fast.plan.inline, slow.plan.inline),
+                "median_us": med, "kernels_compiled": _kernels_by_type(fast, inputs, calls),
+                "kernels_numpy": _kernels_by_type(slow, inputs, calls)}
+    finally:
+        device.close()
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    w = sys.stdout.write
+    w("one streaming step, await execute vs LiteRT (set input + invoke + copy output), medians, us (wall / CPU):\n")
+    w(f"  {'model':34s} {'ops':>4s} {'numpy':>15s} {'compiled':>15s} {'LiteRT':>13s} {'numpy/LiteRT':>13s} "
+      f"{'compiled/LiteRT':>16s} {'numpy/compiled':>15s}\n")
+    for r in rows:
+        m = r["median_us"]
+        (nw, nc), (cw, cc), (lw, lc) = m["numpy"], m["compiled"], m["litert"]
+        w(f"  {r['model']:34s} {r['steps']:4d} {nw:7.1f}/{nc:6.1f} {cw:7.1f}/{cc:6.1f} {lw:6.1f}/{lc:5.1f} "
+          f"{nw / lw:6.1f}x/{nc / lc:5.1f}x {cw / lw:7.1f}x/{cc / lc:5.1f}x {nw / cw:7.1f}x/{nc / cc:5.1f}x\n")
+    ratios = [r["median_us"]["compiled"][1] / r["median_us"]["litert"][1] for r in rows]
+    if ratios:
+        best = min(ratios)
+        verdict = "met" if best <= TARGET else "NOT met"
+        w(f"  best compiled step / LiteRT (CPU): {best:.1f}x (target <= {TARGET:.0f}x: {verdict})\n")
+    for r in rows:
+        w(f"\nkernels alone, CPU us per execution by op type, {r['model']} (numpy -> compiled):\n")
+        kn, kc = r["kernels_numpy"], r["kernels_compiled"]
+        for name in sorted(kn, key=lambda k: -kn[k]):
+            w(f"  {name:20s} {kn[name]:7.1f} -> {kc[name]:6.1f}   {kn[name] / kc[name]:5.1f}x\n")
+        tn, tc = sum(kn.values()), sum(kc.values())
+        w(f"  {'total':20s} {tn:7.1f} -> {tc:6.1f}   {tn / tc:5.1f}x\n")
+
+
+_CHILD = """
+import asyncio, json, sys, time
+t0 = time.perf_counter()
+from nnrt.bench._inputs import input_specs, make_inputs, open_model, with_initial_state
+from nnrt.devices import CpuDevice
+model = open_model(sys.argv[1]).model
+t1 = time.perf_counter()
+device = CpuDevice()
+prepared = device.prepare_model_sync(model)
+t2 = time.perf_counter()
+inputs = with_initial_state(model, make_inputs(input_specs(model), seed=0))
+prepared.execute_sync(inputs)
+t3 = time.perf_counter()
+device.close()
+print(json.dumps({"import_load_ms": (t1 - t0) * 1e3, "prepare_ms": (t2 - t1) * 1e3, "first_step_ms": (t3 - t2) * 1e3}))
+"""
+
+
+def _start_up(path: Path) -> None:
+    sys.stdout.write(f"\nstart-up in a fresh process, {path.name} (ms: import + load, prepare incl. calibration, first step):\n")
+    with tempfile.TemporaryDirectory() as cache:
+        for label, env in (("NNRT_JIT=0", {"NNRT_JIT": "0"}), ("compiled, cold numba cache", {"NUMBA_CACHE_DIR": cache}),
+                           ("compiled, warm numba cache", {"NUMBA_CACHE_DIR": cache})):
+            full = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+            if "NNRT_JIT" not in env:
+                full.pop("NNRT_JIT", None)
+            out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], env=full, capture_output=True, text=True,
+                                 check=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            sys.stdout.write(f"  {label:28s} {r['import_load_ms']:7.0f} {r['prepare_ms']:8.0f} {r['first_step_ms']:8.1f}"
+                             f"   total {sum(r.values()):6.0f}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, action="append", default=[], help="another directory of models")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter batches")
+    parser.add_argument("--cold", action="store_true", help="also measure start-up with a cold and a warm numba cache")
+    args = parser.parse_args()
+    if not _jit.available():
+        sys.exit("numba is not installed (pip install 'nnrt[fast]'): nothing to compare")
+    rounds, per = (5, 100) if args.quick else (15, 300)
+    models = _models(args.models)
+    rows = [asyncio.run(_one(p, rounds, per)) for p in models]
+    _print(rows)
+    if args.cold and models:
+        _start_up(max(models, key=lambda p: p.stat().st_size))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""Chains of elementwise float32 operations run as one step, block by block, done once by the
+plan compiler (``fuse_steps`` calls ``fuse_chains``).
+
+Exported networks spell activations as chains of small operations: PaddleOCR's hardswish is
+``x * relu6(x + 3) / 6`` in ADD, RELU6, MUL, DIV; its hard-sigmoid ``min(max(x * a + b, 0), 1)``
+in MUL, ADD, MAXIMUM, MINIMUM; PP-LCNetV3 adds a learnable affine ``x * s + b`` (MUL, ADD)
+around each; a HARD_SWISH follows most convolutions of MobileNetV3. Each operation is one pass
+over memory into a fresh array (page faults on every execution for a large activation), and
+one interpreter step.
+
+A chain is a run of links, each ADD/SUB/MUL/DIV (with its fused activation), MAXIMUM/MINIMUM,
+RELU/RELU1/RELU6 or HARD_SWISH on float32, whose operands are the chain's running value, a
+constant (one value, or one per channel of the last axis) or an earlier value of the chain
+(``x`` in ``x * relu6(x + 3)``); every value but the last is a temporary read by the chain's
+links only; the input has ``MIN_ELEMENTS`` or more (known at preparation); a chain of one link
+(a HARD_SWISH after a convolution) only where it can work in place, from
+``SINGLE_MIN_ELEMENTS``. The chain runs as one step over the input in blocks of ``BLOCK``
+elements (whole rows of the last axis): each link is the numpy call its kernel makes, with the
+same operands in the same order, into the block's slice of the result, so every value is bit
+for bit the unfused plan's (tested); the earlier values a later link reads are kept per block.
+The result is the input's own buffer when the input is a fresh temporary the chain alone
+reads (as ``_fuse``'s in-place rules), else one new array.
+Measured (CPU time, malloc tuned as ``nnrt bench`` runs) on PaddleOCR's conv -> affine ->
+hardswish -> affine chain: [1,160,160,16] separate fresh arrays 1.46 ms, ``_fuse``'s in-place
+rules 0.60 ms, this chain 0.50 ms; [1,80,80,48] 0.74 / 0.39 / 0.30 ms.
+
+At run time, an input that does not fit what preparation saw (not C-contiguous, another last
+axis than the per-channel constants, fewer axes than a constant) runs the links' own kernels
+one after the other, as the unfused plan would. The step keeps the first link's operation type
+(HARD_SWISH when it holds one) and its label names every operation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nnrt.model import Model, Operand
+from nnrt.ops._common import ACT_NONE, apply_activation
+from nnrt.types import OperandLifeTime, OperandType, OperationType
+
+if TYPE_CHECKING:
+    from nnrt.execution._plan import Step
+
+__all__ = ["BLOCK", "MIN_ELEMENTS", "SINGLE_MIN_ELEMENTS", "fuse_chains"]
+
+Op = OperationType
+Operands = Callable[[tuple[int, ...]], tuple[Operand, ...]]
+NewStep = Callable[..., "Step"]
+
+#: Elements per block: a block and its few scratch rows stay in the L2 cache (measured on the
+#: [1,160,160,16] chain in the module doc: 64 Ki elements 0.50 ms, 16 Ki 0.58, one block 0.51).
+BLOCK = 65536
+#: Chains on tensors of known size from this many elements: on smaller ones the steps cost
+#: about what the chain's own bookkeeping does (and a chain removes the interpreter's
+#: checkpoints between its operations, which small plans such as ``zoo.add_chain`` measure).
+MIN_ELEMENTS = 4096
+#: A chain of one link (a HARD_SWISH into its convolution's buffer) from this many elements:
+#: below, the kernel's own fresh array costs no more (measured with malloc tuned: [1,112,112,16]
+#: kernel 0.12 ms, in place 0.14; [1,112,112,64] 0.84 vs 0.58).
+SINGLE_MIN_ELEMENTS = 1 << 19
+
+_BINARY: dict[OperationType, Callable[..., np.ndarray]] = {
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
+    Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
+}  # fmt: skip
+_UNARY = frozenset({Op.RELU, Op.RELU1, Op.RELU6, Op.HARD_SWISH})
+_F32 = np.float32
+
+#: An operand of a link: ("t",) the running value, ("c", array) a constant, ("r", j) value j of the chain.
+Arg = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class _Link:
+    step: Step
+    type: OperationType
+    args: tuple[Arg, ...]
+    act: int = ACT_NONE
+
+
+def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewStep,
+                fresh: Callable[[Step], bool]) -> tuple[list[Step], set[int]]:
+    """``steps`` with each chain (module doc) made one step, and the ids of those steps.
+    ``fresh(step)``: the step's result is a fresh array of its own (``_fuse._FRESH``)."""
+    ops = model.operands
+    outputs = set(model.output_indexes)
+    readers: dict[int, list[Step]] = {}
+    for s in steps:
+        for i in s.ins:
+            readers.setdefault(i, []).append(s)
+    reads: Counter[int] = Counter(i for s in steps for i in s.ins)
+    producer = {s.outs[0]: s for s in steps if len(s.outs) == 1}
+    consumed: set[int] = set()
+    replaced: dict[int, Step] = {}
+
+    def temp(i: int) -> bool:
+        return (i not in outputs and ops[i].lifetime is OperandLifeTime.TEMPORARY_VARIABLE
+                and ops[i].type is OperandType.TENSOR_FLOAT32)
+
+    for s in steps:
+        if id(s) in consumed:
+            continue
+        first = _link(s, None, [], operands)
+        if first is None:
+            continue
+        x0 = first[1]
+        values, links = [x0], [first[0]]
+        while True:
+            v = links[-1].step.outs[0]
+            values.append(v)  # value k of the chain is link k-1's result (value 0: its input)
+            nxt = next((r for r in readers.get(v, ()) if id(r) not in consumed), None) if temp(v) else None
+            found = _link(nxt, v, values, operands) if nxt is not None else None
+            if found is None:
+                break
+            links.append(found[0])
+        links = _valid_prefix(links, reads)
+        inside = Counter(i for link in links for i in link.step.ins)
+        p = producer.get(x0)
+        in_place = p is not None and fresh(p) and temp(x0) and inside[x0] == reads[x0]
+        size = _dims_size(ops[x0].dimensions)
+        if size < MIN_ELEMENTS or (len(links) < 2 and not (in_place and size >= SINGLE_MIN_ELEMENTS)):
+            continue
+        fn = _chain_fn(links, x0, in_place, operands)
+        if fn is None:
+            continue
+        last = links[-1].step
+        kind = Op.HARD_SWISH if any(link.type is Op.HARD_SWISH for link in links) else s.type
+        label = " + ".join(link.step.label for link in links)
+        step = new(s, label, (x0,), last.outs, fn, sum(link.step.cost_ns for link in links))
+        step.type = kind
+        for link in links:
+            consumed.add(id(link.step))
+        replaced[id(last)] = step
+    if not replaced:
+        return steps, set()
+    out = [replaced.get(id(s), s) for s in steps if id(s) not in consumed or id(s) in replaced]
+    return out, {id(s) for s in replaced.values()}
+
+
+def _dims_size(dims: Sequence[int]) -> int:
+    return int(np.prod(dims)) if dims and all(dims) else 0
+
+
+def _link(s: Step, running: int | None, values: list[int], operands: Operands) -> tuple[_Link, int] | None:
+    """``s`` as a link whose running operand is ``running`` (the chain's last value; None to
+    start a chain: the one non-constant operand), with ``values`` the chain's values so far;
+    and the running operand's index. None when ``s`` cannot be a link."""
+    if s.fn is None or len(s.outs) != 1 or (s.type not in _BINARY and s.type not in _UNARY):
+        return None
+    in_ops = operands(s.ins)
+    out_op = operands(s.outs)[0]
+    if out_op.type is not OperandType.TENSOR_FLOAT32:
+        return None
+    if s.type in _UNARY:
+        x = s.ins[0]
+        if running is not None and x != running:
+            return None
+        return _Link(s, s.type, (("t",),)), x
+    act = ACT_NONE
+    if s.type not in (Op.MAXIMUM, Op.MINIMUM):
+        if len(in_ops) != 3 or not in_ops[2].is_constant or in_ops[2].value not in (0, 1, 2, 3):
+            return None
+        act = int(in_ops[2].value)
+    elif len(in_ops) != 2:
+        return None
+    if running is None:
+        tensors = [i for i, op in zip(s.ins[:2], in_ops[:2], strict=True) if not op.is_constant]
+        if len(tensors) != 1:
+            return None
+        running = tensors[0]
+    if running not in s.ins[:2]:
+        return None
+    args: list[Arg] = []
+    for i, op in zip(s.ins[:2], in_ops[:2], strict=True):
+        if i == running:
+            args.append(("t",))
+        elif op.is_constant:
+            c = _channel_constant(op, operands((running,))[0])
+            if c is None:
+                return None
+            args.append(("c", c))
+        elif i in values:
+            args.append(("r", values.index(i)))
+        else:
+            return None
+    return _Link(s, s.type, tuple(args), act), running
+
+
+def _channel_constant(op: Operand, running: Operand) -> np.ndarray | None:
+    """A float32 constant that broadcasts over the running value without changing its shape:
+    one value, or one per channel of the last axis (other axes 1, rank at most the value's)."""
+    v = op.value
+    if not isinstance(v, np.ndarray) or v.dtype != _F32 or v.size == 0:
+        return None
+    rank = len(running.dimensions)
+    if rank and v.ndim > rank:
+        return None
+    if v.size == 1:
+        return v.reshape(())
+    last = running.dimensions[-1] if rank else 0
+    if v.shape[-1] != v.size or not last or v.shape[-1] != last:
+        return None
+    return v.reshape(-1)
+
+
+def _valid_prefix(links: list[_Link], reads: Counter[int]) -> list[_Link]:
+    """The longest prefix of ``links`` in which every value but the last is read only by its links."""
+    best = 1
+    inside: Counter[int] = Counter()
+    for k, link in enumerate(links):
+        inside.update(link.step.ins)
+        outs = [lk.step.outs[0] for lk in links[:k]]
+        if all(inside[v] == reads[v] for v in outs):
+            best = k + 1
+    return links[:best]
+
+
+def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The step's kernel: the links over blocks, or the links' kernels on an unfitting input."""
+    channels = {c.shape[0] for link in links for a in link.args if a[0] == "c" and (c := a[1]).ndim == 1}
+    if len(channels) > 1:
+        return None
+    width = channels.pop() if channels else 0
+    min_rank = max((len(operands((i,))[0].dimensions) for link in links for i, a in zip(link.step.ins, link.args)
+                    if a[0] == "c"), default=0)
+    saved = sorted({a[1] for link in links for a in link.args if a[0] == "r"})
+    keep_input = 0 in saved
+    program = [(_BINARY.get(link.type), link.type, link.args, link.act) for link in links]
+    tiled: dict[int, list[Any]] = {1: program}  # per-channel constants repeated k times, by k
+    fallback = _unfused(links, x0, operands)
+    has_unary = any(link.type is Op.HARD_SWISH for link in links)
+
+    def rows_of(x: np.ndarray) -> tuple[int, list[Any]]:
+        """Row length and program: rows of k whole channel vectors, about 4 Ki values (a row of
+        C values makes numpy's inner loop C long: [1,160,160,16] 0.20 ms, tiled 0.13), the
+        per-channel constants tiled k times to match."""
+        n = x.size // width
+        k = next(k for k in (64, 32, 16, 8, 4, 2, 1) if (n % k == 0 and k * width <= 4096) or k == 1)
+        prog = tiled.get(k)
+        if prog is None:
+            prog = tiled[k] = [(u, kind, tuple(("c", np.tile(a[1], k)) if a[0] == "c" and a[1].ndim == 1 else a
+                                               for a in args), act) for u, kind, args, act in program]
+        return k * width, prog
+
+    def run(x: np.ndarray) -> np.ndarray:
+        if (x.dtype != _F32 or x.ndim < max(min_rank, 1) or x.size == 0 or not x.flags.c_contiguous
+                or (width and x.shape[-1] != width) or (in_place and not x.flags.writeable)):
+            return fallback(x)
+        # In place, a later link reading the input needs a copy of each block; within one block
+        # a new array costs less than that copy ([1,24,96,8] 15.2 vs 16.5 us), beyond it more.
+        here = in_place and not (keep_input and x.size <= BLOCK)
+        out = x if here else np.empty_like(x)
+        # Blocks of whole rows of channels when a constant is per channel, else of the flat array.
+        xs_all: np.ndarray
+        ws_all: np.ndarray
+        if width:
+            cols, prog = rows_of(x)
+            xs_all, ws_all, rows = x.reshape(-1, cols), out.reshape(-1, cols), max(1, BLOCK // cols)
+        else:
+            prog, xs_all, ws_all, rows = program, x.reshape(-1), out.reshape(-1), BLOCK
+        shape = (min(rows, xs_all.shape[0]), *xs_all.shape[1:])
+        scratch = {j: np.empty(shape, _F32) for j in saved if j or here}
+        spare = np.empty(shape, _F32) if has_unary else None
+        for r0 in range(0, xs_all.shape[0], rows):
+            xs, w = xs_all[r0:r0 + rows], ws_all[r0:r0 + rows]
+            m = xs.shape[0]
+            regs: dict[int, np.ndarray] = {}
+            if keep_input:
+                regs[0] = xs
+                if here:  # the first link overwrites the input: keep it for later links
+                    regs[0] = scratch[0][:m]
+                    np.copyto(regs[0], xs)
+            t = xs
+            for k, (ufunc, kind, args, act) in enumerate(prog):
+                if ufunc is not None:
+                    a, b = (t if s[0] == "t" else s[1] if s[0] == "c" else regs[s[1]] for s in args)
+                    ufunc(a, b, out=w)
+                    if act != ACT_NONE:
+                        apply_activation(w, act)
+                else:
+                    _unary(kind, t, w, spare[:m] if spare is not None else w)
+                t = w
+                if k + 1 in scratch:
+                    regs[k + 1] = scratch[k + 1][:m]
+                    np.copyto(regs[k + 1], w)
+        return out
+
+    return run
+
+
+def _unary(kind: OperationType, t: np.ndarray, w: np.ndarray, spare: np.ndarray) -> None:
+    """RELU/RELU1/RELU6/HARD_SWISH of ``t`` into ``w``: the kernels' own numpy calls
+    (``nnrt.ops.activations``)."""
+    if kind is Op.RELU:
+        np.maximum(t, _F32(0), out=w)
+    elif kind is Op.RELU1:
+        np.clip(t, _F32(-1), _F32(1), out=w)
+    elif kind is Op.RELU6:
+        np.clip(t, _F32(0), _F32(6), out=w)
+    else:  # x * clip(x + 3, 0, 6) / 6
+        np.add(t, _F32(3), out=spare)
+        np.clip(spare, _F32(0), _F32(6), out=spare)
+        np.multiply(spare, t, out=w)
+        np.divide(w, _F32(6), out=w)
+
+
+def _unfused(links: list[_Link], x0: int, operands: Operands) -> Callable[[np.ndarray], np.ndarray]:
+    """The links' own kernels one after the other (what the unfused plan runs)."""
+    plan = []
+    for link in links:
+        assert link.step.fn is not None
+        ins = link.step.ins
+        consts = {i: op.value for i, op in zip(ins, operands(ins), strict=True) if op.is_constant}
+        plan.append((link.step.fn, ins, consts, link.step.outs[0]))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        env: dict[int, Any] = {x0: x}
+        result: Any = x
+        for fn, ins, consts, out in plan:
+            result = env[out] = fn(*(consts[i] if i in consts else env[i] for i in ins))
+        return result  # type: ignore[no-any-return]
+
+    return run

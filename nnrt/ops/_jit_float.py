@@ -1,0 +1,275 @@
+"""Compiled float32 kernels (numba): the loops themselves, written as plain annotated Python.
+
+Every function here is valid numpy/Python (mypy checks it, and it runs uncompiled, slowly) and
+is written for numba's ``njit``: ``nnrt.ops._jit.compiled`` turns it into a native function
+when numba is installed and enabled. The numpy kernels in the op modules stay the reference;
+each function here has a numpy twin it is tested against (``tests/unit/test_jit_float.py``).
+
+How the loops are shaped (``benchmarks/kernels.py`` measures them against numpy and ONNX
+Runtime):
+
+* Inner loops run over one contiguous range of a *slice* (``a[lo:hi]`` indexed from 0). An
+  index such as ``x[k + offset]`` with a possibly negative ``offset`` makes numba check for
+  Python's negative-index wraparound on every element, which stops LLVM from vectorizing
+  (measured 0.76 against 0.063 ns per multiply-add).
+  A multi-dimensional index whose last component is a loop variable counting from 0
+  (``o[ox, k]`` for ``k in range(c)``) vectorizes as well: LLVM proves it non-negative.
+* Depthwise convolution, two loop shapes (the caller picks one per layer at preparation):
+  ``depthwise_rows_f32`` (column stride 1) works on NHWC rows flattened to ``[W*C]``: the
+  input values one tap multiplies with a whole output row are one contiguous range, so one
+  loop covers many pixels with the weights tiled to a block of whole pixels; best for few
+  channels (C=24: 1.7x faster than the other). ``window_pixels_f32`` loops over output
+  pixels with the channels innermost; best for strides > 1 (56x56x144 3x3/2: 2.7x faster than
+  the row loop on an input split into column phases) and many channels. Both start each
+  output row with the bias and end it with the fused activation while the row is in cache.
+* Elementwise functions (HARD_SWISH, PRELU with a per-channel slope) are one pass over the
+  input into a fresh array, in the numpy kernel's float32 operations, so the results are
+  bit-identical (numpy makes one pass and one temporary per operation: 2.3-3.9x slower).
+* The bias and fused activation of a 1x1 CONV_2D: one pass over BLAS's product, in place (numpy:
+  an add pass and a clip pass; 20-30% of a large pointwise convolution), bit-identical.
+* MAX_POOL_2D is the same pixel loop taking maxima instead of products (numpy: one pass per
+  window row and column over strided views; 3x slower). Maxima are exact: identical results.
+* MEAN over a run of adjacent axes (the global average pool of NHWC: axes 1, 2) sums each
+  output's inputs into float64 accumulators in one pass, innermost values contiguous; numpy
+  first copies the input to float64 (4-11x slower). The float64 sums round to the same
+  float32 means in practice (the order of the additions differs from numpy's pairwise sums).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "BIAS_ACT_F32",
+    "BLOCK",
+    "DEPTHWISE_ROWS_F32",
+    "MEAN_F32",
+    "PRELU_F32",
+    "UNARY_F32",
+    "WINDOW_PIXELS_F32",
+    "bias_act_f32",
+    "depthwise_rows_f32",
+    "hard_swish_f32",
+    "mean_f32",
+    "prelu_f32",
+    "window_pixels_f32",
+]
+
+#: Length (in floats) to which a depthwise kernel's per-tap weights are tiled (whole pixels):
+#: the chunk of an output row done with all taps at once. Long enough for the vectorized loop,
+#: short enough that the chunk, its input ranges and the weights stay in L1.
+BLOCK = 512
+
+#: The one signature ``depthwise_rows_f32`` is compiled for (at preparation, see ``_jit.compiled``).
+#: Inputs are typed read-only: constants and callers' buffers often are, and numba passes a
+#: writable array where a read-only one is expected (not the reverse).
+DEPTHWISE_ROWS_F32 = (
+    "void(Array(float32, 3, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
+    " Array(float32, 1, 'C', readonly=True), Array(int64, 2, 'C', readonly=True), float32[:, :, ::1],"
+    " int64, int64, int64, float32, float32)"
+)
+
+
+def depthwise_rows_f32(
+    xs: np.ndarray,
+    wt: np.ndarray,
+    bt: np.ndarray,
+    cols: np.ndarray,
+    out: np.ndarray,
+    stride_h: int,
+    dil_h: int,
+    top: int,
+    lo: np.float32,
+    hi: np.float32,
+) -> None:
+    """Depthwise convolution (depth multiplier 1, column stride 1) of float32 NHWC input into
+    ``out``, plus bias and fused activation, over whole rows. The caller lays out:
+
+    * ``xs`` [N, H, W*C]: the input rows flattened;
+    * ``wt`` [KH, KW, B*C]: each tap's weights tiled to B pixels (``bt`` [B*C]: the bias);
+    * ``cols`` [KW, 3]: per tap column, its shift in an input row (floats) and the first and
+      last (exclusive) positions of an output row it reaches;
+    * ``out`` [N, OH, OW*C], written in full.
+
+    Rows ``iy = oy*stride_h - top + i*dil_h`` outside the input read zero. The fused
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. NaN stays NaN (``np.clip``).
+    Each output row is done in chunks of ``B*C`` floats with all taps per chunk, so that the
+    chunk, its input ranges and the weights stay in L1.
+    """
+    n, h = xs.shape[0], xs.shape[1]
+    kh, kw, block = wt.shape
+    oh, length = out.shape[1], out.shape[2]
+    clamp = lo <= hi
+    for b in range(n):
+        for oy in range(oh):
+            o = out[b, oy]
+            for start in range(0, length, block):
+                seg = min(block, length - start)
+                dst = o[start : start + seg]
+                dst[:] = bt[:seg]
+                for i in range(kh):
+                    iy = oy * stride_h - top + i * dil_h
+                    if iy < 0 or iy >= h:
+                        continue
+                    for j in range(kw):
+                        k0, k1 = max(start, cols[j, 1]), min(start + seg, cols[j, 2])
+                        if k1 <= k0:
+                            continue
+                        src = xs[b, iy, k0 + cols[j, 0] : k1 + cols[j, 0]]
+                        part = o[k0:k1]
+                        ws = wt[i, j, k0 - start : k1 - start]
+                        for t in range(k1 - k0):
+                            part[t] += src[t] * ws[t]
+                if clamp:
+                    for t in range(seg):
+                        v = dst[t]
+                        if v < lo:
+                            dst[t] = lo
+                        elif v > hi:
+                            dst[t] = hi
+
+
+#: The one signature ``window_pixels_f32`` is compiled for.
+WINDOW_PIXELS_F32 = (
+    "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
+    " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1],"
+    " int64, int64, int64, int64, int64, int64, float32, float32, boolean)"
+)
+
+
+def window_pixels_f32(
+    x: np.ndarray,
+    w: np.ndarray,
+    init: np.ndarray,
+    out: np.ndarray,
+    stride_h: int,
+    stride_w: int,
+    dil_h: int,
+    dil_w: int,
+    top: int,
+    left: int,
+    lo: np.float32,
+    hi: np.float32,
+    take_max: bool,
+) -> None:
+    """A KHxKW window (``w``'s first two dimensions, dilated) over float32 NHWC ``x`` [N, H, W, C]
+    into ``out`` [N, OH, OW, C] (written in full), one output pixel's channels at a time.
+
+    Each output starts at ``init`` [C]; each tap of its window inside the input then adds
+    ``x * w[i, j]`` (depthwise convolution with depth multiplier 1, ``init`` = the bias) or, with
+    ``take_max``, takes the maximum (MAX_POOL_2D, ``init`` = -inf: exact, NaN propagating as
+    with ``np.maximum``; ``w`` only gives the window's size). ``top``/``left``: padding before
+    the first row and column; positions outside the input take no part. Last, the fused
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none.
+    """
+    n, h, wd, c = x.shape
+    kh, kw = w.shape[0], w.shape[1]
+    oh, ow = out.shape[1], out.shape[2]
+    clamp = lo <= hi
+    for b in range(n):
+        for oy in range(oh):
+            o = out[b, oy]
+            for ox in range(ow):
+                for k in range(c):
+                    o[ox, k] = init[k]
+            for i in range(kh):
+                iy = oy * stride_h - top + i * dil_h
+                if iy < 0 or iy >= h:
+                    continue
+                xr = x[b, iy]
+                for j in range(kw):
+                    off = j * dil_w - left
+                    ox0 = 0 if off >= 0 else (stride_w - 1 - off) // stride_w
+                    ox1 = min(ow, (wd - 1 - off) // stride_w + 1)
+                    if take_max:
+                        for ox in range(ox0, ox1):
+                            ix = ox * stride_w + off
+                            for k in range(c):
+                                v = xr[ix, k]
+                                if v > o[ox, k] or v != v:
+                                    o[ox, k] = v
+                    else:
+                        wr = w[i, j]
+                        for ox in range(ox0, ox1):
+                            ix = ox * stride_w + off
+                            for k in range(c):
+                                o[ox, k] += xr[ix, k] * wr[k]
+            if clamp:
+                for ox in range(ow):
+                    for k in range(c):
+                        v = o[ox, k]
+                        if v < lo:
+                            o[ox, k] = lo
+                        elif v > hi:
+                            o[ox, k] = hi
+
+
+#: The signature of the compiled elementwise functions: flat input, flat output of its size.
+UNARY_F32 = "void(Array(float32, 1, 'C', readonly=True), float32[::1])"
+
+
+def hard_swish_f32(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x * clip(x + 3, 0, 6) / 6`` over flat float32 arrays, as the numpy kernel
+    computes it (``activations._hard_swish``): bit-identical, NaN stays NaN."""
+    three, six, zero = np.float32(3), np.float32(6), np.float32(0)
+    for i in range(x.shape[0]):
+        v = x[i]
+        r = v + three
+        if r < zero:
+            r = zero
+        elif r > six:
+            r = six
+        out[i] = r * v / six
+
+
+#: The one signature ``mean_f32`` is compiled for.
+MEAN_F32 = "void(Array(float32, 3, 'C', readonly=True), float32[:, ::1])"
+
+
+def mean_f32(x: np.ndarray, out: np.ndarray) -> None:
+    """``out[a, b] = mean(x[a, :, b])`` for float32 ``x`` [A, R, B] (R > 0), summed in float64."""
+    a_n, r_n, b_n = x.shape
+    acc = np.empty(b_n, dtype=np.float64)
+    for a in range(a_n):
+        acc[:] = 0.0
+        for r in range(r_n):
+            row = x[a, r]
+            for b in range(b_n):
+                acc[b] += row[b]
+        for b in range(b_n):
+            out[a, b] = acc[b] / r_n
+
+
+#: The one signature ``prelu_f32`` is compiled for.
+PRELU_F32 = "void(Array(float32, 2, 'C', readonly=True), Array(float32, 1, 'C', readonly=True), float32[:, ::1])"
+
+
+def prelu_f32(x: np.ndarray, alpha: np.ndarray, out: np.ndarray) -> None:
+    """``out = x if x >= 0 else alpha * x`` for float32 ``x`` [P, C] and a slope ``alpha`` [C]
+    (NaN stays NaN: it is not >= 0 and alpha * NaN is NaN)."""
+    zero = np.float32(0)
+    for p in range(x.shape[0]):
+        xr, o = x[p], out[p]
+        for c in range(x.shape[1]):
+            v = xr[c]
+            o[c] = v if v >= zero else v * alpha[c]
+
+
+#: The one signature ``bias_act_f32`` is compiled for.
+BIAS_ACT_F32 = "void(float32[:, ::1], Array(float32, 1, 'C', readonly=True), float32, float32)"
+
+
+def bias_act_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32) -> None:
+    """``out = clip(out + bias, lo, hi)`` in place for float32 ``out`` [P, C] and ``bias`` [C];
+    ``lo > hi`` means no clamp. NaN stays NaN, as with ``np.clip``."""
+    clamp = lo <= hi
+    for p in range(out.shape[0]):
+        o = out[p]
+        for c in range(out.shape[1]):
+            v = o[c] + bias[c]
+            if clamp:
+                if v < lo:
+                    v = lo
+                elif v > hi:
+                    v = hi
+            o[c] = v
