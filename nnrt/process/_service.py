@@ -184,6 +184,7 @@ class _Service:
                     task.cancel()
             elif kind == "release":  # a prepared model or a device buffer
                 self.prepared.pop((msg[2], msg[3]), None)
+                self.dtypes.pop((msg[2], msg[3]), None)
                 buffer = self.buffers.pop((msg[2], msg[3]), None)
                 if buffer is not None:
                     buffer.free()
