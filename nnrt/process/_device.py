@@ -72,6 +72,7 @@ from nnrt.model import Model
 from nnrt.process._arena import Arena
 from nnrt.process._buffers import RemoteBuffer
 from nnrt.process._client import ServiceProcess
+from nnrt.process._transport import encode_execute, io_dtypes
 from nnrt.process._wire import (
     ARENA_MIN_BYTES,
     InPlace,
@@ -105,14 +106,23 @@ class ProcessDevice(Device):
     started and idle, so that ``restart()`` does not wait for an interpreter to start (most
     of a recovery): it only re-prepares the models, and starts a new spare in the background.
     ``arena_bytes`` is the size of the shared arena large plain-array inputs are copied into
-    (``nnrt.process._arena``; made on first use; 0: always the socket).
+    (``nnrt.process._arena``; made on first use; 0: always the socket). ``ring_bytes`` is the
+    capacity of each of the connection's two shared-memory rings executions travel on
+    (``nnrt.process._fmq``; a power of two; 0: executions take the socket, as before the
+    rings); ``poll_us`` is how long each side polls its ring before it sleeps on the doorbell.
     """
 
     def __init__(self, name: str = "nnrt-process", *, restricted: dict[str, Any] | None = None,
                  hang_timeout: float = 5.0, start_timeout: float = 60.0, standby: bool = False,
-                 arena_bytes: int = 32 << 20, **cpu_options: Any) -> None:
+                 arena_bytes: int = 32 << 20, ring_bytes: int = 1 << 20, poll_us: float = 50.0,
+                 **cpu_options: Any) -> None:
         if isinstance(arena_bytes, bool) or not isinstance(arena_bytes, int) or arena_bytes < 0:
             raise InvalidArgumentError(f"ProcessDevice: arena_bytes must be a non-negative int, got {arena_bytes!r}")
+        power_of_two = isinstance(ring_bytes, int) and ring_bytes >= 4096 and not ring_bytes & (ring_bytes - 1)
+        if isinstance(ring_bytes, bool) or not isinstance(ring_bytes, int) or (ring_bytes and not power_of_two):
+            raise InvalidArgumentError(f"ProcessDevice: ring_bytes must be 0 or a power of two >= 4096, got {ring_bytes!r}")
+        if isinstance(poll_us, bool) or not isinstance(poll_us, (int, float)) or not 0 <= poll_us <= 1e6:
+            raise InvalidArgumentError(f"ProcessDevice: poll_us must be a number of microseconds in [0, 1e6], got {poll_us!r}")
         if not isinstance(hang_timeout, (int, float)) or hang_timeout < 0:
             raise InvalidArgumentError(f"ProcessDevice: hang_timeout must be a non-negative number, got {hang_timeout!r}")
         # The service is nnrt's own process: it opts in to the process-wide latency settings
@@ -145,6 +155,7 @@ class ProcessDevice(Device):
         self._spare: ServiceProcess | None = None
         self._spare_thread: threading.Thread | None = None
         self._arena = Arena(int(arena_bytes))
+        self.ring_bytes, self.poll_us = ring_bytes, float(poll_us)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -172,7 +183,8 @@ class ProcessDevice(Device):
                     self._start_spare()
 
     def _new_service(self) -> ServiceProcess:
-        return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout)
+        return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout,
+                              ring_bytes=self.ring_bytes, poll_us=self.poll_us)
 
     def _start_spare(self) -> None:
         """Start the standby service on a thread (it takes as long as an interpreter start)."""
@@ -376,6 +388,7 @@ class ProcessDevice(Device):
         service when collected, re-prepared by a restart."""
         self._drivers.add(driver)
         driver.set_outputs(model)
+        driver.dtypes = io_dtypes(model)
         prepared = PreparedModel(driver, model, _service_plan(model, driver), preference=pref, priority=prio, app=driver.app)
         weakref.finalize(prepared, driver.release)
         return prepared
@@ -448,6 +461,7 @@ class _RemoteDriver:
         self.arena = device._arena
         self.buffer_domain = device  # its prepared models take the device's buffers (``domain_of``)
         self.out_specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
+        self.dtypes: tuple[list[Any], list[Any]] = ([], [])
 
     def __repr__(self) -> str:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -491,14 +505,31 @@ class _RemoteDriver:
             specs.append((op.type.dtype, op.dimensions) if big else None)
         self.out_specs = specs if any(specs) else []
 
-    def _request(self, gen: _Gen, ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]
-                 ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
-        """The request for the service, and the arena blocks it holds; ``staged`` gets the
-        arena views of the outputs that come back through the arena."""
+    @staticmethod
+    def _args(gen: _Gen, ctx: ExecContext) -> list[Any]:
+        """Run the plan to its one step: the step's input values."""
         while next(gen) != DELEGATE:  # INTERRUPTED: nothing interrupts a one-step plan here
             pass
         _step, args = ctx.handoff
-        values, blocks = encode_args(list(args), self.arena)
+        return list(args)
+
+    def _packet(self, service: ServiceProcess, args: list[Any], ctx: ExecContext,
+                app: Hashable) -> tuple[int, list[Any], int, list[tuple[int, int]]] | None:
+        """The request as a ring packet (``nnrt.process._transport``), or None: the socket
+        (outputs the service writes in place, into the caller's pool or the arena, travel as
+        the socket's ``PoolRef``/``BufRef``: not on the rings)."""
+        if service.channel is None or type(app) is not str or self.out_specs or encode_outputs(ctx.outputs) is not None:
+            return None
+        rid = service.new_id()
+        packed = encode_execute(rid, self.handle, app, args, ctx.deadline, ctx.loop_timeout, self.dtypes[0],
+                                len(self.dtypes[1]), self.arena)
+        return None if packed is None else (rid, *packed)
+
+    def _request(self, args: list[Any], ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]
+                 ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
+        """The request for the socket, and the arena blocks it holds; ``staged`` gets the
+        arena views of the outputs that come back through the arena."""
+        values, blocks = encode_args(args, self.arena)
         bufs = ctx.outputs
         refs = encode_outputs(bufs)
         for j, spec in enumerate(self.out_specs):
@@ -527,7 +558,17 @@ class _RemoteDriver:
         staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app, staged)
+            values = self._args(gen, ctx)
+            packet = self._packet(service, values, ctx, app)
+            if packet is not None:
+                rid, parts, nbytes, blocks = packet
+                sent, reply = service.ring_call_sync(rid, parts, nbytes, self.dtypes[1])
+                if sent:
+                    ring_outputs, ring_ns = reply
+                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
+                self._free(blocks)
+                blocks = []
+            (kind, *args), blocks = self._request(values, ctx, app, staged)
             outputs, device_ns = service.call_sync(kind, *args)
             return _finish(gen, ctx, outputs, device_ns, staged)
         finally:
@@ -539,7 +580,17 @@ class _RemoteDriver:
         staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app, staged)
+            values = self._args(gen, ctx)
+            packet = self._packet(service, values, ctx, app)
+            if packet is not None:
+                rid, parts, nbytes, blocks = packet
+                sent, reply = await service.ring_call(rid, parts, nbytes, self.dtypes[1])
+                if sent:
+                    ring_outputs, ring_ns = reply
+                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
+                self._free(blocks)
+                blocks = []
+            (kind, *args), blocks = self._request(values, ctx, app, staged)
             outputs, device_ns = await service.call(kind, *args)
             return _finish(gen, ctx, outputs, device_ns, staged)
         finally:
