@@ -1,7 +1,9 @@
 """A driver in its own process (``nnrt.ProcessDevice``), against the in-process CPU device,
 in one run:
-(a) one-ADD round trip ([1, 4] float32): p50 and p99 of ``await execute`` through the service,
-    next to the same on an in-process ``CpuDevice`` (targets on an idle machine: p50 <= 40 us,
+(a) one-ADD round trip ([1, 4] float32): p50 and p99 of ``await execute`` through the service
+    on its shared-memory rings, next to the same on an in-process ``CpuDevice`` and through a
+    service over the socket (``ring_bytes=0``: the transport before the rings), interleaved,
+    with this process's CPU time per call (targets on an idle machine: p50 <= 40 us,
     p99 <= 200 us);
 (b) what an input's size costs: a MEAN over a [1, n] float32 input (the output is [1, 1], so
     only the input's transport differs), 1 KB and 1 MB, passed as a location in a shared
@@ -14,7 +16,8 @@ in one run:
     the service), in a caller's array, and allocated; the service's overhead over in-process;
 (c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
     operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
-    requests alternating) against one in-process ``CpuDevice`` (target: >= 1.6x; needs two
+    requests alternating; on the rings, and over the socket as before them) against one
+    in-process ``CpuDevice`` (target: >= 1.6x; needs two
     idle cores; the 200-op chain runs in about 0.1 ms in process, less than a round trip);
 (d) ``kill -9`` of the service during a stream (8 executions in flight): time from the kill to
     the last in-flight call failing with DEAD_OBJECT (target < 100 ms), and time for
@@ -88,17 +91,33 @@ async def interleaved(a: nnrt.PreparedModel, b: nnrt.PreparedModel, inputs: list
 
 
 async def round_trip(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
-    print("(a) one-ADD round trip")
+    print(f"(a) one-ADD round trip (load average {os.getloadavg()[0]:.2f})")
     model = zoo.one_add()
-    local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
     x = np.ones((1, 4), np.float32)
-    la, lb = await interleaved(local, remote, [x, x], 200 if QUICK else 1000, 5)
-    (p50a, p99a), (p50b, p99b) = percentiles(la), percentiles(lb)
-    report("in-process execute p50", p50a)
-    report("in-process execute p99", p99a)
-    report("through the service p50 (target <= 40 us idle)", p50b)
-    report("through the service p99 (target <= 200 us idle)", p99b)
-    ratio("service / in-process p50", p50b / p50a)
+    number = 400 if QUICK else 2000
+    with nnrt.ProcessDevice("socket-transport", ring_bytes=0) as old:
+        targets = {"in-process execute": await cpu.prepare_model(model),
+                   "through the service (rings)": await proc.prepare_model(model),
+                   "through the service (socket, before the rings)": await old.prepare_model(model)}
+        samples: dict[str, list[float]] = {k: [] for k in targets}
+        cpu_us: dict[str, float] = dict.fromkeys(targets, 0.0)
+        for p in targets.values():
+            await p.execute([x, x])
+        for _ in range(5):  # interleaved rounds: drift in the machine's load hits all alike
+            for label, p in targets.items():
+                c = time.process_time()
+                samples[label] += await latencies(p, [x, x], number // 5)
+                cpu_us[label] += (time.process_time() - c) * 1e6
+    for label, lat in samples.items():
+        p50, p99 = percentiles(lat)
+        target = " (target <= 40 / 200 us idle)" if "rings" in label else ""
+        report(f"{label} p50{target}", p50)
+        report(f"{label} p99", p99)
+        report(f"{label} app CPU per call", cpu_us[label] / len(lat))
+    base = percentiles(samples["in-process execute"])[0]
+    ratio("service (rings) / in-process p50", percentiles(samples["through the service (rings)"])[0] / base)
+    ratio("socket / rings p50", percentiles(samples["through the service (socket, before the rings)"])[0]
+          / percentiles(samples["through the service (rings)"])[0])
 
 
 async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
@@ -174,8 +193,10 @@ async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
     x = zoo.example_inputs(model)[0]
     total = (80 if QUICK else 240) * 200 // ops
     local = await cpu.prepare_model(model)
-    with nnrt.ProcessDevice("svc-1") as d1, nnrt.ProcessDevice("svc-2") as d2:
+    with nnrt.ProcessDevice("svc-1") as d1, nnrt.ProcessDevice("svc-2") as d2, \
+            nnrt.ProcessDevice("sock-1", ring_bytes=0) as s1, nnrt.ProcessDevice("sock-2", ring_bytes=0) as s2:
         remotes = [await d1.prepare_model(model), await d2.prepare_model(model)]
+        sockets = [await s1.prepare_model(model), await s2.prepare_model(model)]
 
         async def stream(targets: list[nnrt.PreparedModel]) -> float:
             sem = asyncio.Semaphore(8)
@@ -190,13 +211,17 @@ async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
 
         await stream([local])
         await stream(remotes)
-        a, b = [], []
+        await stream(sockets)
+        a, b, c = [], [], []
         for _ in range(3):
             a.append(await stream([local]))
             b.append(await stream(remotes))
+            c.append(await stream(sockets))
         report("in-process CpuDevice throughput", statistics.median(a), "exec/s")
-        report("two services throughput", statistics.median(b), "exec/s")
-        ratio("two services / in-process", statistics.median(b) / statistics.median(a), 1.6, at_least=True)
+        report("two services throughput (rings)", statistics.median(b), "exec/s")
+        report("two services throughput (socket, before the rings)", statistics.median(c), "exec/s")
+        ratio("two services (rings) / in-process", statistics.median(b) / statistics.median(a), 1.6, at_least=True)
+        ratio("two services (socket) / in-process", statistics.median(c) / statistics.median(a))
 
 
 async def death_and_recovery(standby: bool) -> None:

@@ -19,6 +19,29 @@ hang detector:
   while kernels run on its worker threads, so a second ``hang_timeout`` without any frame
   means the service is wedged: it is killed, and the death path above fails the requests with
   DEAD_OBJECT (the message says it was wedged).
+
+**The rings.** Executions do not take the socket: they travel as burst packets
+(``nnrt.process._transport``) on the connection's shared-memory rings (``nnrt.process._fmq``).
+Any thread may produce requests (one at a time, under the lock). One *consumer* at a time
+reads the result ring, and completes every waiter whose result it finds:
+
+* an event loop awaiting an execution takes the role; when its request is the only one
+  outstanding it first polls the result ring for ``poll_us`` while that pays (the
+  service answers a cheap request in tens of microseconds: the coroutine then never
+  sleeps), then watches the doorbell with ``loop.add_reader`` (no thread hop: the callback
+  drains the ring and resolves the futures of its own loop directly); it keeps the role
+  between executions until it stops running (then anyone may take it);
+* a thread in ``execute_sync`` takes the role when it is free, polls, then blocks on the
+  doorbell (bounded waits, so it sees a death or a handed-back role promptly);
+* the reader thread is the consumer of last resort: it drains a ring nobody drained for
+  ``RESCUE_S`` (a consumer's loop that stopped running, a lost wake-up).
+
+A request that does not fit in the request ring now (full, or larger than half the ring) and
+a request whose values cannot be packed take the socket instead (NNAPI's burst client falls
+back to ``IPreparedModel::execute`` the same way); so does a result that does not fit in the
+result ring (the service decides). A result ring whose framing is lost fails every execution
+outstanding on the rings with GENERAL_FAILURE (the service reports a lost request ring the same
+way, over the socket).
 """
 
 from __future__ import annotations
@@ -41,7 +64,10 @@ from typing import Any
 
 import nnrt
 from nnrt._log import get_logger
-from nnrt.errors import DeadObjectError, NnrtError
+from nnrt.burst._packet import MalformedPacketError, packet_id
+from nnrt.errors import DeadObjectError, GeneralFailureError, NnrtError
+from nnrt.process._fmq import Channel, Poller
+from nnrt.process._transport import decode_outputs
 from nnrt.process._wire import encode_frame, error_from, recv_frame, send_frame, write_frame
 
 __all__ = ["ServiceProcess"]
@@ -49,6 +75,11 @@ __all__ = ["ServiceProcess"]
 _log = get_logger("driver")
 
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"] | concurrent.futures.Future[Any]
+
+#: Seconds after which the reader thread drains a result ring nobody else drained.
+RESCUE_S = 0.05
+#: A request id the service uses to say it lost the request ring's framing.
+RING_LOST = -1
 
 
 def _resolve(fut: asyncio.Future[Any], ok: bool, payload: Any) -> None:
@@ -65,8 +96,16 @@ class ServiceProcess:
     from the reader thread, when the service dies (not when it is closed)."""
 
     def __init__(self, kind: str, options: dict[str, Any], *, hang_timeout: float, start_timeout: float,
-                 on_death: Callable[[str], None] | None = None) -> None:
+                 on_death: Callable[[str], None] | None = None, ring_bytes: int = 0, poll_us: float = 0.0) -> None:
         self.hang_timeout = hang_timeout
+        self.poller = Poller(poll_us * 1e-6)
+        self._ring_ids: dict[int, Any] = {}  # request id -> output dtypes, for executions on the rings
+        self._consumer: Any = None  # who reads the result ring now: an event loop, a thread id, or None
+        self._attached = False  # the consumer loop watches the doorbell with add_reader
+        self._drain_lock = threading.Lock()
+        self._last_drain = time.monotonic()
+        #: Executions sent on the rings and over the socket; drains the reader thread had to do.
+        self.ring_sent = self.socket_sent = self.rescues = 0
         self._on_death = on_death
         self._pending: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
@@ -76,6 +115,10 @@ class ServiceProcess:
         self.dead_reason = ""
         self._closing = False
         self._last_rx = time.monotonic()
+        self.channel = Channel.create(ring_bytes) if ring_bytes else None
+        if self.channel is not None:
+            self.channel.results.set_sleeping(True)  # no consumer polls yet: ring the doorbell
+        ring = None if self.channel is None else (*self.channel.fds(), ring_bytes, poll_us)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.abspath(nnrt.__file__)))
@@ -83,28 +126,32 @@ class ServiceProcess:
         try:
             self._popen = subprocess.Popen(
                 [sys.executable, "-m", "nnrt.process._service", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), *(self.channel.fds() if self.channel else ())), env=env,
+                stdin=subprocess.DEVNULL,
             )
         except OSError as err:
             mine.close()
             theirs.close()
+            self._close_channel()
             raise DeadObjectError(f"cannot start the service process: {err}") from None
         finally:
             theirs.close()  # the child has its copy; ours would keep its end open after it died
         self._sock = mine
         self.pid = self._popen.pid
         try:
-            send_frame(mine, (kind, options))
+            send_frame(mine, (kind, options, ring))
             mine.settimeout(start_timeout)
             _, ok, payload = recv_frame(mine)
             mine.settimeout(None)
         except (OSError, EOFError, pickle.UnpicklingError) as err:
             self._reap(kill=True)
             mine.close()
+            self._close_channel()
             raise DeadObjectError(f"the service process {self.pid} did not start: {err}") from None
         if not ok:
             self._reap(kill=True)
             mine.close()
+            self._close_channel()
             raise error_from(payload)
         self.info: tuple[int, str, str, int, int] = payload
         self._reader = threading.Thread(target=self._read, name=f"nnrt-service-{self.pid}", daemon=True)
@@ -123,6 +170,8 @@ class ServiceProcess:
             if self.dead_reason or self._closing:
                 raise DeadObjectError(self._dead_message())
             self._pending[rid] = waiter
+            if kind == "execute":
+                self.socket_sent += 1
         try:
             with self._send_lock:
                 write_frame(self._sock, parts)
@@ -159,6 +208,239 @@ class ServiceProcess:
             raise payload if isinstance(payload, NnrtError) else error_from(payload)
         return payload
 
+    # -- executions on the rings (module docstring) ----------------------------------------------
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def _ring_submit(self, waiter: _Waiter, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> bool:
+        """Put a request on the request ring; False (nothing sent) when it does not fit now."""
+        ch = self.channel
+        with self._lock:
+            if self.dead_reason or self._closing:
+                raise DeadObjectError(self._dead_message())
+            if ch is None or nbytes > ch.requests.max_packet:
+                return False
+            self._pending[rid] = waiter
+            self._ring_ids[rid] = dtypes
+            if ch.closed or not ch.requests.try_write(parts, nbytes):  # under the lock: one producer at a time
+                del self._pending[rid], self._ring_ids[rid]
+                return False
+            self.ring_sent += 1
+        ch.request_bell.ring(ch.requests)
+        if self._releases:
+            self._flush_releases()
+        return True
+
+    async def ring_call(self, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> tuple[bool, Any]:
+        """Execute through the rings: ``(True, (outputs, device_ns))``, or ``(False, None)``
+        when the request did not fit (send it over the socket). Never blocks the loop beyond
+        the polling window."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if not self._ring_submit((loop, fut), rid, parts, nbytes, dtypes):
+            return False, None
+        with self._lock:
+            if self._consumer is not loop and self._claimable():
+                self._claim(loop)
+            mine = self._consumer is loop
+            alone = mine and len(self._ring_ids) == 1
+        try:
+            if alone and self.poller.should():
+                self._spin(lambda: fut.done())
+            if mine and not fut.done():
+                self._settle(loop)
+                if self.channel is not None and self.channel.results.readable():
+                    self._drain()  # results that came before this consumer watched the doorbell
+            return True, await fut
+        except asyncio.CancelledError:
+            self._take(rid)
+            self.notify("cancel", "", rid)
+            raise
+
+    def _claimable(self) -> bool:
+        """Whether the consumer role is free: nobody holds it, or an event loop that no longer
+        runs (a loop keeps the role, and its doorbell reader, between its executions)."""
+        consumer = self._consumer
+        return consumer is None or (isinstance(consumer, asyncio.AbstractEventLoop) and not consumer.is_running())
+
+    def _claim(self, who: Any) -> None:
+        """Take the consumer role (under the lock; ``_claimable()`` was True)."""
+        old, attached = self._consumer, self._attached
+        self._consumer, self._attached = who, False
+        ch = self.channel
+        if ch is None or ch.closed:
+            return
+        if attached:  # a loop that stopped running: its reader goes (no select runs on it)
+            with contextlib.suppress(Exception):
+                old.remove_reader(ch.res_fd)
+        ch.results.set_sleeping(True)  # whatever the last consumer left: ring the new one
+
+    def _spin(self, done: Callable[[], bool]) -> None:
+        """The consumer polls the result ring for the window (the service need not ring)."""
+        ch = self.channel
+        assert ch is not None
+        ring = ch.results
+        ring.set_sleeping(False)
+        end = time.perf_counter() + self.poller.window
+        while not done() and time.perf_counter() < end:
+            if ring.readable():
+                self._drain()
+        self.poller.record(done())
+        if ring.set_sleeping(True):
+            self._drain()
+
+    def _settle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The consumer loop watches the doorbell (and keeps watching it between executions:
+        adding and removing the reader each time costs two system calls)."""
+        ch = self.channel
+        with self._lock:
+            if self._consumer is loop and ch is not None and not ch.closed and not self._attached:
+                self._attached = True
+                loop.add_reader(ch.res_fd, self._on_doorbell, loop)
+
+    def _on_doorbell(self, loop: asyncio.AbstractEventLoop) -> None:
+        ch = self.channel
+        assert ch is not None
+        if ch.closed:
+            return
+        # Awake until the loop has run what this wakes: the service need not ring (a ring
+        # would wake this process while it runs, and on a busy core preempt the service).
+        ch.results.set_sleeping(False)
+        ch.result_bell.clear()
+        self._drain()
+        loop.call_soon(self._doze, loop)
+
+    def _doze(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Back to sleeping (the loop is about to block, or runs after what was ready): look
+        once more after saying so (``_fmq``'s handshake), and stay awake if results came."""
+        ch = self.channel
+        if ch is None or ch.closed or self._consumer is not loop:
+            return
+        if ch.results.set_sleeping(True):
+            ch.results.set_sleeping(False)
+            self._drain()
+            loop.call_soon(self._doze, loop)
+
+    def ring_call_sync(self, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> tuple[bool, Any]:
+        """``ring_call`` for a thread that may block (``execute_sync``)."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if not self._ring_submit(fut, rid, parts, nbytes, dtypes):
+            return False, None
+        me = threading.get_ident()
+        ch = self.channel
+        assert ch is not None
+        while not fut.done():
+            with self._lock:
+                if self._consumer != me and self._claimable():
+                    self._claim(me)
+                own_loop = self._consumer is not None and self._consumer is asyncio._get_running_loop()
+            if own_loop:  # called from the consumer loop's own thread: it cannot drain while we block it
+                self._consume(ch, fut)
+                continue
+            if self._consumer != me:
+                with contextlib.suppress(concurrent.futures.TimeoutError):
+                    fut.result(timeout=0.01)  # another consumer drains; look at the role again soon
+                continue
+            try:
+                self._consume(ch, fut)
+            finally:
+                with self._lock:
+                    if self._consumer == me:
+                        self._consumer = None
+                    handoff = [w for r, w in self._pending.items() if r in self._ring_ids and type(w) is tuple]
+                ch.results.set_sleeping(True)
+                if handoff:  # a loop awaits a ring result: it takes the role
+                    with contextlib.suppress(RuntimeError):
+                        handoff[0][0].call_soon_threadsafe(self._adopt, handoff[0][0])
+        ok, payload = fut.result()
+        if not ok:
+            raise payload if isinstance(payload, NnrtError) else error_from(payload)
+        return True, payload
+
+    def _consume(self, ch: Channel, fut: concurrent.futures.Future[Any]) -> None:
+        """Drain the result ring until ``fut`` is done: poll, then block on the doorbell
+        (bounded waits: a death or a closed channel ends it)."""
+        if self.poller.should():
+            self._spin(fut.done)
+        while not fut.done() and not ch.closed:
+            if not ch.results.set_sleeping(True):
+                ch.result_bell.wait(0.05)
+                ch.result_bell.clear()
+            ch.results.set_sleeping(False)
+            self._drain()
+        ch.results.set_sleeping(True)
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            if self._consumer is not loop and self._claimable():
+                self._claim(loop)
+        self._drain()
+        self._settle(loop)
+
+    def _take(self, rid: int) -> _Waiter | None:
+        with self._lock:
+            self._ring_ids.pop(rid, None)
+            return self._pending.pop(rid, None)
+
+    def _drain(self) -> None:
+        """Read every result on the result ring and complete its waiter (one drainer at a time;
+        a caller that finds another draining leaves it to that one, which looks again after it
+        let go, so a result that came meanwhile is not left behind)."""
+        ch = self.channel
+        while ch is not None and self._drain_lock.acquire(blocking=False):
+            self._drain_once(ch)
+            if ch.closed or not ch.results.readable():
+                return
+
+    def _drain_once(self, ch: Channel) -> None:
+        done: list[tuple[int, bool, Any]] = []
+        try:
+            if ch.closed:
+                return
+            ring = ch.results
+            while True:
+                try:
+                    pkt = ring.peek()
+                except ValueError as err:
+                    ring.reset()
+                    done += self._lose_ring(f"the result ring's framing was lost ({err})")
+                    break
+                if pkt is None:
+                    break
+                rid = packet_id(pkt)
+                try:
+                    with self._lock:
+                        dtypes = self._ring_ids.get(rid)
+                    if dtypes is not None:
+                        done.append(decode_outputs(pkt, dtypes))
+                except MalformedPacketError as err:
+                    done.append((rid, False, err))
+                finally:
+                    pkt.release()
+                    ring.advance()
+            self._last_drain = time.monotonic()
+            if done:
+                self._last_rx = self._last_drain
+        finally:
+            self._drain_lock.release()
+        here = asyncio._get_running_loop()
+        for rid, ok, payload in done:
+            waiter = self._take(rid)
+            if waiter is None:
+                continue
+            if type(waiter) is tuple and waiter[0] is here:
+                _resolve(waiter[1], ok, payload)
+            else:
+                self._complete(waiter, ok, payload)
+
+    def _lose_ring(self, reason: str) -> list[tuple[int, bool, Any]]:
+        """Every execution outstanding on the rings fails (their packets are lost)."""
+        with self._lock:
+            ids = list(self._ring_ids)
+        _log.warning("driver.ring_lost", pid=self.pid, reason=reason, failed=len(ids))
+        return [(rid, False, GeneralFailureError(f"{reason}; the execution was lost")) for rid in ids]
+
     def notify(self, kind: str, *args: Any) -> None:
         """Send a message that has no reply (release, cancel, test hooks); a dead service is ignored.
         Never call it from a finalizer (a garbage collection inside a send would deadlock):
@@ -188,8 +470,14 @@ class ServiceProcess:
         ping_at = 0.0
         try:
             while True:
-                if self.hang_timeout > 0:
-                    ready = self._wait_readable(self.hang_timeout / 4)
+                if self.hang_timeout > 0 or self.channel is not None:
+                    timeout = min(self.hang_timeout / 4 if self.hang_timeout > 0 else RESCUE_S, RESCUE_S)
+                    ready = self._wait_readable(timeout if self.channel is not None else self.hang_timeout / 4)
+                    if self._ring_ids and time.monotonic() - self._last_drain > RESCUE_S:
+                        self.rescues += 1
+                        self._drain()  # nobody drained the result ring for a while: the last resort
+                    if not ready and self.hang_timeout <= 0:
+                        continue
                     if not ready:
                         now = time.monotonic()
                         if not self._pending or now - self._last_rx < self.hang_timeout:
@@ -207,8 +495,13 @@ class ServiceProcess:
                 rid, ok, payload = recv_frame(sock)
                 self._last_rx = time.monotonic()
                 ping_at = 0.0
-                with self._lock:
-                    waiter = self._pending.pop(rid, None)
+                if rid == RING_LOST:
+                    for lost in self._lose_ring(str(payload)):
+                        waiter = self._take(lost[0])
+                        if waiter is not None:
+                            self._complete(waiter, *lost[1:])
+                    continue
+                waiter = self._take(rid)
                 if waiter is None:
                     continue
                 self._complete(waiter, ok, payload)
@@ -238,6 +531,9 @@ class ServiceProcess:
             if not closing:
                 self.dead_reason = f"{self.dead_reason or reason}; exit code {code}"
             pending, self._pending = self._pending, {}
+            self._ring_ids.clear()
+        if self.channel is not None:
+            self.channel.wake_all()  # a consumer blocked on the doorbell looks again
         err_text = self._dead_message()
         for waiter in pending.values():
             self._complete(waiter, False, DeadObjectError(err_text))
@@ -278,3 +574,22 @@ class ServiceProcess:
             self._reader.join()
         self._reap(kill=False)
         self._sock.close()
+        self._close_channel()
+
+    def _close_channel(self) -> None:
+        ch = self.channel
+        if ch is None:
+            return
+        loop: Any
+        with self._lock:
+            loop, attached = self._consumer, self._attached
+            self._consumer, self._attached = None, False
+        if attached:  # the consumer loop stops watching the doorbell before it is closed
+            here = asyncio._get_running_loop() is loop or not loop.is_running()
+            with contextlib.suppress(Exception):
+                if here:
+                    loop.remove_reader(ch.res_fd)
+                else:
+                    loop.call_soon_threadsafe(loop.remove_reader, ch.res_fd)
+        with self._drain_lock, self._lock:  # not while a drainer reads or a producer writes the rings
+            ch.close()

@@ -72,6 +72,7 @@ from nnrt.model import Model
 from nnrt.process._arena import Arena
 from nnrt.process._buffers import RemoteBuffer
 from nnrt.process._client import ServiceProcess
+from nnrt.process._transport import encode_execute, io_dtypes
 from nnrt.process._wire import (
     ARENA_MIN_BYTES,
     InPlace,
@@ -105,14 +106,23 @@ class ProcessDevice(Device):
     started and idle, so that ``restart()`` does not wait for an interpreter to start (most
     of a recovery): it only re-prepares the models, and starts a new spare in the background.
     ``arena_bytes`` is the size of the shared arena large plain-array inputs are copied into
-    (``nnrt.process._arena``; made on first use; 0: always the socket).
+    (``nnrt.process._arena``; made on first use; 0: always the socket). ``ring_bytes`` is the
+    capacity of each of the connection's two shared-memory rings executions travel on
+    (``nnrt.process._fmq``; a power of two; 0: executions take the socket, as before the
+    rings); ``poll_us`` is how long each side polls its ring before it sleeps on the doorbell.
     """
 
     def __init__(self, name: str = "nnrt-process", *, restricted: dict[str, Any] | None = None,
                  hang_timeout: float = 5.0, start_timeout: float = 60.0, standby: bool = False,
-                 arena_bytes: int = 32 << 20, **cpu_options: Any) -> None:
+                 arena_bytes: int = 32 << 20, ring_bytes: int = 1 << 20, poll_us: float = 50.0,
+                 **cpu_options: Any) -> None:
         if isinstance(arena_bytes, bool) or not isinstance(arena_bytes, int) or arena_bytes < 0:
             raise InvalidArgumentError(f"ProcessDevice: arena_bytes must be a non-negative int, got {arena_bytes!r}")
+        power_of_two = isinstance(ring_bytes, int) and ring_bytes >= 4096 and not ring_bytes & (ring_bytes - 1)
+        if isinstance(ring_bytes, bool) or not isinstance(ring_bytes, int) or (ring_bytes and not power_of_two):
+            raise InvalidArgumentError(f"ProcessDevice: ring_bytes must be 0 or a power of two >= 4096, got {ring_bytes!r}")
+        if isinstance(poll_us, bool) or not isinstance(poll_us, (int, float)) or not 0 <= poll_us <= 1e6:
+            raise InvalidArgumentError(f"ProcessDevice: poll_us must be a number of microseconds in [0, 1e6], got {poll_us!r}")
         if not isinstance(hang_timeout, (int, float)) or hang_timeout < 0:
             raise InvalidArgumentError(f"ProcessDevice: hang_timeout must be a non-negative number, got {hang_timeout!r}")
         # The service is nnrt's own process: it opts in to the process-wide latency settings
@@ -145,6 +155,7 @@ class ProcessDevice(Device):
         self._spare: ServiceProcess | None = None
         self._spare_thread: threading.Thread | None = None
         self._arena = Arena(int(arena_bytes))
+        self.ring_bytes, self.poll_us = ring_bytes, float(poll_us)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -172,7 +183,8 @@ class ProcessDevice(Device):
                     self._start_spare()
 
     def _new_service(self) -> ServiceProcess:
-        return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout)
+        return ServiceProcess(self._kind, self._options, hang_timeout=self.hang_timeout, start_timeout=self.start_timeout,
+                              ring_bytes=self.ring_bytes, poll_us=self.poll_us)
 
     def _start_spare(self) -> None:
         """Start the standby service on a thread (it takes as long as an interpreter start)."""
@@ -448,6 +460,9 @@ class _RemoteDriver:
         self.arena = device._arena
         self.buffer_domain = device  # its prepared models take the device's buffers (``domain_of``)
         self.out_specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
+        self.dtypes: tuple[list[Any], list[Any]] = ([], [])
+        self.out_bytes = 0
+        self.ring_bytes = device.ring_bytes
 
     def __repr__(self) -> str:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -482,23 +497,34 @@ class _RemoteDriver:
         return False
 
     def set_outputs(self, model: Model) -> None:
-        """Which outputs may come back through the arena: (dtype, dims) of each output of a
+        """The dtypes of the model's inputs and outputs (the ring packets do not carry them),
+        and which outputs may come back through the arena: (dtype, dims) of each output of a
         known size of at least ``ARENA_MIN_BYTES``, else None."""
+        self.dtypes = io_dtypes(model)
         specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
         for i in model.output_indexes:
             op = model.operands[i]
             big = op.fully_specified and op.type.dtype.itemsize * math.prod(op.dimensions) >= ARENA_MIN_BYTES
             specs.append((op.type.dtype, op.dimensions) if big else None)
         self.out_specs = specs if any(specs) else []
+        # The outputs' bytes when every size is known (else 0): a result larger than half the
+        # result ring would come back over the socket, pickled; the arena is cheaper.
+        ops = [model.operands[i] for i in model.output_indexes]
+        self.out_bytes = sum(op.type.dtype.itemsize * math.prod(op.dimensions) for op in ops) if all(
+            op.fully_specified for op in ops) else 0
 
-    def _request(self, gen: _Gen, ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]
-                 ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
-        """The request for the service, and the arena blocks it holds; ``staged`` gets the
-        arena views of the outputs that come back through the arena."""
+    def _request_raw(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> tuple[Any, ...]:
         while next(gen) != DELEGATE:  # INTERRUPTED: nothing interrupts a one-step plan here
             pass
         _step, args = ctx.handoff
-        values, blocks = encode_args(list(args), self.arena)
+        return ("execute", app, self.handle, list(args), ctx.deadline, ctx.loop_timeout)
+
+    def _encoded(self, request: tuple[Any, ...], ctx: ExecContext, staged: dict[int, np.ndarray]
+                 ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
+        """The request for the socket, and the arena blocks it holds: large input arrays
+        through the arena; outputs in a shared pool or a device buffer as references (written
+        in place); large plain outputs staged in the arena (``staged`` gets their views)."""
+        values, blocks = encode_args(request[3], self.arena)
         bufs = ctx.outputs
         refs = encode_outputs(bufs)
         for j, spec in enumerate(self.out_specs):
@@ -516,7 +542,21 @@ class _RemoteDriver:
             staged[j] = raw.view(dtype).reshape(dims)
             refs = refs or [None] * len(self.out_specs)
             refs[j] = PoolRef(name, offset, dtype.str, dims)
-        return ("execute", app, self.handle, values, ctx.deadline, ctx.loop_timeout, refs), blocks
+        return (*request[:3], values, *request[4:], refs), blocks
+
+    def _packet(self, service: ServiceProcess, request: tuple[Any, ...],
+                ctx: ExecContext) -> tuple[int, list[Any], int, list[tuple[int, int]]] | None:
+        """The request as a ring packet (``nnrt.process._transport``), or None: the socket,
+        which also takes what a packet cannot say (outputs written in place or into device
+        buffers, large outputs through the arena; inputs a packet cannot carry are refused
+        by ``encode_execute``)."""
+        _kind, app, handle, values, deadline, loop_timeout = request
+        if (service.channel is None or type(app) is not str or encode_outputs(ctx.outputs) is not None
+                or (self.arena.size and 2 * self.out_bytes > self.ring_bytes)):  # through the arena, not pickled
+            return None
+        rid = service.new_id()
+        packed = encode_execute(rid, handle, app, values, deadline, loop_timeout, self.dtypes[0], len(self.dtypes[1]), self.arena)
+        return None if packed is None else (rid, *packed)
 
     def _free(self, blocks: list[tuple[int, int]]) -> None:
         for offset, nbytes in blocks:
@@ -527,7 +567,17 @@ class _RemoteDriver:
         staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app, staged)
+            request = self._request_raw(gen, ctx, app)
+            packet = self._packet(service, request, ctx)
+            if packet is not None:
+                rid, parts, nbytes, blocks = packet
+                sent, reply = service.ring_call_sync(rid, parts, nbytes, self.dtypes[1])
+                if sent:
+                    outputs, device_ns = reply
+                    return _finish(gen, ctx, outputs, device_ns, staged)
+                self._free(blocks)
+                blocks = []
+            (kind, *args), blocks = self._encoded(request, ctx, staged)
             outputs, device_ns = service.call_sync(kind, *args)
             return _finish(gen, ctx, outputs, device_ns, staged)
         finally:
@@ -539,7 +589,17 @@ class _RemoteDriver:
         staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            (kind, *args), blocks = self._request(gen, ctx, app, staged)
+            request = self._request_raw(gen, ctx, app)
+            packet = self._packet(service, request, ctx)
+            if packet is not None:
+                rid, parts, nbytes, blocks = packet
+                sent, reply = await service.ring_call(rid, parts, nbytes, self.dtypes[1])
+                if sent:
+                    outputs, device_ns = reply
+                    return _finish(gen, ctx, outputs, device_ns, staged)
+                self._free(blocks)
+                blocks = []
+            (kind, *args), blocks = self._encoded(request, ctx, staged)
             outputs, device_ns = await service.call(kind, *args)
             return _finish(gen, ctx, outputs, device_ns, staged)
         finally:

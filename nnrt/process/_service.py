@@ -28,6 +28,19 @@ INVALID_ARGUMENT for an unknown kind; id 0 when the id could not be read) and th
 keeps serving, as NNAPI's burst server does with an ill-formed FMQ packet. Only a frame whose
 length prefix is absurd ends the connection: the stream's framing is lost.
 
+Executions arrive on the connection's request ring (``nnrt.process._fmq``) as burst packets
+(``nnrt.process._transport``); the loop watches the ring's doorbell, and after serving what it
+found it polls the ring for ``poll_us`` before it sleeps again (while polling pays:
+``_fmq.Poller``; not while its own executions run on worker threads: they need the
+interpreter lock). A cheap request runs inline at once,
+reading its inputs in place in the ring; another is copied out and runs as a task. Its result
+goes on the result ring, or over the socket when it does not fit there; the app's doorbell is
+rung once per pass over the request ring (``BATCH_S``), not once per result. A request packet that
+does not parse is answered with GENERAL_FAILURE under its id, one naming no prepared model
+with INVALID_ARGUMENT, and the ring serves on; a ring whose framing is lost (a length that runs
+past the written data) is reset and the app is told over the socket (id -1), as the socket's
+absurd length prefix would end the connection.
+
 The service exits when its socket reaches EOF (the device closed it, or the app process died)
 and, should its loop be wedged, when a watcher thread sees that its parent process changed.
 """
@@ -48,11 +61,14 @@ from typing import Any
 import numpy as np
 
 from nnrt._log import get_logger
+from nnrt.burst._packet import MalformedPacketError, packet_id, unpack_request
 from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
+from nnrt.process._fmq import Channel, Poller
 from nnrt.process._pools import Pools
+from nnrt.process._transport import decode_execute, encode_outputs, io_dtypes
 from nnrt.process._wire import (
     InPlace,
     PoolRef,
@@ -71,6 +87,11 @@ from nnrt.types import ErrorStatus
 
 __all__ = ["main"]
 
+#: While it serves a pass of its request ring, the service rings the app's doorbell for the
+#: results at most this often (and at the end of the pass): every ring wakes the app, which on
+#: a busy core preempts the service.
+BATCH_S = 0.0005
+
 _log = get_logger("driver")
 
 
@@ -85,30 +106,43 @@ def make_device(kind: str, options: dict[str, Any]) -> Device:
 
 
 class _Service:
-    def __init__(self, sock: socket.socket, device: Device, *, test_hooks: bool = False) -> None:
+    def __init__(self, sock: socket.socket, device: Device, ring: tuple[int, int, int, int, float] | None = None, *,
+                 test_hooks: bool = False) -> None:
         self.sock = sock
         self.device = device
         self.test_hooks = test_hooks
+        self.channel = None if ring is None else Channel(*ring[:4])
+        self.poller = Poller(ring[4] * 1e-6 if ring is not None else 0.0)
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.pools = Pools()
         self.buffers: dict[tuple[str, int], DeviceBuffer] = {}
+        self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
+        self._batch_start = 0.0  # while serving the request ring: when results were last rung
+        self._unrung = False
         self.done: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self.done = loop.create_future()
         loop.add_reader(self.sock.fileno(), self._on_readable)
+        if self.channel is not None:
+            self.channel.requests.set_sleeping(True)
+            loop.add_reader(self.channel.req_fd, self._on_ring)
         try:
             await self.done
         finally:
             loop.remove_reader(self.sock.fileno())
+            if self.channel is not None:
+                loop.remove_reader(self.channel.req_fd)
             for task in list(self.tasks.values()):
                 task.cancel()
             self.pools.close()
             close = getattr(self.device, "close", None)
             if close is not None:
                 close()
+            if self.channel is not None:
+                self.channel.close()
 
     def _reply(self, rid: int, ok: bool, payload: Any) -> None:
         try:
@@ -179,6 +213,95 @@ class _Service:
                 self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
+
+    # -- the rings -----------------------------------------------------------------------------
+
+    def _on_ring(self) -> None:
+        """The request ring's doorbell: serve every packet, poll for the window, sleep again."""
+        ch = self.channel
+        assert ch is not None
+        ring = ch.requests
+        ch.request_bell.clear()
+        ring.set_sleeping(False)
+        self._batch_start = time.perf_counter()
+        try:
+            self._serve_ring(ch, ring)
+        finally:
+            self._batch_start = 0.0
+            self._flush(ch)
+
+    def _flush(self, ch: Channel) -> None:
+        """Ring the app's doorbell for the results written and not rung yet."""
+        if self._unrung:
+            self._unrung = False
+            ch.result_bell.ring(ch.results)
+
+    def _serve_ring(self, ch: Channel, ring: Any) -> None:
+        while True:
+            try:
+                pkt = ring.peek()
+            except ValueError as err:
+                ring.reset()
+                self._reply(-1, False, f"the service lost the request ring's framing ({err})")
+                pkt = None
+            if pkt is not None:
+                try:
+                    self._serve_packet(pkt)
+                finally:
+                    pkt.release()
+                    ring.advance()
+                continue
+            self._flush(ch)  # before polling: the app waits for these
+            if not self.tasks and self.poller.should():
+                hit = ring.poll(self.poller.window)
+                self.poller.record(hit)
+                if hit:
+                    continue
+            if not ring.set_sleeping(True):
+                return
+            ring.set_sleeping(False)
+
+    def _serve_packet(self, pkt: memoryview) -> None:
+        rid = packet_id(pkt)
+        try:
+            req = unpack_request(pkt)
+            prepared = self._lookup(req.app, req.handle)
+            dtypes = self.dtypes.get((req.app, req.handle))
+            if dtypes is None:
+                dtypes = self.dtypes[(req.app, req.handle)] = io_dtypes(prepared.model)
+            values = decode_execute(req, dtypes[0], len(dtypes[1]), self._ring_attach)
+            if self._execute_now(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, reply=self._ring_reply):
+                return
+            values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
+            self._spawn(rid, self._execute(rid, req.app, req.handle, values, req.deadline, req.loop_timeout,
+                                           reply=self._ring_reply))
+        except MalformedPacketError as err:
+            self._ring_reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), f"FMQ request packet ill-formed: {err.message}"))
+        except Exception as err:
+            self._ring_reply(rid, False, error_payload(err))
+
+    def _ring_attach(self, name: str) -> np.ndarray:
+        """A ring request's pool (a shared-memory segment, by name)."""
+        return self.pools.attach(name, "a request packet's pool")
+
+    def _ring_reply(self, rid: int, ok: bool, payload: Any) -> None:
+        """Answer a ring request on the result ring, or over the socket when it does not fit."""
+        ch = self.channel
+        assert ch is not None
+        try:
+            parts, nbytes = encode_outputs(rid, ok, payload)
+        except Exception as err:
+            ok, payload = False, error_payload(err)
+            parts, nbytes = encode_outputs(rid, ok, payload)
+        if ch.closed or not ch.results.try_write(parts, nbytes):
+            self._reply(rid, ok, payload)
+            return
+        if self._batch_start and time.perf_counter() - self._batch_start < BATCH_S:
+            self._unrung = True  # one ring for the results of this pass (``_on_ring``)
+            return
+        self._batch_start = time.perf_counter() if self._batch_start else 0.0
+        self._unrung = False
+        ch.result_bell.ring(ch.results)
 
     def _spawn(self, rid: int, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -254,35 +377,37 @@ class _Service:
         return prepared
 
     def _execute_now(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                     loop_timeout: float | None, out_refs: list[Any] | None = None) -> bool:
+                     loop_timeout: float | None, out_refs: list[Any] | None = None, reply: Any = None) -> bool:
         """Run a cheap request at once when the device may (``Driver.can_run_now``: the path a
         burst's inline requests take), without a task; False: it needs the scheduler."""
         prepared = self.prepared.get((app, handle))
         if prepared is None or not prepared._driver.can_run_now(prepared.plan):
             return False
+        reply = reply or self._reply
         try:
             find = self._finder(app)
             outs = output_views(out_refs, self.pools.attach, find)
             result = prepared._execute_now(decode_args(args, self.pools.attach, find), outs, True, deadline, loop_timeout)
-            self._reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
+            reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except Exception as err:
-            self._reply(rid, False, error_payload(err))
+            reply(rid, False, error_payload(err))
         return True
 
     async def _execute(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                       loop_timeout: float | None, out_refs: list[Any] | None = None) -> None:
+                       loop_timeout: float | None, out_refs: list[Any] | None = None, reply: Any = None) -> None:
+        reply = reply or self._reply
         try:
             prepared = self._lookup(app, handle)
             find = self._finder(app)
             values = decode_args(args, self.pools.attach, find)
             outs = output_views(out_refs, self.pools.attach, find)
             result = await prepared.execute(values, outs, measure_timing=True, deadline=deadline, loop_timeout=loop_timeout)
-            self._reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
+            reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
         except asyncio.CancelledError:
-            self._reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), "the execution was cancelled"))
+            reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), "the execution was cancelled"))
             raise
         except Exception as err:
-            self._reply(rid, False, error_payload(err))
+            reply(rid, False, error_payload(err))
 
 
 def _reply_outputs(result: ExecutionResult, outs: list[Any] | None) -> list[Any]:
@@ -304,7 +429,7 @@ def main(argv: list[str]) -> int:
     parent = os.getppid()
     threading.Thread(target=_watch_parent, args=(parent,), name="nnrt-parent-watch", daemon=True).start()
     try:
-        kind, options = recv_frame(sock)
+        kind, options, ring = recv_frame(sock)
         device = make_device(kind, options)
     except Exception as err:
         with contextlib.suppress(OSError):
@@ -312,7 +437,7 @@ def main(argv: list[str]) -> int:
         return 1
     send_frame(sock, (0, True, (os.getpid(), device.name, device.version, device.feature_level, int(device.type))))
     try:
-        asyncio.run(_Service(sock, device, test_hooks=os.environ.get("NNRT_SERVICE_TEST_HOOKS") == "1").run())
+        asyncio.run(_Service(sock, device, ring, test_hooks=os.environ.get("NNRT_SERVICE_TEST_HOOKS") == "1").run())
     finally:
         sock.close()
     return 0

@@ -133,3 +133,53 @@ def test_out_of_range_values_are_left_to_the_server() -> None:
     # Negative slots and offsets are well-formed: the server answers INVALID_ARGUMENT for them.
     packet = RequestPacket((Location(-3, -8, 4),), (Location(10**9, 0, 4),))
     assert check_request(packet) is packet
+
+
+# -- binary form (the rings of a ProcessDevice) -------------------------------------------------
+
+
+def _joined(parts: list[object]) -> memoryview:
+    return memoryview(b"".join(bytes(p) for p in parts))  # type: ignore[call-overload]
+
+
+def test_binary_request_round_trips() -> None:
+    from nnrt.burst._packet import INLINE_SLOT, pack_request, request_datums, unpack_request
+
+    ins = [(INLINE_SLOT, 0, 16, (1, 4)), None, (0, 64, 8, (2,))]
+    datums = request_datums(ins, [(INLINE_SLOT, 0, 0, None)], True, 12.5, 0.25)
+    parts, n = pack_request(7, 99, "app-é", datums, ["psm_x"], [bytes(range(16))], 16)
+    buf = _joined(parts)
+    assert len(buf) == n
+    req = unpack_request(buf)
+    assert (req.rid, req.handle, req.app, req.pools) == (7, 99, "app-é", ("psm_x",))
+    assert req.inputs == ins and req.outputs == [(INLINE_SLOT, 0, 0, None)]
+    assert (req.measure_timing, req.deadline, req.loop_timeout) == (True, 12.5, 0.25)
+    assert bytes(req.data) == bytes(range(16))
+
+
+def test_binary_result_round_trips() -> None:
+    from nnrt.burst._packet import pack_result, result_datums, unpack_result
+
+    parts, n = pack_result(5, result_datums(ErrorStatus.NONE, [(2, 3), ()], 10, 20), "", [bytes(32)], 32)
+    assert len(_joined(parts)) == n
+    rid, status, shapes, on, message, data = unpack_result(_joined(parts))
+    assert (rid, status, shapes, on, message, len(data)) == (5, ErrorStatus.NONE, [((2, 3), True), ((), True)], 10, "", 32)
+    parts, _ = pack_result(6, result_datums(ErrorStatus.INVALID_ARGUMENT, [], None, None), "bad input 0", [], 0)
+    rid, status, shapes, on, message, _ = unpack_result(_joined(parts))
+    assert (rid, status, shapes, on, message) == (6, ErrorStatus.INVALID_ARGUMENT, [], None, "bad input 0")
+
+
+@given(st.binary(max_size=300), st.integers(0, 400))
+def test_binary_packets_that_do_not_parse_are_malformed(noise: bytes, cut: int) -> None:
+    from nnrt.burst._packet import INLINE_SLOT, pack_request, packet_id, request_datums, unpack_request, unpack_result
+
+    datums = request_datums([(INLINE_SLOT, 0, 16, (1, 4))], [(INLINE_SLOT, 0, 0, None)], False, None, None)
+    parts, _ = pack_request(3, 4, "a", datums, [], [bytes(16)], 16)
+    good = b"".join(bytes(p) for p in parts)
+    for raw in (noise, good[:cut] + noise, good[:cut]):
+        for parse in (unpack_request, unpack_result):
+            try:
+                parse(memoryview(raw))
+            except MalformedPacketError as err:
+                assert err.status is ErrorStatus.GENERAL_FAILURE
+        assert isinstance(packet_id(memoryview(raw)), int)
