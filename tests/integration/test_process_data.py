@@ -95,12 +95,15 @@ async def test_shared_memory_output_written_in_place(pdev: nnrt.ProcessDevice, i
         del result, src, dst
 
 
-async def test_small_outputs_in_place_too(pdev: nnrt.ProcessDevice, in_place: list[Any]) -> None:
+async def test_small_outputs_come_back_by_value(pdev: nnrt.ProcessDevice, in_place: list[Any]) -> None:
+    """Under 4 KB an output in a shared pool comes back by value (on the ring) and is copied in."""
     prepared = await pdev.prepare_model(zoo.one_add())
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    service = pdev._running()
     with Memory.from_shared_memory(size=16) as mem:
+        ring = service.ring_sent
         await prepared.execute([x, x], [MemoryLocation(mem, 0, 16)])
-        assert in_place == [(1, 4)]
+        assert in_place == [] and service.ring_sent == ring + 1
         np.testing.assert_array_equal(mem.buffer.view(np.float32), (x + x).reshape(-1))
 
 
