@@ -20,8 +20,9 @@ hang detector:
   means the service is wedged: it is killed, and the death path above fails the requests with
   DEAD_OBJECT (the message says it was wedged).
 
-**The rings.** Executions do not take the socket: they travel as burst packets
-(``nnrt.process._transport``) on the connection's shared-memory rings (``nnrt.process._fmq``).
+**The rings.** Executions whose outputs come back by value do not take the socket: they
+travel as burst packets (``nnrt.process._transport``) on the connection's shared-memory rings
+(``nnrt.process._fmq``); ``_device._RemoteDriver`` decides which path a request takes.
 Any thread may produce requests (one at a time, under the lock). One *consumer* at a time
 reads the result ring, and completes every waiter whose result it finds:
 
@@ -32,7 +33,8 @@ reads the result ring, and completes every waiter whose result it finds:
   drains the ring and resolves the futures of its own loop directly); it keeps the role
   between executions until it stops running (then anyone may take it);
 * a thread in ``execute_sync`` takes the role when it is free, polls, then blocks on the
-  doorbell (bounded waits, so it sees a death or a handed-back role promptly);
+  doorbell (bounded waits, so it sees a death or a handed-back role promptly); called in the
+  consumer loop's own thread (blocking it), it drains the ring itself;
 * the reader thread is the consumer of last resort: it drains a ring nobody drained for
   ``RESCUE_S`` (a consumer's loop that stopped running, a lost wake-up).
 

@@ -388,6 +388,7 @@ class ProcessDevice(Device):
         service when collected, re-prepared by a restart."""
         self._drivers.add(driver)
         driver.set_outputs(model)
+        driver.dtypes = io_dtypes(model)
         prepared = PreparedModel(driver, model, _service_plan(model, driver), preference=pref, priority=prio, app=driver.app)
         weakref.finalize(prepared, driver.release)
         return prepared
@@ -461,8 +462,6 @@ class _RemoteDriver:
         self.buffer_domain = device  # its prepared models take the device's buffers (``domain_of``)
         self.out_specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
         self.dtypes: tuple[list[Any], list[Any]] = ([], [])
-        self.out_bytes = 0
-        self.ring_bytes = device.ring_bytes
 
     def __repr__(self) -> str:
         return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -497,34 +496,40 @@ class _RemoteDriver:
         return False
 
     def set_outputs(self, model: Model) -> None:
-        """The dtypes of the model's inputs and outputs (the ring packets do not carry them),
-        and which outputs may come back through the arena: (dtype, dims) of each output of a
+        """Which outputs may come back through the arena: (dtype, dims) of each output of a
         known size of at least ``ARENA_MIN_BYTES``, else None."""
-        self.dtypes = io_dtypes(model)
         specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
         for i in model.output_indexes:
             op = model.operands[i]
             big = op.fully_specified and op.type.dtype.itemsize * math.prod(op.dimensions) >= ARENA_MIN_BYTES
             specs.append((op.type.dtype, op.dimensions) if big else None)
         self.out_specs = specs if any(specs) else []
-        # The outputs' bytes when every size is known (else 0): a result larger than half the
-        # result ring would come back over the socket, pickled; the arena is cheaper.
-        ops = [model.operands[i] for i in model.output_indexes]
-        self.out_bytes = sum(op.type.dtype.itemsize * math.prod(op.dimensions) for op in ops) if all(
-            op.fully_specified for op in ops) else 0
 
-    def _request_raw(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> tuple[Any, ...]:
+    @staticmethod
+    def _args(gen: _Gen, ctx: ExecContext) -> list[Any]:
+        """Run the plan to its one step: the step's input values."""
         while next(gen) != DELEGATE:  # INTERRUPTED: nothing interrupts a one-step plan here
             pass
         _step, args = ctx.handoff
-        return ("execute", app, self.handle, list(args), ctx.deadline, ctx.loop_timeout)
+        return list(args)
 
-    def _encoded(self, request: tuple[Any, ...], ctx: ExecContext, staged: dict[int, np.ndarray]
+    def _packet(self, service: ServiceProcess, args: list[Any], ctx: ExecContext,
+                app: Hashable) -> tuple[int, list[Any], int, list[tuple[int, int]]] | None:
+        """The request as a ring packet (``nnrt.process._transport``), or None: the socket
+        (outputs the service writes in place, into the caller's pool or the arena, travel as
+        the socket's ``PoolRef``/``BufRef``: not on the rings)."""
+        if service.channel is None or type(app) is not str or self.out_specs or encode_outputs(ctx.outputs) is not None:
+            return None
+        rid = service.new_id()
+        packed = encode_execute(rid, self.handle, app, args, ctx.deadline, ctx.loop_timeout, self.dtypes[0],
+                                len(self.dtypes[1]), self.arena)
+        return None if packed is None else (rid, *packed)
+
+    def _request(self, args: list[Any], ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]
                  ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
-        """The request for the socket, and the arena blocks it holds: large input arrays
-        through the arena; outputs in a shared pool or a device buffer as references (written
-        in place); large plain outputs staged in the arena (``staged`` gets their views)."""
-        values, blocks = encode_args(request[3], self.arena)
+        """The request for the socket, and the arena blocks it holds; ``staged`` gets the
+        arena views of the outputs that come back through the arena."""
+        values, blocks = encode_args(args, self.arena)
         bufs = ctx.outputs
         refs = encode_outputs(bufs)
         for j, spec in enumerate(self.out_specs):
@@ -542,21 +547,7 @@ class _RemoteDriver:
             staged[j] = raw.view(dtype).reshape(dims)
             refs = refs or [None] * len(self.out_specs)
             refs[j] = PoolRef(name, offset, dtype.str, dims)
-        return (*request[:3], values, *request[4:], refs), blocks
-
-    def _packet(self, service: ServiceProcess, request: tuple[Any, ...],
-                ctx: ExecContext) -> tuple[int, list[Any], int, list[tuple[int, int]]] | None:
-        """The request as a ring packet (``nnrt.process._transport``), or None: the socket,
-        which also takes what a packet cannot say (outputs written in place or into device
-        buffers, large outputs through the arena; inputs a packet cannot carry are refused
-        by ``encode_execute``)."""
-        _kind, app, handle, values, deadline, loop_timeout = request
-        if (service.channel is None or type(app) is not str or encode_outputs(ctx.outputs) is not None
-                or (self.arena.size and 2 * self.out_bytes > self.ring_bytes)):  # through the arena, not pickled
-            return None
-        rid = service.new_id()
-        packed = encode_execute(rid, handle, app, values, deadline, loop_timeout, self.dtypes[0], len(self.dtypes[1]), self.arena)
-        return None if packed is None else (rid, *packed)
+        return ("execute", app, self.handle, values, ctx.deadline, ctx.loop_timeout, refs), blocks
 
     def _free(self, blocks: list[tuple[int, int]]) -> None:
         for offset, nbytes in blocks:
@@ -567,17 +558,17 @@ class _RemoteDriver:
         staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            request = self._request_raw(gen, ctx, app)
-            packet = self._packet(service, request, ctx)
+            values = self._args(gen, ctx)
+            packet = self._packet(service, values, ctx, app)
             if packet is not None:
                 rid, parts, nbytes, blocks = packet
                 sent, reply = service.ring_call_sync(rid, parts, nbytes, self.dtypes[1])
                 if sent:
-                    outputs, device_ns = reply
-                    return _finish(gen, ctx, outputs, device_ns, staged)
+                    ring_outputs, ring_ns = reply
+                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
                 self._free(blocks)
                 blocks = []
-            (kind, *args), blocks = self._encoded(request, ctx, staged)
+            (kind, *args), blocks = self._request(values, ctx, app, staged)
             outputs, device_ns = service.call_sync(kind, *args)
             return _finish(gen, ctx, outputs, device_ns, staged)
         finally:
@@ -589,17 +580,17 @@ class _RemoteDriver:
         staged: dict[int, np.ndarray] = {}
         try:
             service = self._target()
-            request = self._request_raw(gen, ctx, app)
-            packet = self._packet(service, request, ctx)
+            values = self._args(gen, ctx)
+            packet = self._packet(service, values, ctx, app)
             if packet is not None:
                 rid, parts, nbytes, blocks = packet
                 sent, reply = await service.ring_call(rid, parts, nbytes, self.dtypes[1])
                 if sent:
-                    outputs, device_ns = reply
-                    return _finish(gen, ctx, outputs, device_ns, staged)
+                    ring_outputs, ring_ns = reply
+                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
                 self._free(blocks)
                 blocks = []
-            (kind, *args), blocks = self._encoded(request, ctx, staged)
+            (kind, *args), blocks = self._request(values, ctx, app, staged)
             outputs, device_ns = await service.call(kind, *args)
             return _finish(gen, ctx, outputs, device_ns, staged)
         finally:

@@ -106,20 +106,20 @@ def make_device(kind: str, options: dict[str, Any]) -> Device:
 
 
 class _Service:
-    def __init__(self, sock: socket.socket, device: Device, ring: tuple[int, int, int, int, float] | None = None, *,
-                 test_hooks: bool = False) -> None:
+    def __init__(self, sock: socket.socket, device: Device, *, test_hooks: bool = False,
+                 ring: tuple[int, int, int, int, float] | None = None) -> None:
         self.sock = sock
         self.device = device
         self.test_hooks = test_hooks
         self.channel = None if ring is None else Channel(*ring[:4])
         self.poller = Poller(ring[4] * 1e-6 if ring is not None else 0.0)
+        self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
+        self._batch_start = 0.0  # while serving the request ring: when results were last rung
+        self._unrung = False
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.pools = Pools()
         self.buffers: dict[tuple[str, int], DeviceBuffer] = {}
-        self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
-        self._batch_start = 0.0  # while serving the request ring: when results were last rung
-        self._unrung = False
         self.done: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
@@ -184,6 +184,7 @@ class _Service:
                     task.cancel()
             elif kind == "release":  # a prepared model or a device buffer
                 self.prepared.pop((msg[2], msg[3]), None)
+                self.dtypes.pop((msg[2], msg[3]), None)
                 buffer = self.buffers.pop((msg[2], msg[3]), None)
                 if buffer is not None:
                     buffer.free()
@@ -269,20 +270,16 @@ class _Service:
             dtypes = self.dtypes.get((req.app, req.handle))
             if dtypes is None:
                 dtypes = self.dtypes[(req.app, req.handle)] = io_dtypes(prepared.model)
-            values = decode_execute(req, dtypes[0], len(dtypes[1]), self._ring_attach)
-            if self._execute_now(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, reply=self._ring_reply):
+            values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
+            if self._execute_now(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, None, self._ring_reply):
                 return
             values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
-            self._spawn(rid, self._execute(rid, req.app, req.handle, values, req.deadline, req.loop_timeout,
-                                           reply=self._ring_reply))
+            self._spawn(rid, self._execute(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, None,
+                                           self._ring_reply))
         except MalformedPacketError as err:
             self._ring_reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), f"FMQ request packet ill-formed: {err.message}"))
         except Exception as err:
             self._ring_reply(rid, False, error_payload(err))
-
-    def _ring_attach(self, name: str) -> np.ndarray:
-        """A ring request's pool (a shared-memory segment, by name)."""
-        return self.pools.attach(name, "a request packet's pool")
 
     def _ring_reply(self, rid: int, ok: bool, payload: Any) -> None:
         """Answer a ring request on the result ring, or over the socket when it does not fit."""
@@ -437,7 +434,8 @@ def main(argv: list[str]) -> int:
         return 1
     send_frame(sock, (0, True, (os.getpid(), device.name, device.version, device.feature_level, int(device.type))))
     try:
-        asyncio.run(_Service(sock, device, ring, test_hooks=os.environ.get("NNRT_SERVICE_TEST_HOOKS") == "1").run())
+        hooks = os.environ.get("NNRT_SERVICE_TEST_HOOKS") == "1"
+        asyncio.run(_Service(sock, device, test_hooks=hooks, ring=ring).run())
     finally:
         sock.close()
     return 0

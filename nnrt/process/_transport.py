@@ -7,7 +7,8 @@ and the service's outputs into such a result, and back:
 
 * an input that is a view of a named shared-memory segment (a ``Memory.from_shared_memory``
   location, or a large array the device copied into its arena: ``_wire.encode_args``'s rule)
-  is a location in a *pool* named by the segment's name; any other array's bytes go inline,
+  is a location in a *pool* named by the segment's name (a mapped file's pool, or a device
+  buffer, has no name here: that request goes over the socket); any other array's bytes go inline,
   in the packet's data section; an omitted optional input is a location-less input;
 * outputs come back inline in the result, each as its shape and bytes; the dtype of every
   operand is the model's, which both sides hold (an array of another dtype, or a value that
@@ -82,10 +83,9 @@ def encode_execute(rid: int, handle: int, app: str, values: Sequence[Any], deadl
         if v is None:
             inputs.append(None)
         elif type(w) is PoolRef:
-            if type(w.pool) is not str:  # a file pool: only the socket says it (by path)
-                if arena is not None:
-                    for offset, n in blocks:
-                        arena.free(offset, n)
+            if type(w.pool) is not str:  # a mapped file (by path): the socket's form only
+                for offset, nbytes in blocks:
+                    arena.free(offset, nbytes)  # type: ignore[union-attr]
                 return None
             if w.pool not in pools:
                 pools.append(w.pool)
@@ -103,7 +103,7 @@ _INLINE_OUT: RawLocation = (INLINE_SLOT, 0, 0, None)
 
 
 def decode_execute(req: RingRequest, dtypes: Sequence[np.dtype[Any]], n_outputs: int,
-                   attach: Callable[[str], np.ndarray]) -> list[Any]:
+                   attach: Callable[[str, str], np.ndarray]) -> list[Any]:
     """The service's input values of a request (views of the packet or of the pools: copy them
     before the packet is freed if they must outlive it). A location outside its data, or
     counts that do not match the model, are INVALID_ARGUMENT."""
@@ -123,7 +123,7 @@ def decode_execute(req: RingRequest, dtypes: Sequence[np.dtype[Any]], n_outputs:
         if slot == INLINE_SLOT:
             raw: Any = req.data
         elif 0 <= slot < len(req.pools):
-            raw = attach(req.pools[slot])
+            raw = attach(req.pools[slot], f"input {k}")
         else:
             raise InvalidArgumentError(f"request: input {k} names pool {slot}; the packet has {len(req.pools)}")
         if length != n or offset < 0 or offset + n > len(raw):
@@ -136,7 +136,7 @@ def decode_execute(req: RingRequest, dtypes: Sequence[np.dtype[Any]], n_outputs:
 def encode_outputs(rid: int, ok: bool, payload: Any) -> tuple[list[Any], int]:
     """A reply (``(outputs, device_ns)`` when ``ok``, else ``(status, message)``) as a result packet."""
     if not ok:
-        status, message = payload[:2]  # (output shapes, if any, travel only over the socket)
+        status, message = payload
         return pack_result(rid, result_datums(ErrorStatus(status), (), None, None), str(message), [], 0)
     outputs, device_ns = payload
     data: list[Any] = []

@@ -29,6 +29,8 @@ from nnrt import OperationType as Op
 from nnrt.burst._packet import INLINE_SLOT, pack_request, request_datums
 from nnrt.process._client import ServiceProcess
 
+os.environ["NNRT_SERVICE_TEST_HOOKS"] = "1"  # the services these tests start serve ``_hang``
+
 
 @pytest.fixture(scope="module")
 def rdev() -> Any:
@@ -51,6 +53,30 @@ def wait_for(fut: concurrent.futures.Future[Any], svc: ServiceProcess, timeout: 
         svc._drain()
         time.sleep(0.001)
     return fut.result()
+
+
+def slow_small_output(n: int = 1_000_000, ops: int = 20) -> nnrt.Model:
+    """Tens of milliseconds per execution (ADDs over a 4 MB input, through the arena), a
+    [1, 1] output: its requests and results travel on the rings."""
+    m = nnrt.Model("slow_small_output")
+    x = m.add_operand(T.TENSOR_FLOAT32, [1, n])
+    c = m.add_operand(T.TENSOR_FLOAT32, [1, n])
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(c, np.full((1, n), 0.5, np.float32))
+    m.set_operand_value(act, 0)
+    cur = x
+    for _ in range(ops):
+        nxt = m.add_operand(T.TENSOR_FLOAT32, [1, n])
+        m.add_operation(Op.ADD, [cur, c, act], [nxt])
+        cur = nxt
+    axes, keep = m.add_operand(T.TENSOR_INT32, [1]), m.add_operand(T.INT32)
+    m.set_operand_value(axes, np.array([1], np.int32))
+    m.set_operand_value(keep, 1)
+    y = m.add_operand(T.TENSOR_FLOAT32, [1, 1])
+    m.add_operation(Op.MEAN, [cur, axes, keep], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
 
 
 def reference(model: nnrt.Model, inputs: list[np.ndarray]) -> np.ndarray:
@@ -151,21 +177,23 @@ async def test_sync_threads_and_the_loop_share_the_result_ring(rdev: nnrt.Proces
 
 
 async def test_too_large_requests_and_results_take_the_socket() -> None:
-    # No arena: with one, a large output of a known size takes the socket and comes back
-    # through the arena (test_process_data.py), so its result would not try the ring.
-    async with nnrt.ProcessDevice("fmq-small", ring_bytes=16384, arena_bytes=0) as dev:
+    async with nnrt.ProcessDevice("fmq-small", ring_bytes=4096) as dev:
         svc = service(dev)
-        chain = zoo.add_chain(1, 4096)
-        big_in = await dev.prepare_model(chain)  # a 16 KB input: larger than half the ring
-        x = np.ones((1, 4096), np.float32)
+        chain = zoo.add_chain(1, 1024)
+        big_in = await dev.prepare_model(chain)  # a 4 KB input: larger than half the ring
+        x = np.ones((1, 1024), np.float32)
         r = await big_in.execute([x])
         np.testing.assert_array_equal(r.outputs[0], reference(chain, [x]))
         assert svc.socket_sent == 1 and svc.ring_sent == 0
-        big_out = await dev.prepare_model(broadcast_add(300))  # 2.4 KB in, 360 KB out: result over the socket
-        a, b = np.arange(300, dtype=np.float32).reshape(1, 300), np.arange(300, dtype=np.float32).reshape(300, 1)
+        big_out = await dev.prepare_model(broadcast_add(30))  # 240 B in on the ring, 3.6 KB out: over the socket
+        a, b = np.arange(30, dtype=np.float32).reshape(1, 30), np.arange(30, dtype=np.float32).reshape(30, 1)
         r = await big_out.execute([a, b])
         np.testing.assert_array_equal(r.outputs[0], a + b)
-        assert svc.ring_sent == 1
+        assert svc.ring_sent == 1 and svc.socket_sent == 1
+        arena_out = await dev.prepare_model(broadcast_add(300))  # a 360 KB output comes back through the arena
+        a, b = np.arange(300, dtype=np.float32).reshape(1, 300), np.arange(300, dtype=np.float32).reshape(300, 1)
+        np.testing.assert_array_equal((await arena_out.execute([a, b])).outputs[0], a + b)
+        assert svc.ring_sent == 1 and svc.socket_sent == 2
         small = await dev.prepare_model(zoo.one_add())
         y = np.ones((1, 4), np.float32)
         np.testing.assert_array_equal((await small.execute([y, y])).outputs[0], 2 * y)
@@ -298,9 +326,8 @@ async def test_death_with_requests_queued_in_the_ring_then_restart() -> None:
 def test_death_during_execute_sync_on_the_ring() -> None:
     dev = nnrt.ProcessDevice("fmq-death-sync")
     try:
-        # 400 KB in and out: the result fits the ring (a larger one takes the socket and the arena)
-        prepared = asyncio.run(dev.prepare_model(zoo.add_chain(40, 100_000)))
-        x = np.ones((1, 100_000), np.float32)
+        prepared = asyncio.run(dev.prepare_model(slow_small_output()))
+        x = np.ones((1, 1_000_000), np.float32)
         svc = service(dev)
         pid = dev.pid
         assert pid is not None
@@ -315,7 +342,7 @@ def test_death_during_execute_sync_on_the_ring() -> None:
 
 def test_close_while_threads_wait_on_the_ring() -> None:
     dev = nnrt.ProcessDevice("fmq-close")
-    prepared = asyncio.run(dev.prepare_model(zoo.add_chain(40, 1_000_000)))
+    prepared = asyncio.run(dev.prepare_model(slow_small_output()))
     x = np.ones((1, 1_000_000), np.float32)
     errors: list[BaseException] = []
 
