@@ -19,7 +19,7 @@ in one run:
     requests alternating; on the rings, and over the socket as before them) against one
     in-process ``CpuDevice`` (target: >= 1.6x; needs two
     idle cores; the 200-op chain runs in about 0.1 ms in process, less than a round trip);
-(d) ``kill -9`` of the service during a stream (8 executions in flight): time from the kill to
+(d) ``kill -9`` of the service during a stream (64 executions in flight): time from the kill to
     the last in-flight call failing with DEAD_OBJECT (target < 100 ms), and time for
     ``restart()`` (the model re-prepared from a warm compilation cache) to the stream's next
     success (target < 1 s), without and with a standby service (``standby=True``).
@@ -234,8 +234,9 @@ async def death_and_recovery(standby: bool) -> None:
         for _ in range(2 if QUICK else 5):
             if standby:  # recovering with a spare assumes the spare had time to start
                 await asyncio.to_thread(lambda: dev._spare_thread and dev._spare_thread.join())
-            tasks = [asyncio.create_task(prepared.execute([x])) for _ in range(8)]
-            await asyncio.sleep(0.005)
+            # 64 in flight: a service running small_cnn on its loop (inline) empties 8 within 5 ms
+            tasks = [asyncio.create_task(prepared.execute([x])) for _ in range(64)]
+            await asyncio.sleep(0.002)
             pid = dev.pid
             assert pid is not None
             t_kill = time.perf_counter()
@@ -252,8 +253,11 @@ async def death_and_recovery(standby: bool) -> None:
             await dev.restart()
             await prepared.execute([x])
             to_back.append((time.perf_counter() - t) * 1e3)
-    report("kill -9 -> last in-flight call fails, median (target < 100)", statistics.median(to_dead), "ms")
-    report("kill -9 -> last in-flight call fails, max", max(to_dead), "ms")
+    if to_dead:
+        report("kill -9 -> last in-flight call fails, median (target < 100)", statistics.median(to_dead), "ms")
+        report("kill -9 -> last in-flight call fails, max", max(to_dead), "ms")
+    else:
+        print("  kill -9 -> last in-flight call fails: every call had finished before the kill (not measured)")
     report("restart + first success, median (target < 1000)", statistics.median(to_back), "ms")
 
 

@@ -3,7 +3,7 @@
 An input array that is not already in a named segment would otherwise be pickled into the
 socket and out again (two copies and a pickle, measured at about 1 ms for 1 MB on the
 reference machine); copying it into the arena costs one ``memcpy``, and the service reads it
-in place by name (``ShmRef``; it maps the arena once). Allocation is first fit over a free
+in place by name (``PoolRef``; it maps the arena once). Allocation is first fit over a free
 list kept sorted by offset, freed blocks coalesce with their neighbours; an array that does
 not fit (arena full, or larger than the arena) falls back to the socket. The arena is the
 device's: it survives service restarts (a new service maps it by name again) and is unlinked

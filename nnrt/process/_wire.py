@@ -314,13 +314,15 @@ def encode_args(args: list[Any], arena: Arena | None = None) -> tuple[list[Any],
 
 def encode_outputs(bufs: Any) -> list[PoolRef | BufRef | None] | None:
     """The caller's output buffers that the service may write in place (C-contiguous, writable
-    views of a shared pool) as ``PoolRef``, its device buffers (``ResolvedOutputs``) as
+    views of a shared pool, 4 KB or more) as ``PoolRef``, its device buffers (``ResolvedOutputs``) as
     ``BufRef``; None where the output comes back by value (None when all do)."""
     if not bufs:
         return None
     refs: list[PoolRef | BufRef | None] = []
     for b in bufs:
-        where = pool_origin(b) if type(b) is np.ndarray and b.flags.c_contiguous and b.flags.writeable else None
+        # (a small one comes back by value, as small inputs go: on a ring, the cheaper trip)
+        where = (pool_origin(b) if type(b) is np.ndarray and b.nbytes >= 4096 and b.flags.c_contiguous
+                 and b.flags.writeable else None)
         refs.append(None if where is None else PoolRef(where[0], where[1], b.dtype.str, b.shape))
     for j, buf in getattr(bufs, "device_buffers", ()):
         refs[j] = BufRef(buf.handle)

@@ -95,12 +95,15 @@ async def test_shared_memory_output_written_in_place(pdev: nnrt.ProcessDevice, i
         del result, src, dst
 
 
-async def test_small_outputs_in_place_too(pdev: nnrt.ProcessDevice, in_place: list[Any]) -> None:
+async def test_small_outputs_come_back_by_value(pdev: nnrt.ProcessDevice, in_place: list[Any]) -> None:
+    """Under 4 KB an output in a shared pool comes back by value (on the ring) and is copied in."""
     prepared = await pdev.prepare_model(zoo.one_add())
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    service = pdev._running()
     with Memory.from_shared_memory(size=16) as mem:
+        ring = service.ring_sent
         await prepared.execute([x, x], [MemoryLocation(mem, 0, 16)])
-        assert in_place == [(1, 4)]
+        assert in_place == [] and service.ring_sent == ring + 1
         np.testing.assert_array_equal(mem.buffer.view(np.float32), (x + x).reshape(-1))
 
 
@@ -338,7 +341,8 @@ async def test_large_plain_outputs_come_back_through_the_arena(monkeypatch: pyte
     model = zoo.add_chain(2, 64 * 1024)  # 256 KB in, 256 KB out
     x = zoo.example_inputs(model)[0]
     want = reference(model, x)
-    with nnrt.ProcessDevice("nnrt-process-arena-out", arena_bytes=1 << 20) as dev:  # four 256 KB blocks
+    # Four 256 KB blocks; no rings (a 256 KB result fits a 1 MB ring: only larger ones take the arena there).
+    with nnrt.ProcessDevice("nnrt-process-arena-out", arena_bytes=1 << 20, ring_bytes=0) as dev:
         prepared = await dev.prepare_model(model)
         reserved: list[int] = []
         real = dev._arena.reserve
@@ -370,3 +374,14 @@ async def test_large_plain_outputs_come_back_through_the_arena(monkeypatch: pyte
         await prepared.execute([x], [flat])
         assert len(reserved) == n + 1  # the input's block only
         np.testing.assert_array_equal(flat[: 64 * 1024], want.reshape(-1))
+
+
+async def test_with_rings_a_result_larger_than_half_a_ring_takes_the_arena(pdev: nnrt.ProcessDevice) -> None:
+    big, small = zoo.add_chain(2, N), zoo.add_chain(2, 1024)  # 1 MB and 4 KB results, 1 MB rings
+    service = pdev._running()
+    for model, by_ring in ((big, False), (small, True)):
+        prepared = await pdev.prepare_model(model)
+        x = zoo.example_inputs(model)[0]
+        ring, sock = service.ring_sent, service.socket_sent
+        np.testing.assert_array_equal((await prepared.execute([x])).outputs[0], reference(model, x))
+        assert (service.ring_sent - ring, service.socket_sent - sock) == ((1, 0) if by_ring else (0, 1))
