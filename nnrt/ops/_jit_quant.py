@@ -20,8 +20,9 @@ types, constant filter and bias, constant scalar parameters and NHWC layout; any
 ``compiled()`` returning None: numba absent or ``NNRT_JIT=0``) keeps the numpy kernel, which is
 also what runs for a shape the compiled path does not take (an empty batch, NCHW). The run's
 geometry is worked out (and validated) by the numpy kernel's own code once per input shape.
-Inputs reach the cores C-contiguous (copied if not), so each core compiles once per 8-bit type
-and never in the middle of a stream.
+Inputs reach the cores C-contiguous (copied if not), and preparation calls each core once on a
+one-element input of the operand's rank and type (``_warm_input``), so numba compiles (or loads
+its cache) at preparation, even with calibration off, and never in the middle of a stream.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from nnrt.model import Operand
 from nnrt.ops import _common
 from nnrt.ops._jit import compiled
 from nnrt.ops._registry import Kernel, KernelResult, OpCall
@@ -110,6 +112,12 @@ def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
     return out
 
 
+def _warm_input(dims: tuple[int, ...] | list[int], dtype: Any) -> np.ndarray:
+    """A one-element input of an operand's rank and dtype: preparation calls each core once on
+    it, so numba compiles (or loads from its cache) there, never during an execution."""
+    return np.zeros((1,) * len(dims), dtype)
+
+
 def _quantize_q(x: Any, scale: Any, params: Any, like: Any) -> Any:
     """QUANTIZE of float32 ``x`` (C-contiguous) with the float32 ``scale``; ``params`` = zero
     point, saturation range, and what numpy's cast makes of NaN; a fresh array of ``like``'s dtype.
@@ -151,16 +159,19 @@ def _lookup_q(table: Any, a: Any, b: Any, pairs: bool) -> Any:
     return out
 
 
-def table_lookups() -> tuple[Callable[[np.ndarray, np.ndarray], np.ndarray],
-                             Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]]:
-    """The 8-bit table lookups (``_common.quant8_table``) a quantized elementwise kernel runs:
-    compiled ones (one pass, no index temporaries) when compiled kernels are in use, else
-    ``_common.lookup_unary`` and ``lookup_binary`` (numpy), which also take the operands the
-    compiled pass does not (broadcast or strided ones)."""
+def table_lookups(src: Operand, dst: Operand) -> tuple[Callable[[np.ndarray, np.ndarray], np.ndarray],
+                                                   Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]]:
+    """The 8-bit table lookups (``_common.quant8_table``) a quantized elementwise kernel with
+    input ``src`` and output ``dst`` runs: compiled ones (one pass, no index temporaries) when
+    compiled kernels are in use, else ``_common.lookup_unary`` and ``lookup_binary`` (numpy),
+    which also take the operands the compiled pass does not (broadcast or strided ones)."""
     unary, binary = _common.lookup_unary, _common.lookup_binary
     core = compiled(_lookup_q)
     if core is None:
         return unary, binary
+    if src.dimensions:
+        x = _warm_input(src.dimensions, src.type.dtype)
+        core(np.zeros(1 << 16, dst.type.dtype), x, x, True)
 
     def lookup_unary(table: np.ndarray, x: np.ndarray) -> np.ndarray:
         if not x.flags.c_contiguous:
@@ -187,6 +198,8 @@ def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
         nan = int(np.array([np.nan], np.float32).astype(out.type.dtype)[0])
     scale, like = np.float32(out.scale), np.empty(0, out.type.dtype)
     params = np.array([out.zero_point, *qrange, nan], np.int64)
+    if call.inputs[0].dimensions:
+        core(_warm_input(call.inputs[0].dimensions, np.float32), scale, params, like)
 
     def run(x: np.ndarray) -> np.ndarray:
         result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), scale, params, like)
@@ -203,6 +216,8 @@ def dequantize_runner(call: OpCall) -> Kernel | None:
             or src.channel_quant is not None:
         return None
     zero, scale = np.float32(src.zero_point), np.float32(src.scale)
+    if src.dimensions:
+        core(_warm_input(src.dimensions, src.type.dtype), zero, scale)
 
     def run(x: np.ndarray) -> np.ndarray:
         result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), zero, scale)
@@ -251,7 +266,10 @@ def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray 
     if core is None or w.shape[1] * w.shape[2] * (1 if depthwise else w.shape[3]) * 255 * 255 >= 1 << 31:
         return None
     relaid = w.transpose(1, 2, 0, 3) if depthwise else w.transpose(1, 2, 3, 0)  # [KH, KW, Cin or 1, Cout]
-    return _Prepared(core, call, relaid, bias, np.asarray(scales, np.float64), qrange, depthwise)
+    prep = _Prepared(core, call, relaid, bias, np.asarray(scales, np.float64), qrange, depthwise)
+    channels = relaid.shape[3] if depthwise else relaid.shape[2]
+    core(_warm_input((1, 1, 1, channels), call.inputs[0].type.dtype), prep.w, prep.geo(1, 1, 1, 1, 0, 0, 1, 1), prep.scales)
+    return prep
 
 
 def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, scales: np.ndarray,

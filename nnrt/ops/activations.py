@@ -68,7 +68,7 @@ def _elementwise(in_op: Operand, out_op: Operand, fn: RealFn) -> Kernel:
     a table of ``fn`` computed in float64 for each of the 256 input values)."""
     if in_op.type.is_quantized:
         table = quant8_table(lambda q: from_real(fn(to_real(q, in_op, np.float64)), out_op), (in_op,))
-        lookup = table_lookups()[0]
+        lookup = table_lookups(in_op, out_op)[0]
 
         def run_quant(x: np.ndarray) -> np.ndarray:
             return lookup(table, x)

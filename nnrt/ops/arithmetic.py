@@ -80,7 +80,7 @@ def prepare_binary(call: OpCall) -> Kernel:
 
     if t.is_quantized:
         tables: dict[int, np.ndarray] = {}  # by activation: built on first use, then looked up
-        lookup = table_lookups()[1]
+        lookup = table_lookups(a_op, out_op)[1]
 
         def run_quant(a: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
             table = tables.get(act)

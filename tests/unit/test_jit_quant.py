@@ -189,7 +189,8 @@ def test_quantized_elementwise_lookups_bit_identical(device: nnrt.CpuDevice, op:
 
 
 def test_compiled_lookups_in_use() -> None:
-    unary, binary = _jit_quant.table_lookups()
+    m = _one_op(Op.LOGISTIC, (T.TENSOR_QUANT8_ASYMM, 0.1, 3), (T.TENSOR_QUANT8_ASYMM, 1 / 256, 0), [2, 3])
+    unary, binary = _jit_quant.table_lookups(m.operands[0], m.operands[1])
     assert unary.__qualname__.startswith("table_lookups.") and binary.__qualname__.startswith("table_lookups.")
 
 
@@ -375,3 +376,35 @@ def test_large_conv_and_fc_runs_take_the_numpy_kernel(device: nnrt.CpuDevice, mo
         calls.clear()
         _same(fast, slow, [rng.integers(-128, 128, (rows, 50)).astype(np.int8)])
         assert bool(calls) is compiled_run, rows
+
+
+def test_cores_compile_at_preparation_not_in_an_execution() -> None:
+    """Even with calibration off, preparing a model compiles (or loads) the cores it uses for
+    its operands' ranks and types: no execution pays numba's compilation."""
+    from nnrt.ops._jit import compiled
+
+    device = nnrt.CpuDevice(calibrate=False)
+    try:
+        rng = np.random.default_rng(4)
+        m = Model()
+        x = m.add_operand(T.TENSOR_FLOAT32, [2, 1, 3, 2, 1])  # a rank no other test uses
+        q = m.add_operand(T.TENSOR_QUANT8_ASYMM, [2, 1, 3, 2, 1], 0.5, 3)
+        y = m.add_operand(T.TENSOR_FLOAT32, [2, 1, 3, 2, 1])
+        m.add_operation(Op.QUANTIZE, [x], [q])
+        m.add_operation(Op.DEQUANTIZE, [q], [y])
+        m.identify_inputs_and_outputs([x], [y])
+        m.finish()
+        device.prepare_model_sync(m)
+        for core, dtype in ((_jit_quant._quantize_q, "float32"), (_jit_quant._dequantize_q, "uint8")):
+            dispatcher = compiled(core)
+            assert dispatcher is not None
+            assert any(f"Array({dtype}, 5, 'C'" in str(sig) for sig in dispatcher.signatures), dispatcher.signatures  # type: ignore[attr-defined]
+        wq = rng.integers(-127, 128, (3, 2, 2, 5)).astype(np.int8)
+        conv = _quant_model(Op.CONV_2D, T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 5], (0.1, 3), wq, rng.uniform(0.01, 0.02, 3),
+                            (0.0, 0), np.zeros(3, np.int32), [0, 0, 0, 0, 1, 1, 0, False, 1, 1], (0.05, 9))
+        device.prepare_model_sync(conv)
+        core = compiled(_jit_quant._conv_q)
+        assert core is not None
+        assert any("Array(uint8, 4, 'C'" in str(sig) for sig in core.signatures)  # type: ignore[attr-defined]
+    finally:
+        device.close()
