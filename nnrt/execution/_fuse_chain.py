@@ -28,8 +28,11 @@ A decomposed hardswish inside a chain (ADD 3, RELU6, MUL by the ADD's input, DIV
 one HARD_SWISH entry: the compiled one-pass loop of ``_jit_float`` when numba is in use (its
 float32 operations are the same, in the same order), else the kernel's numpy calls. With the
 compiled loops of main's depthwise and convolutions, PaddleOCR's chains had become 30-40% of
-PP-OCRv4 rec; fused/unfused CPU time (``benchmarks/fusions.py``): PP-OCRv4 rec 0.79, PP-OCRv3
-rec 0.83, ppocr cls 0.87, PP-OCRv4 det 0.88 (0.91-0.97 before the compiled span).
+PP-OCRv4 rec. Likewise, with numba in use, a MUL by a scalar constant then an ADD of one
+(PP-LCNetV3's affine) is one compiled pass ``x * s + b`` (``affine_f32``: rounded after the
+product and after the sum, as numpy; tested bit for bit). Fused/unfused CPU time
+(``benchmarks/fusions.py``): PP-OCRv4 det 0.80, ppocr cls 0.81, PP-OCRv4 rec 0.83, PP-OCRv3
+rec 0.84 (0.91-1.01 with the numpy links only).
 
 At run time, an input that does not fit what preparation saw (not C-contiguous, another last
 axis than the per-channel constants, fewer axes than a constant) runs the links' own kernels
@@ -240,12 +243,15 @@ def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -
     # (ufunc or None, operation type, operands, fused activation, index of the value it makes)
     program = _hard_swish_spans([(_BINARY.get(link.type), link.type, link.args, link.act, k + 1)
                                  for k, link in enumerate(links)])
+    affine = compiled(affine_f32, AFFINE_F32) if _available_affine(program) else None
+    if affine is not None:
+        program = _affine_spans(program)
     saved = sorted({a[1] for entry in program for a in entry[2] if a[0] == "r"})
     keep_input = 0 in saved
     tiled: dict[int, list[Any]] = {1: program}  # per-channel constants repeated k times, by k
     fallback = _unfused(links, x0, operands)
     hard_swish = compiled(hard_swish_f32, UNARY_F32) if any(e[1] is Op.HARD_SWISH for e in program) else None
-    has_unary = any(e[1] is Op.HARD_SWISH for e in program)
+    has_unary = any(e[1] in (Op.HARD_SWISH, _AFFINE) for e in program)
 
     def rows_of(x: np.ndarray) -> tuple[int, list[Any]]:
         """Row length and program: rows of k whole channel vectors, about 4 Ki values (a row of
@@ -295,6 +301,12 @@ def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -
                     if act != ACT_NONE:
                         apply_activation(w, act)
                     t = w
+                elif kind is _AFFINE and affine is not None:
+                    dst = w if t is sp else sp  # never onto its own input (as below)
+                    affine(t.reshape(-1), dst.reshape(-1), args[0][1], args[1][1])
+                    if act != ACT_NONE:
+                        apply_activation(dst, act)
+                    t = dst
                 elif kind is Op.HARD_SWISH and hard_swish is not None:
                     # One compiled pass, the same operations; never onto its own input (a loop
                     # over aliased arrays does not vectorize: 117 vs 16 us per 64 Ki values).
@@ -350,6 +362,54 @@ def _hard_swish_spans(program: list[Any]) -> list[Any]:
             k += span
         else:
             out.append(program[k])
+            k += 1
+    return out
+
+
+#: A program entry computing ``x * s + b`` (scalars s, b: a MUL then an ADD of constants).
+_AFFINE = "affine"
+#: The signature ``affine_f32`` is compiled for.
+AFFINE_F32 = "void(Array(float32, 1, 'C', readonly=True), float32[::1], float32, float32)"
+
+
+def affine_f32(x: np.ndarray, out: np.ndarray, s: np.float32, b: np.float32) -> None:
+    """``out = x * s + b`` over flat float32 arrays: a float32 product rounded, then a float32
+    sum rounded, as numpy's MUL then ADD (numba contracts nothing into a fused multiply-add
+    without fastmath: tested bit for bit against the two numpy calls)."""
+    for i in range(x.shape[0]):
+        out[i] = x[i] * s + b
+
+
+def _available_affine(program: list[Any]) -> bool:
+    return any(e[0] is np.multiply for e in program)
+
+
+def _scalar_other(args: tuple[Arg, ...]) -> np.float32 | None:
+    """The scalar constant of a (running value, scalar constant) operand pair, else None."""
+    kinds = sorted(a[0] for a in args)
+    if kinds != ["c", "t"]:
+        return None
+    c = next(a[1] for a in args if a[0] == "c")
+    return np.float32(c) if c.ndim == 0 else None
+
+
+def _affine_spans(program: list[Any]) -> list[Any]:
+    """``program`` with each MUL by a scalar constant (no activation) followed by an ADD of a
+    scalar constant made one entry ``x * s + b`` (PP-LCNetV3's learnable affine), unless the
+    product is read elsewhere. Products and sums of two operands commute exactly in IEEE."""
+    used = {a[1] for e in program for a in e[2] if a[0] == "r"}
+    out: list[Any] = []
+    k = 0
+    while k < len(program):
+        mul = program[k]
+        add = program[k + 1] if k + 1 < len(program) else None
+        if (add is not None and mul[0] is np.multiply and mul[3] == ACT_NONE and add[0] is np.add
+                and mul[4] not in used and (s := _scalar_other(mul[2])) is not None
+                and (b := _scalar_other(add[2])) is not None):
+            out.append((None, _AFFINE, (("c", s), ("c", b)), add[3], add[4]))
+            k += 2
+        else:
+            out.append(mul)
             k += 1
     return out
 

@@ -302,3 +302,39 @@ def test_paddle_chain_with_and_without_compiled_kernels(device: nnrt.CpuDevice, 
     finally:
         monkeypatch.undo()
         _jit.reset_for_tests()
+
+
+def test_compiled_affine_rounds_like_numpy() -> None:
+    """``x * s + b`` compiled: the product rounded to float32, then the sum (no fused multiply-add,
+    which would differ in the last bit on a large share of these values)."""
+    from nnrt.execution._fuse_chain import AFFINE_F32, affine_f32
+    from nnrt.ops._jit import compiled
+
+    fn = compiled(affine_f32, AFFINE_F32)
+    if fn is None:
+        pytest.skip("numba is not in use (NNRT_JIT=0 or the fast extra missing): the numpy links run")
+    x = _values((1 << 20,), 5)
+    for s, b in ((F32(0.94316906), F32(0.5042972)), (F32(1.9), F32(-0.54658866)), (F32(-3e-5), F32(1e30))):
+        out = np.empty_like(x)
+        fn(x, out, s, b)
+        with np.errstate(all="ignore"):
+            want = np.add(np.multiply(x, s), b)
+        np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def test_affine_pairs_keep_the_add_activation_and_shared_products(device: nnrt.CpuDevice,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    shape = [1, 50, 60, 8]
+
+    def build() -> Model:
+        g = Graph()
+        x = g.t([*shape[:3], 3])
+        c = _conv(g, x, [*shape[:3], 3], 8)
+        a = g.op(Op.MUL, [c, _scalar(g, 0.75), g.act(0)], shape)
+        v = g.op(Op.ADD, [_scalar(g, 0.25), a, g.act(2)], shape)  # affine + RELU1
+        p = g.op(Op.MUL, [_scalar(g, 3.0), v, g.act(0)], shape)  # a product read again: no affine entry
+        q = g.op(Op.ADD, [p, _scalar(g, -1.0), g.act(0)], shape)
+        return g.done([x], [g.op(Op.SUB, [q, p, g.act(0)], shape)])
+
+    steps = _compare(device, build, [_values((*shape[:3], 3))], 2, monkeypatch)
+    assert steps[1].label.count(" + ") == 4
