@@ -1,5 +1,6 @@
-"""2-D convolutions: CONV_2D, DEPTHWISE_CONV_2D and GROUPED_CONV_2D (TRANSPOSE_CONV_2D lives in
-``conv_transpose``, imported at the bottom of this module).
+"""2-D convolutions: CONV_2D, DEPTHWISE_CONV_2D and GROUPED_CONV_2D (the DEPTHWISE_CONV_2D kernel
+lives in ``depthwise`` and TRANSPOSE_CONV_2D in ``conv_transpose``, both imported at the bottom of
+this module; the signature, type and geometry helpers all four share live here).
 
 All three share NNAPI's signature shape: ``[input, filter, bias, padding..., stride_w, stride_h,
 (depth multiplier | groups), activation, (layout), (dilation_w, dilation_h)]`` where padding is
@@ -45,11 +46,6 @@ from nnrt.ops._common import (
 )
 from nnrt.ops._conv_core import (
     Geometry,
-    TiledTaps,
-    compiled_depthwise,
-    depthwise_direct,
-    depthwise_sums,
-    exact_in_float32,
     im2col,
     padded,
 )
@@ -385,7 +381,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     fused = compiled(bias_act_f32, BIAS_ACT_F32) if call.outputs[0].type is T.TENSOR_FLOAT32 and fd[1:3] == (1, 1) else None
 
     def checked(args: tuple[Any, ...]) -> Geometry:
-        g, cin = _run_geometry(call, sig, args)
+        g, cin = run_geometry(call, sig, args)
         w, b = args[1], args[2]
         if w.shape[3] != cin or b.shape != (w.shape[0],):
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
@@ -409,10 +405,10 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         sums = conv_nhwc(xc, wmat, w.shape[1], w.shape[2], g)[0]
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
-    return _compiled_or(call, sig, types, False, checked, run)
+    return compiled_or(call, sig, types, False, checked, run)
 
 
-def _compiled_or(call: OpCall, sig: ConvSignature, types: ConvTypes, depthwise: bool,
+def compiled_or(call: OpCall, sig: ConvSignature, types: ConvTypes, depthwise: bool,
                  checked: Any, run: Kernel) -> Kernel:
     """The compiled twin of a quantized conv's ``run`` (``_jit_quant``) when filter, bias and
     every scalar parameter are constants; else ``run``."""
@@ -455,7 +451,7 @@ def _conv_matrices(
     return (relaid(call, key, make) if cached else make()), scales
 
 
-def _run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tuple[Geometry, int]:
+def run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tuple[Geometry, int]:
     """One run's geometry and input channel count, from the kernel's arguments (input, filter, bias, ...)."""
     x, w = args[0], args[1]
     check_shape(call, "input", x, 4)
@@ -464,93 +460,6 @@ def _run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tu
     in_h, in_w = (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
     g = geometry(call, sig, args, in_h, in_w, w.shape[1], w.shape[2])
     return g, x.shape[1] if g.nchw else x.shape[3]
-
-
-# -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------
-
-
-@kernel(Op.DEPTHWISE_CONV_2D)
-def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
-    sig = conv_signature(call, 3, extra=True, layout_required=False, dilation=True)
-    types = check_conv_types(call, 3)
-    check_const_params(call, sig)
-    fd = call.inputs[1].dimensions
-    if fd and fd[0] != 1:
-        call.fail(f"filter dimension 0 must be 1, got {fd[0]} (filter dimensions {list(fd)})")
-    nchw_const = call.const(sig.layout) if sig.layout is not None else False
-    mult_const = call.const(sig.extra) if sig.extra is not None else None
-    idims = call.inputs[0].dimensions
-    if fd and idims and nchw_const is not None and mult_const is not None:
-        cin = idims[1] if nchw_const else idims[3]
-        if fd[3] and cin and fd[3] != cin * mult_const:
-            call.fail(f"filter has {fd[3]} channels; input channels {cin} x depth multiplier {mult_const} expected")
-
-    in_op = call.inputs[0]
-    zero = float(in_op.zero_point) if types.quantized else 0.0
-    const_w, const_b = call.const(1), call.const(2)
-    filt0 = _depthwise_filter(call, types, const_w) if const_w is not None else None
-    bias0 = _depthwise_bias(call, types, const_b) if const_b is not None else None
-    stride_w = call.const(sig.stride)
-    jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
-
-    def checked(args: tuple[Any, ...]) -> Geometry:
-        g, cin = _run_geometry(call, sig, args)
-        w, b = args[1], args[2]
-        if w.shape[0] != 1 or w.shape[3] != cin * g.extra or b.shape != (w.shape[3],):
-            call.fail(
-                f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels "
-                f"x depth multiplier {g.extra}"
-            )
-        return g
-
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g = checked((x, w, b, *params))
-        cout = w.shape[3]
-        n, kh, kw = x.shape[0], w.shape[1], w.shape[2]
-        if n == 0 or g.out_h == 0 or g.out_w == 0:
-            return empty_output(call, n, cout, g)
-        taps, dtype, scales = filt0 if filt0 is not None else _depthwise_filter(call, types, w)
-        bias = bias0 if bias0 is not None else _depthwise_bias(call, types, b)
-        xin = from_nchw(x) if g.nchw else x
-        if g.extra > 1:
-            xin = np.repeat(xin, g.extra, axis=3)
-        oh, ow = g.out_h, g.out_w
-        if jit is not None:
-            res = jit(xin, taps, bias, kw, g)
-            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
-        if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
-            xc = xin.astype(dtype)
-            if zero:
-                xc -= dtype(zero)
-            sums = depthwise_direct(xc, taps.taps.reshape(kh, kw, cout), g).reshape(n, oh, ow * cout)
-        else:
-            sums = depthwise_sums(xin, taps, kh, kw, g, dtype, zero)
-        if types.input is T.TENSOR_FLOAT32:
-            out = np.add(sums, bias.tiled(ow)[0], out=sums)
-            res = apply_activation(out, g.act).reshape(n, oh, ow, cout)
-            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
-        real = np.add(sums, bias.tiled(ow)[0], dtype=np.float64 if types.quantized else np.float32)
-        if scales is not None:
-            real *= scales.tiled(ow)[0]
-        return finish_output(call, real.reshape(n, oh, ow, cout), g)
-
-    return _compiled_or(call, sig, types, True, checked, run)
-
-
-#: Depthwise outputs (batch x rows x columns) up to which one contraction beats the tap loop.
-_DIRECT_MAX_OUTPUTS = 32
-
-
-def _depthwise_filter(
-    call: OpCall, types: ConvTypes, w: np.ndarray
-) -> tuple[TiledTaps, type[np.floating], TiledTaps | None]:
-    """A depthwise filter [1, KH, KW, C] as tiled taps, the dtype the taps are summed in and,
-    for quantized filters, the real scale of each channel's integer sums (else None)."""
-    if not types.quantized:
-        return TiledTaps(real_filter(w, call, types)[0]), np.float32, None
-    centred, scales = centred_filter(call, w, 3)
-    dtype: type[np.floating] = np.float32 if exact_in_float32(w.shape[1] * w.shape[2]) else np.float64
-    return TiledTaps(centred[0].astype(dtype)), dtype, TiledTaps(scales[None, :])
 
 
 def centred_filter(call: OpCall, w: np.ndarray, channel_dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -562,14 +471,6 @@ def centred_filter(call: OpCall, w: np.ndarray, channel_dim: int) -> tuple[np.nd
     if f.type is T.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq is not None:
         return w.astype(np.float64), np.asarray(cq.scales, dtype=np.float64) * in_scale
     return w.astype(np.float64) - f.zero_point, np.full(w.shape[channel_dim], np.float64(f.scale) * in_scale)
-
-
-def _depthwise_bias(call: OpCall, types: ConvTypes, b: np.ndarray) -> TiledTaps:
-    """The bias as a tiled row: real values (float), or the int32 values themselves (quantized:
-    they share the integer sums' scale)."""
-    if types.quantized:
-        return TiledTaps(b.astype(np.float64)[None, :])
-    return TiledTaps(real_bias(b, call, types)[None, :])
 
 
 # -- GROUPED_CONV_2D ------------------------------------------------------------------------
@@ -595,7 +496,7 @@ def prepare_grouped_conv2d(call: OpCall) -> Kernel:
         return [_conv_matrix(wreal[k * per : (k + 1) * per], bias[k * per : (k + 1) * per]) for k in range(groups)]
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g, cin = _run_geometry(call, sig, (x, w, b, *params))
+        g, cin = run_geometry(call, sig, (x, w, b, *params))
         groups = g.extra
         cout = w.shape[0]
         if cout % groups or w.shape[3] * groups != cin or b.shape != (cout,):
@@ -620,3 +521,4 @@ def prepare_grouped_conv2d(call: OpCall) -> Kernel:
 
 
 from nnrt.ops import conv_transpose as _conv_transpose  # noqa: E402, F401
+from nnrt.ops import depthwise as _depthwise  # noqa: E402, F401

@@ -1,13 +1,14 @@
 """Every CTS spec whose operations nnrt supports, run through the public API (one test per spec).
 
-The numpy kernels are the reference: ``test_cts_spec`` runs them (``NNRT_JIT=0``). The specs
-that use an operation with a compiled kernel (``nnrt/ops/_jit*.py``) run a second time with
-numba's kernels in ``test_cts_spec_compiled``.
+The numpy kernels are the reference: ``test_cts_spec`` runs them (``NNRT_JIT=0``). The cases
+with an operation that has a compiled path for its operand types (``nnrt/ops/_jit*.py``) run a
+second time with numba's kernels in ``test_cts_spec_compiled``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -17,20 +18,29 @@ from nnrt.ops import _jit
 
 SPECS = list(iter_specs())
 
-#: Operations whose float kernels have a compiled twin or part (``nnrt/ops/_jit_float.py``), and
-#: those whose 8-bit kernels do (``_jit_quant``; the quantized ADD/SUB/MUL lookups are left to
-#: ``tests/unit/test_jit_quant.py``, which compares their specs bit for bit: the CTS puts an ADD
-#: in a third of all specs).
-COMPILED_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MAX_POOL_2D", "MEAN", "PRELU",
-                          "FULLY_CONNECTED", "QUANTIZE", "DEQUANTIZE", "LOGISTIC"})
+#: Operations with a compiled twin or part, by the operand types that take it: float32
+#: (``nnrt/ops/_jit_float.py``) and 8-bit (``nnrt/ops/_jit_quant.py``: QUANTIZE/DEQUANTIZE,
+#: convolutions, FULLY_CONNECTED, the activations' table lookups). The 8-bit ADD/SUB/MUL/DIV
+#: lookups are left to ``tests/unit/test_jit_quant.py``, which compares their specs bit for bit
+#: (an ADD is in a third of all specs).
+COMPILED_OPS = {
+    "TENSOR_FLOAT32": frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MAX_POOL_2D", "MEAN", "PRELU"}),
+    "TENSOR_QUANT8_ASYMM": frozenset({
+        "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "FULLY_CONNECTED", "HARD_SWISH", "LOGISTIC", "PRELU",
+        "QUANTIZE", "RELU", "RELU1", "RELU6", "TANH",
+    }),
+}  # fmt: skip
+COMPILED_OPS["TENSOR_QUANT8_ASYMM_SIGNED"] = COMPILED_OPS["TENSOR_QUANT8_ASYMM"]
 
 
-def _uses_compiled(spec: str) -> bool:
-    return any(op["type"] in COMPILED_OPS for case in load_spec(spec)
-               for model in (case["main"], *case["referenced"]) for op in model["operations"])
+def _uses_compiled(case: dict[str, Any]) -> bool:
+    """Whether an operation of the case has a compiled path for one of its operands' types."""
+    return any(op["type"] in COMPILED_OPS.get(model["operands"][i]["type"], ())
+               for model in (case["main"], *case["referenced"])
+               for op in model["operations"] for i in (*op["inputs"], *op["outputs"]))
 
 
-COMPILED_SPECS = [s for s in SPECS if _uses_compiled(s)]
+COMPILED_SPECS = [s for s in SPECS if any(_uses_compiled(case) for case in load_spec(s))]
 
 
 @pytest.fixture
@@ -40,9 +50,11 @@ def numba_kernels(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
-async def _run_spec(spec: str, device: CpuDevice) -> None:
+async def _run_spec(spec: str, device: CpuDevice, only_compiled: bool = False) -> None:
     failures = []
     for case in load_spec(spec):
+        if only_compiled and not _uses_compiled(case):
+            continue
         result = await run_case(case, device)
         if result.status == "fail":
             failures.append(f"{result.name}: {result.message}")
@@ -60,4 +72,4 @@ async def test_cts_spec(spec: str, device: CpuDevice, numba_kernels: None) -> No
 async def test_cts_spec_compiled(spec: str, device: CpuDevice, numba_kernels: None) -> None:
     pytest.importorskip("numba")
     assert _jit.available()
-    await _run_spec(spec, device)
+    await _run_spec(spec, device, only_compiled=True)

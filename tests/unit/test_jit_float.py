@@ -25,7 +25,7 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.ops import _jit, activations, conv, pooling, reduce
+from nnrt.ops import _jit, activations, conv, depthwise, pooling, reduce
 from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
 from nnrt.ops._jit_float import (
     DEPTHWISE_ROWS_F32,
@@ -59,7 +59,7 @@ def _both(device: nnrt.CpuDevice, m: Model, inputs: list[np.ndarray]) -> tuple[n
     """The model's first output with the compiled kernels and with the numpy ones (checking
     that the first run took a compiled loop and the second did not)."""
     calls: list[int] = []
-    real = conv.compiled_depthwise
+    real = depthwise.compiled_depthwise
 
     def counting(*args: Any) -> CompiledDepthwise | None:
         run = real(*args)
@@ -72,7 +72,7 @@ def _both(device: nnrt.CpuDevice, m: Model, inputs: list[np.ndarray]) -> tuple[n
 
         return counted
 
-    conv.compiled_depthwise = counting  # type: ignore[assignment]
+    depthwise.compiled_depthwise = counting  # type: ignore[assignment]
     try:
         with _jit.forced(True):
             fast = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
@@ -82,7 +82,7 @@ def _both(device: nnrt.CpuDevice, m: Model, inputs: list[np.ndarray]) -> tuple[n
             ref = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
         assert not calls, "NNRT_JIT=0 ran the compiled kernel"
     finally:
-        conv.compiled_depthwise = real  # type: ignore[assignment]
+        depthwise.compiled_depthwise = real  # type: ignore[assignment]
     return fast, ref
 
 

@@ -1,0 +1,132 @@
+"""DEPTHWISE_CONV_2D: its kernel, filter and bias re-laying (split from ``conv``, which holds
+the signature, type and geometry helpers the 2-D convolutions share and imports this module at
+its bottom so the kernel registers with the family).
+
+Float32 runs the compiled loop ``compiled_depthwise`` picks once at preparation when numba is
+available (``nnrt.ops._jit``), else one padded, phase-split copy and one einsum per phase
+(``_conv_core.depthwise_sums``), or one contraction for a handful of outputs
+(``depthwise_direct``). Quantized filters with constant parameters run the compiled 8-bit core
+(``_jit_quant``) through ``conv.compiled_or``; otherwise the real-number path requantizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nnrt.ops._common import apply_activation, from_nchw, to_nchw
+from nnrt.ops._conv_core import Geometry, TiledTaps, compiled_depthwise, depthwise_direct, depthwise_sums, exact_in_float32
+from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.ops.conv import (
+    ConvTypes,
+    centred_filter,
+    check_const_params,
+    check_conv_types,
+    compiled_or,
+    conv_signature,
+    empty_output,
+    finish_output,
+    real_bias,
+    real_filter,
+    run_geometry,
+)
+from nnrt.types import OperandType as T
+from nnrt.types import OperationType as Op
+
+__all__: list[str] = []
+
+
+# -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------
+
+
+@kernel(Op.DEPTHWISE_CONV_2D)
+def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
+    sig = conv_signature(call, 3, extra=True, layout_required=False, dilation=True)
+    types = check_conv_types(call, 3)
+    check_const_params(call, sig)
+    fd = call.inputs[1].dimensions
+    if fd and fd[0] != 1:
+        call.fail(f"filter dimension 0 must be 1, got {fd[0]} (filter dimensions {list(fd)})")
+    nchw_const = call.const(sig.layout) if sig.layout is not None else False
+    mult_const = call.const(sig.extra) if sig.extra is not None else None
+    idims = call.inputs[0].dimensions
+    if fd and idims and nchw_const is not None and mult_const is not None:
+        cin = idims[1] if nchw_const else idims[3]
+        if fd[3] and cin and fd[3] != cin * mult_const:
+            call.fail(f"filter has {fd[3]} channels; input channels {cin} x depth multiplier {mult_const} expected")
+
+    in_op = call.inputs[0]
+    zero = float(in_op.zero_point) if types.quantized else 0.0
+    const_w, const_b = call.const(1), call.const(2)
+    filt0 = _depthwise_filter(call, types, const_w) if const_w is not None else None
+    bias0 = _depthwise_bias(call, types, const_b) if const_b is not None else None
+    stride_w = call.const(sig.stride)
+    jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
+
+    def checked(args: tuple[Any, ...]) -> Geometry:
+        g, cin = run_geometry(call, sig, args)
+        w, b = args[1], args[2]
+        if w.shape[0] != 1 or w.shape[3] != cin * g.extra or b.shape != (w.shape[3],):
+            call.fail(
+                f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels "
+                f"x depth multiplier {g.extra}"
+            )
+        return g
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        g = checked((x, w, b, *params))
+        cout = w.shape[3]
+        n, kh, kw = x.shape[0], w.shape[1], w.shape[2]
+        if n == 0 or g.out_h == 0 or g.out_w == 0:
+            return empty_output(call, n, cout, g)
+        taps, dtype, scales = filt0 if filt0 is not None else _depthwise_filter(call, types, w)
+        bias = bias0 if bias0 is not None else _depthwise_bias(call, types, b)
+        xin = from_nchw(x) if g.nchw else x
+        if g.extra > 1:
+            xin = np.repeat(xin, g.extra, axis=3)
+        oh, ow = g.out_h, g.out_w
+        if jit is not None:
+            res = jit(xin, taps, bias, kw, g)
+            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
+        if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
+            xc = xin.astype(dtype)
+            if zero:
+                xc -= dtype(zero)
+            sums = depthwise_direct(xc, taps.taps.reshape(kh, kw, cout), g).reshape(n, oh, ow * cout)
+        else:
+            sums = depthwise_sums(xin, taps, kh, kw, g, dtype, zero)
+        if types.input is T.TENSOR_FLOAT32:
+            out = np.add(sums, bias.tiled(ow)[0], out=sums)
+            res = apply_activation(out, g.act).reshape(n, oh, ow, cout)
+            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
+        real = np.add(sums, bias.tiled(ow)[0], dtype=np.float64 if types.quantized else np.float32)
+        if scales is not None:
+            real *= scales.tiled(ow)[0]
+        return finish_output(call, real.reshape(n, oh, ow, cout), g)
+
+    return compiled_or(call, sig, types, True, checked, run)
+
+
+#: Depthwise outputs (batch x rows x columns) up to which one contraction beats the tap loop.
+_DIRECT_MAX_OUTPUTS = 32
+
+
+def _depthwise_filter(
+    call: OpCall, types: ConvTypes, w: np.ndarray
+) -> tuple[TiledTaps, type[np.floating], TiledTaps | None]:
+    """A depthwise filter [1, KH, KW, C] as tiled taps, the dtype the taps are summed in and,
+    for quantized filters, the real scale of each channel's integer sums (else None)."""
+    if not types.quantized:
+        return TiledTaps(real_filter(w, call, types)[0]), np.float32, None
+    centred, scales = centred_filter(call, w, 3)
+    dtype: type[np.floating] = np.float32 if exact_in_float32(w.shape[1] * w.shape[2]) else np.float64
+    return TiledTaps(centred[0].astype(dtype)), dtype, TiledTaps(scales[None, :])
+
+
+def _depthwise_bias(call: OpCall, types: ConvTypes, b: np.ndarray) -> TiledTaps:
+    """The bias as a tiled row: real values (float), or the int32 values themselves (quantized:
+    they share the integer sums' scale)."""
+    if types.quantized:
+        return TiledTaps(b.astype(np.float64)[None, :])
+    return TiledTaps(real_bias(b, call, types)[None, :])
