@@ -24,6 +24,16 @@ Measured (CPU time, malloc tuned as ``nnrt bench`` runs) on PaddleOCR's conv -> 
 hardswish -> affine chain: [1,160,160,16] separate fresh arrays 1.46 ms, ``_fuse``'s in-place
 rules 0.60 ms, this chain 0.50 ms; [1,80,80,48] 0.74 / 0.39 / 0.30 ms.
 
+A decomposed hardswish inside a chain (ADD 3, RELU6, MUL by the ADD's input, DIV 6) runs as
+one HARD_SWISH entry: the compiled one-pass loop of ``_jit_float`` when numba is in use (its
+float32 operations are the same, in the same order), else the kernel's numpy calls. With the
+compiled loops of main's depthwise and convolutions, PaddleOCR's chains had become 30-40% of
+PP-OCRv4 rec. Likewise, with numba in use, a MUL by a scalar constant then an ADD of one
+(PP-LCNetV3's affine) is one compiled pass ``x * s + b`` (``affine_f32``: rounded after the
+product and after the sum, as numpy; tested bit for bit). Fused/unfused CPU time
+(``benchmarks/fusions.py``): PP-OCRv4 det 0.80, ppocr cls 0.81, PP-OCRv4 rec 0.83, PP-OCRv3
+rec 0.84 (0.91-1.01 with the numpy links only).
+
 At run time, an input that does not fit what preparation saw (not C-contiguous, another last
 axis than the per-channel constants, fewer axes than a constant) runs the links' own kernels
 one after the other, as the unfused plan would. The step keeps the first link's operation type
@@ -41,6 +51,8 @@ import numpy as np
 
 from nnrt.model import Model, Operand
 from nnrt.ops._common import ACT_NONE, apply_activation
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import UNARY_F32, hard_swish_f32
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 if TYPE_CHECKING:
@@ -234,12 +246,18 @@ def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -
     width = channels.pop() if channels else 0
     min_rank = max((len(operands((i,))[0].dimensions) for link in links for i, a in zip(link.step.ins, link.args)
                     if a[0] == "c"), default=0)
-    saved = sorted({a[1] for link in links for a in link.args if a[0] == "r"})
+    # (ufunc or None, operation type, operands, fused activation, index of the value it makes)
+    program = _hard_swish_spans([(_BINARY.get(link.type), link.type, link.args, link.act, k + 1)
+                                 for k, link in enumerate(links)])
+    affine = compiled(affine_f32, AFFINE_F32) if _available_affine(program) else None
+    if affine is not None:
+        program = _affine_spans(program)
+    saved = sorted({a[1] for entry in program for a in entry[2] if a[0] == "r"})
     keep_input = 0 in saved
-    program = [(_BINARY.get(link.type), link.type, link.args, link.act) for link in links]
     tiled: dict[int, list[Any]] = {1: program}  # per-channel constants repeated k times, by k
     fallback = _unfused(links, x0, operands)
-    has_unary = any(link.type is Op.HARD_SWISH for link in links)
+    hard_swish = compiled(hard_swish_f32, UNARY_F32) if any(e[1] is Op.HARD_SWISH for e in program) else None
+    has_unary = any(e[1] in (Op.HARD_SWISH, _AFFINE) for e in program)
 
     def rows_of(x: np.ndarray) -> tuple[int, list[Any]]:
         """Row length and program: rows of k whole channel vectors, about 4 Ki values (a row of
@@ -250,7 +268,7 @@ def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -
         prog = tiled.get(k)
         if prog is None:
             prog = tiled[k] = [(u, kind, tuple(("c", np.tile(a[1], k)) if a[0] == "c" and a[1].ndim == 1 else a
-                                               for a in args), act) for u, kind, args, act in program]
+                                               for a in args), act, v) for u, kind, args, act, v in program]
         return k * width, prog
 
     def run(x: np.ndarray) -> np.ndarray:
@@ -281,22 +299,125 @@ def _chain_fn(links: list[_Link], x0: int, in_place: bool, operands: Operands) -
                 if here:  # the first link overwrites the input: keep it for later links
                     regs[0] = scratch[0][:m]
                     np.copyto(regs[0], xs)
-            t = xs
-            for k, (ufunc, kind, args, act) in enumerate(prog):
+            t, sp = xs, (spare[:m] if spare is not None else w)
+            for ufunc, kind, args, act, v in prog:
                 if ufunc is not None:
                     a, b = (t if s[0] == "t" else s[1] if s[0] == "c" else regs[s[1]] for s in args)
                     ufunc(a, b, out=w)
                     if act != ACT_NONE:
                         apply_activation(w, act)
+                    t = w
+                elif kind is _AFFINE and affine is not None:
+                    dst = w if t is sp else sp  # never onto its own input (as below)
+                    affine(t.reshape(-1), dst.reshape(-1), args[0][1], args[1][1])
+                    if act != ACT_NONE:
+                        apply_activation(dst, act)
+                    t = dst
+                elif kind is Op.HARD_SWISH and hard_swish is not None:
+                    # One compiled pass, the same operations; never onto its own input (a loop
+                    # over aliased arrays does not vectorize: 117 vs 16 us per 64 Ki values).
+                    dst = w if t is sp else sp
+                    hard_swish(t.reshape(-1), dst.reshape(-1))
+                    t = dst
                 else:
-                    _unary(kind, t, w, spare[:m] if spare is not None else w)
-                t = w
-                if k + 1 in scratch:
-                    regs[k + 1] = scratch[k + 1][:m]
-                    np.copyto(regs[k + 1], w)
+                    _unary(kind, t, w, sp)
+                    t = w
+                if v in scratch:
+                    regs[v] = scratch[v][:m]
+                    np.copyto(regs[v], t)
+            if t is not w:
+                np.copyto(w, t)
         return out
 
     return run
+
+
+def _scalar(arg: Arg, value: float) -> bool:
+    return arg[0] == "c" and arg[1].ndim == 0 and float(arg[1]) == value
+
+
+def _hard_swish_spans(program: list[Any]) -> list[Any]:
+    """``program`` with each decomposed hardswish, ADD 3 (with RELU6 fused or as the next link),
+    MUL by the ADD's input, DIV 6, made one HARD_SWISH entry: ``x * clip(x + 3, 0, 6) / 6``,
+    the same float32 operations in the same order (the MUL's operands swapped: IEEE products
+    commute), so the compiled one-pass kernel of ``_jit_float`` may run it. Not where a value
+    inside the span is read elsewhere."""
+    out: list[Any] = []
+    k = 0
+    while k < len(program):
+        u, _, args, act, _ = program[k]
+        vin = program[k - 1][4] if k else 0
+        span = 0
+        if u is np.add and act in (ACT_NONE, 3) and {args[0][0], args[1][0]} == {"t", "c"} \
+                and any(_scalar(a, 3.0) for a in args):
+            q = k + 1
+            if act == ACT_NONE and q < len(program) and program[q][1] is Op.RELU6:
+                q += 1
+            elif act == ACT_NONE:
+                q = -1
+            if 0 <= q < len(program) - 1:
+                mul, div = program[q], program[q + 1]
+                inner = {e[4] for e in program[k:q + 1]}
+                used = [a[1] for e in program for a in e[2] if a[0] == "r"]
+                if (mul[0] is np.multiply and mul[3] == ACT_NONE and sorted(a[0] for a in mul[2]) == ["r", "t"]
+                        and ("r", vin) in mul[2] and div[0] is np.divide and div[3] == ACT_NONE
+                        and div[2][0] == ("t",) and _scalar(div[2][1], 6.0) and not inner & set(used)):
+                    span = q + 2 - k
+        if span:
+            out.append((None, Op.HARD_SWISH, (("t",),), ACT_NONE, program[k + span - 1][4]))
+            k += span
+        else:
+            out.append(program[k])
+            k += 1
+    return out
+
+
+#: A program entry computing ``x * s + b`` (scalars s, b: a MUL then an ADD of constants).
+_AFFINE = "affine"
+#: The signature ``affine_f32`` is compiled for.
+AFFINE_F32 = "void(Array(float32, 1, 'C', readonly=True), float32[::1], float32, float32)"
+
+
+def affine_f32(x: np.ndarray, out: np.ndarray, s: np.float32, b: np.float32) -> None:
+    """``out = x * s + b`` over flat float32 arrays: a float32 product rounded, then a float32
+    sum rounded, as numpy's MUL then ADD (numba contracts nothing into a fused multiply-add
+    without fastmath: tested bit for bit against the two numpy calls)."""
+    for i in range(x.shape[0]):
+        out[i] = x[i] * s + b
+
+
+def _available_affine(program: list[Any]) -> bool:
+    return any(e[0] is np.multiply for e in program)
+
+
+def _scalar_other(args: tuple[Arg, ...]) -> np.float32 | None:
+    """The scalar constant of a (running value, scalar constant) operand pair, else None."""
+    kinds = sorted(a[0] for a in args)
+    if kinds != ["c", "t"]:
+        return None
+    c = next(a[1] for a in args if a[0] == "c")
+    return np.float32(c) if c.ndim == 0 else None
+
+
+def _affine_spans(program: list[Any]) -> list[Any]:
+    """``program`` with each MUL by a scalar constant (no activation) followed by an ADD of a
+    scalar constant made one entry ``x * s + b`` (PP-LCNetV3's learnable affine), unless the
+    product is read elsewhere. Products and sums of two operands commute exactly in IEEE."""
+    used = {a[1] for e in program for a in e[2] if a[0] == "r"}
+    out: list[Any] = []
+    k = 0
+    while k < len(program):
+        mul = program[k]
+        add = program[k + 1] if k + 1 < len(program) else None
+        if (add is not None and mul[0] is np.multiply and mul[3] == ACT_NONE and add[0] is np.add
+                and mul[4] not in used and (s := _scalar_other(mul[2])) is not None
+                and (b := _scalar_other(add[2])) is not None):
+            out.append((None, _AFFINE, (("c", s), ("c", b)), add[3], add[4]))
+            k += 2
+        else:
+            out.append(mul)
+            k += 1
+    return out
 
 
 def _unary(kind: OperationType, t: np.ndarray, w: np.ndarray, spare: np.ndarray) -> None:

@@ -264,3 +264,85 @@ def test_large_silu_runs_in_blocks_with_the_same_bits(device: nnrt.CpuDevice, so
     xs = [_values(tuple(shape) if source == "input" else (*shape[:3], 3))]
     steps = _compare(device, build, xs, 1 if source == "input" else 2, monkeypatch)
     assert "(LOGISTIC) + " in steps[-1].label
+
+
+def _entry(op: Op, args: tuple[tuple[object, ...], ...], act: int, v: int) -> tuple[object, ...]:
+    from nnrt.execution._fuse_chain import _BINARY
+
+    return (_BINARY.get(op), op, args, act, v)
+
+
+def test_decomposed_hardswish_spans_become_one_entry() -> None:
+    from nnrt.execution._fuse_chain import _hard_swish_spans
+
+    c = {v: ("c", np.array(v, F32)) for v in (0.5, 3.0, 5.0, 6.0)}
+    t = ("t",)
+    affine = _entry(Op.ADD, (t, c[0.5]), 0, 1)
+    fused_act = [affine, _entry(Op.ADD, (t, c[3.0]), 3, 2), _entry(Op.MUL, (("r", 1), t), 0, 3),
+                 _entry(Op.DIV, (t, c[6.0]), 0, 4), _entry(Op.MUL, (t, c[0.5]), 0, 5)]
+    got = _hard_swish_spans(fused_act)
+    assert [e[1] for e in got] == [Op.ADD, Op.HARD_SWISH, Op.MUL] and got[1][4] == 4
+    separate = [_entry(Op.ADD, (c[3.0], t), 0, 1), _entry(Op.RELU6, (t,), 0, 2), _entry(Op.MUL, (t, ("r", 0)), 0, 3),
+                _entry(Op.DIV, (t, c[6.0]), 0, 4)]
+    assert [e[1] for e in _hard_swish_spans(separate)] == [Op.HARD_SWISH]
+    not_spans = [
+        [*separate[:3], _entry(Op.DIV, (t, c[5.0]), 0, 4)],  # not / 6
+        [*separate[:2], _entry(Op.MUL, (t, ("r", 1)), 0, 3), separate[3]],  # x * (x + 3), not x * relu6(x + 3)
+        [*separate, _entry(Op.ADD, (t, ("r", 2)), 0, 5)],  # relu6(x + 3) read again later
+        [_entry(Op.ADD, (t, c[3.0]), 1, 1), *separate[2:]],  # RELU, not RELU6
+        [affine, _entry(Op.ADD, (t, c[3.0]), 3, 2), _entry(Op.MUL, (("r", 0), t), 0, 3),  # y * relu6(x + 3)
+         _entry(Op.DIV, (t, c[6.0]), 0, 4)],
+    ]
+    for program in not_spans:
+        assert len(_hard_swish_spans(program)) == len(program)
+
+
+@pytest.mark.parametrize("jit", ["1", "0"])
+def test_paddle_chain_with_and_without_compiled_kernels(device: nnrt.CpuDevice, jit: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnrt.ops import _jit
+
+    monkeypatch.setenv("NNRT_JIT", jit)
+    _jit.reset_for_tests()
+    try:
+        steps = _compare(device, _paddle_hardswish([1, 40, 41, 3]), [_values((1, 40, 41, 3))], 2, monkeypatch)
+        assert steps[1].label.count(" + ") == 7
+    finally:
+        monkeypatch.undo()
+        _jit.reset_for_tests()
+
+
+def test_compiled_affine_rounds_like_numpy() -> None:
+    """``x * s + b`` compiled: the product rounded to float32, then the sum (no fused multiply-add,
+    which would differ in the last bit on a large share of these values)."""
+    from nnrt.execution._fuse_chain import AFFINE_F32, affine_f32
+    from nnrt.ops._jit import compiled
+
+    fn = compiled(affine_f32, AFFINE_F32)
+    if fn is None:
+        pytest.skip("numba is not in use (NNRT_JIT=0 or the fast extra missing): the numpy links run")
+    x = _values((1 << 20,), 5)
+    for s, b in ((F32(0.94316906), F32(0.5042972)), (F32(1.9), F32(-0.54658866)), (F32(-3e-5), F32(1e30))):
+        out = np.empty_like(x)
+        fn(x, out, s, b)
+        with np.errstate(all="ignore"):
+            want = np.add(np.multiply(x, s), b)
+        np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def test_affine_pairs_keep_the_add_activation_and_shared_products(device: nnrt.CpuDevice,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    shape = [1, 50, 60, 8]
+
+    def build() -> Model:
+        g = Graph()
+        x = g.t([*shape[:3], 3])
+        c = _conv(g, x, [*shape[:3], 3], 8)
+        a = g.op(Op.MUL, [c, _scalar(g, 0.75), g.act(0)], shape)
+        v = g.op(Op.ADD, [_scalar(g, 0.25), a, g.act(2)], shape)  # affine + RELU1
+        p = g.op(Op.MUL, [_scalar(g, 3.0), v, g.act(0)], shape)  # a product read again: no affine entry
+        q = g.op(Op.ADD, [p, _scalar(g, -1.0), g.act(0)], shape)
+        return g.done([x], [g.op(Op.SUB, [q, p, g.act(0)], shape)])
+
+    steps = _compare(device, build, [_values((*shape[:3], 3))], 2, monkeypatch)
+    assert steps[1].label.count(" + ") == 4
