@@ -428,6 +428,11 @@ def main(argv: list[str]) -> int:
     try:
         kind, options, ring = recv_frame(sock)
         device = make_device(kind, options)
+        # numba's import (about 0.2 s) before the service reports itself started: a standby
+        # service pays it while it waits, not while it re-prepares after a death
+        from nnrt.ops._jit import available
+
+        available()
     except Exception as err:
         with contextlib.suppress(OSError):
             send_frame(sock, (0, False, error_payload(err)))
