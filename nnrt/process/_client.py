@@ -22,7 +22,7 @@ hang detector:
 
 **The rings.** Executions whose outputs come back by value do not take the socket: they
 travel as burst packets (``nnrt.process._transport``) on the connection's shared-memory rings
-(``nnrt.process._fmq``); ``_device._RemoteDriver`` decides which path a request takes.
+(``nnrt.process._fmq``); ``_driver.RemoteDriver`` decides which path a request takes.
 Any thread may produce requests (one at a time, under the lock). One *consumer* at a time
 reads the result ring, and completes every waiter whose result it finds:
 

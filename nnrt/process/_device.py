@@ -5,7 +5,7 @@ The app side keeps the ``Device`` contract; the other half, a service process
 ``RestrictedDevice`` from a config) with its own scheduler. A prepared model of a
 ``ProcessDevice`` is an ordinary ``PreparedModel`` (request validation, deadline checks,
 outputs, timing, fenced executions, bursts: all its own code, the one execution path) whose
-plan is one DELEGATED step and whose driver, ``_RemoteDriver``, runs that step by sending the
+plan is one DELEGATED step and whose driver, ``RemoteDriver``, runs that step by sending the
 inputs to the service's prepared model and awaiting its outputs (``drive``: on an asyncio
 future, never blocking the loop; ``run_now``: blocking the calling thread, for
 ``execute_sync`` outside a loop). The app's identity and the execution's deadline and loop
@@ -48,43 +48,35 @@ Lifecycle and failures (documented choices):
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import threading
 import weakref
-from collections.abc import Generator, Hashable, Sequence
+from collections.abc import Generator, Sequence
 from types import TracebackType
 from typing import Any
-
-import numpy as np
 
 from nnrt._log import get_logger
 from nnrt.cache import check_cache_args
 from nnrt.clock import Clock, MonotonicClock, default_clock
 from nnrt.devices import Device, DeviceType, OperationSupport
 from nnrt.devices._device import check_preference_priority, check_preparation_args
-from nnrt.errors import DeadObjectError, InternalError, InvalidArgumentError, MissedDeadlineError
-from nnrt.execution import DELEGATE, DELEGATED, ExecContext, Plan, PreparedModel, Step
-from nnrt.execution._plan import _fetcher
+from nnrt.errors import DeadObjectError, InvalidArgumentError, MissedDeadlineError
+from nnrt.execution import PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer
 from nnrt.memory._domain import allocate_buffer
 from nnrt.model import Model
 from nnrt.process._arena import Arena
 from nnrt.process._buffers import RemoteBuffer
 from nnrt.process._client import ServiceProcess
-from nnrt.process._transport import encode_execute, io_dtypes
+from nnrt.process._driver import RemoteDriver, service_plan
+from nnrt.process._transport import io_dtypes
 from nnrt.process._wire import (
-    ARENA_MIN_BYTES,
-    InPlace,
-    PoolRef,
-    encode_args,
-    encode_outputs,
     model_from_wire,
     model_to_wire,
     statistics_from_wire,
 )
 from nnrt.sched import SchedulerStatistics
-from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, OperationType, Priority
+from nnrt.types import Capabilities, ErrorStatus, ExecutionPreference, Priority
 
 __all__ = ["SERVICE_INLINE_LIMIT_NS", "ProcessDevice"]
 
@@ -147,7 +139,7 @@ class ProcessDevice(Device):
         self._service: ServiceProcess | None = None
         self._closed = False
         self._capabilities: Capabilities | None = None
-        self._drivers: weakref.WeakSet[_RemoteDriver] = weakref.WeakSet()
+        self._drivers: weakref.WeakSet[RemoteDriver] = weakref.WeakSet()
         self._restarting: asyncio.Future[None] | None = None
         self._lock = threading.RLock()  # one start, restart or close at a time
         self.restarts = 0
@@ -353,7 +345,7 @@ class ProcessDevice(Device):
         if cache_dir is not None or token is not None:
             options["cache_dir"] = os.fspath(cache_dir) if isinstance(cache_dir, (str, os.PathLike)) else cache_dir
             options["token"] = token
-        driver = _RemoteDriver(self, app, model_to_wire(model), options)
+        driver = RemoteDriver(self, app, model_to_wire(model), options)
         await driver.reprepare(service)
         driver.options.pop("deadline", None)  # a re-preparation after a restart has no deadline
         return self._adopt(driver, model, pref, prio)
@@ -379,17 +371,17 @@ class ProcessDevice(Device):
         service = await self._ensure_started()
         options: dict[str, Any] = {"preference": pref, "priority": prio, "cache_dir": where, "token": tok}
         handle, cost_ns, wire = await service.call("prepare_cached", app, options)
-        driver = _RemoteDriver(self, app, wire, options)
+        driver = RemoteDriver(self, app, wire, options)
         driver.handle, driver.cost_ns, driver.service = handle, cost_ns, service
         return self._adopt(driver, model_from_wire(*wire), pref, prio)
 
-    def _adopt(self, driver: _RemoteDriver, model: Model, pref: ExecutionPreference, prio: Priority) -> PreparedModel:
+    def _adopt(self, driver: RemoteDriver, model: Model, pref: ExecutionPreference, prio: Priority) -> PreparedModel:
         """The app side's ``PreparedModel`` of a model the service prepared: released in the
         service when collected, re-prepared by a restart."""
         self._drivers.add(driver)
         driver.set_outputs(model)
         driver.dtypes = io_dtypes(model)
-        prepared = PreparedModel(driver, model, _service_plan(model, driver), preference=pref, priority=prio, app=driver.app)
+        prepared = PreparedModel(driver, model, service_plan(model, driver), preference=pref, priority=prio, app=driver.app)
         weakref.finalize(prepared, driver.release)
         return prepared
 
@@ -433,201 +425,3 @@ class ProcessDevice(Device):
     def _test_call(self, kind: str, *args: Any) -> Any:
         """Test hook: send a raw request (isolation tests forge other apps' requests)."""
         return self._running().call_sync(kind, *args)
-
-
-def _service_plan(model: Model, driver: _RemoteDriver) -> Plan:
-    """The app side's plan: one DELEGATED step from the model's inputs to its outputs."""
-    n_in, n_out = len(model.input_indexes), len(model.output_indexes)
-    ins, outs = tuple(range(n_in)), tuple(range(n_in, n_in + n_out))
-    first = model.operations[0].type if model.operations else OperationType.ADD
-    step = Step(0, first, f"{model.name or 'model'} in the service", DELEGATED, ins, outs, target=driver)
-    step.fetch = _fetcher(ins)
-    step.cost_ns = driver.cost_ns
-    return Plan(model, [None] * (n_in + n_out), ins, outs, [step])
-
-
-class _RemoteDriver:
-    """The ``Driver`` of a prepared model whose plan runs in the service."""
-
-    def __init__(self, device: ProcessDevice, app: str, wire: Any, options: dict[str, Any]) -> None:
-        self.clock = device.clock
-        self.name = device.name
-        self.app = app
-        self.wire = wire
-        self.options = options
-        self.cost_ns = 0.0
-        self.handle = 0
-        self.service: ServiceProcess | None = None
-        self.arena = device._arena
-        self.buffer_domain = device  # its prepared models take the device's buffers (``domain_of``)
-        self.out_specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
-        self.dtypes: tuple[list[Any], list[Any]] = ([], [])
-
-    def __repr__(self) -> str:
-        return f"<_RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
-
-    async def reprepare(self, service: ServiceProcess) -> None:
-        """Prepare the model on ``service`` (the first time)."""
-        self.handle, self.cost_ns = await service.call("prepare", self.app, self.wire, self.options)
-        self.service = service
-
-    def reprepare_sync(self, service: ServiceProcess) -> None:
-        """Prepare the model again on a new ``service`` (after a restart; blocking)."""
-        self.handle, self.cost_ns = service.call_sync("prepare", self.app, self.wire, self.options)
-        self.service = service
-
-    def release(self) -> None:
-        service = self.service
-        if service is not None and service.alive:
-            service.release_later(self.app, self.handle)
-
-    def _target(self) -> ServiceProcess:
-        service = self.service
-        if service is None or not service.alive:
-            reason = service.dead_reason if service is not None else ""
-            raise DeadObjectError(f"{self.name}: the service of this prepared model is gone"
-                                  + (f" ({reason})" if reason else "; restart the device"))
-        return service
-
-    def runs_inline(self, plan: Plan) -> bool:
-        return False
-
-    def can_run_now(self, plan: Plan) -> bool:
-        return False
-
-    def set_outputs(self, model: Model) -> None:
-        """Which outputs may come back through the arena: (dtype, dims) of each output of a
-        known size of at least ``ARENA_MIN_BYTES``, else None."""
-        specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
-        for i in model.output_indexes:
-            op = model.operands[i]
-            big = op.fully_specified and op.type.dtype.itemsize * math.prod(op.dimensions) >= ARENA_MIN_BYTES
-            specs.append((op.type.dtype, op.dimensions) if big else None)
-        self.out_specs = specs if any(specs) else []
-
-    @staticmethod
-    def _args(gen: _Gen, ctx: ExecContext) -> list[Any]:
-        """Run the plan to its one step: the step's input values."""
-        while next(gen) != DELEGATE:  # INTERRUPTED: nothing interrupts a one-step plan here
-            pass
-        _step, args = ctx.handoff
-        return list(args)
-
-    def _packet(self, service: ServiceProcess, args: list[Any], ctx: ExecContext,
-                app: Hashable) -> tuple[int, list[Any], int, list[tuple[int, int]]] | None:
-        """The request as a ring packet (``nnrt.process._transport``), or None: the socket
-        (outputs the service writes in place, into the caller's pool or the arena, travel as
-        the socket's ``PoolRef``/``BufRef``: not on the rings)."""
-        if service.channel is None or type(app) is not str or self.out_specs or encode_outputs(ctx.outputs) is not None:
-            return None
-        rid = service.new_id()
-        packed = encode_execute(rid, self.handle, app, args, ctx.deadline, ctx.loop_timeout, self.dtypes[0],
-                                len(self.dtypes[1]), self.arena)
-        return None if packed is None else (rid, *packed)
-
-    def _request(self, args: list[Any], ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]
-                 ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
-        """The request for the socket, and the arena blocks it holds; ``staged`` gets the
-        arena views of the outputs that come back through the arena."""
-        values, blocks = encode_args(args, self.arena)
-        bufs = ctx.outputs
-        refs = encode_outputs(bufs)
-        for j, spec in enumerate(self.out_specs):
-            if spec is None or (refs is not None and refs[j] is not None):
-                continue
-            buf = bufs[j] if bufs is not None else None
-            if buf is not None and (buf.shape != spec[1] or buf.dtype != spec[0]):
-                continue  # a larger or reshaped caller buffer: by value, _finish handles it
-            dtype, dims = spec
-            block = self.arena.reserve(dtype.itemsize * math.prod(dims))
-            if block is None:
-                break  # the arena is full: by value
-            name, offset, raw = block
-            blocks.append((offset, raw.nbytes))
-            staged[j] = raw.view(dtype).reshape(dims)
-            refs = refs or [None] * len(self.out_specs)
-            refs[j] = PoolRef(name, offset, dtype.str, dims)
-        return ("execute", app, self.handle, values, ctx.deadline, ctx.loop_timeout, refs), blocks
-
-    def _free(self, blocks: list[tuple[int, int]]) -> None:
-        for offset, nbytes in blocks:
-            self.arena.free(offset, nbytes)
-
-    def run_now(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
-        blocks: list[tuple[int, int]] = []
-        staged: dict[int, np.ndarray] = {}
-        try:
-            service = self._target()
-            values = self._args(gen, ctx)
-            packet = self._packet(service, values, ctx, app)
-            if packet is not None:
-                rid, parts, nbytes, blocks = packet
-                sent, reply = service.ring_call_sync(rid, parts, nbytes, self.dtypes[1])
-                if sent:
-                    ring_outputs, ring_ns = reply
-                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
-                self._free(blocks)
-                blocks = []
-            (kind, *args), blocks = self._request(values, ctx, app, staged)
-            outputs, device_ns = service.call_sync(kind, *args)
-            return _finish(gen, ctx, outputs, device_ns, staged)
-        finally:
-            self._free(blocks)
-            gen.close()
-
-    async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
-        blocks: list[tuple[int, int]] = []
-        staged: dict[int, np.ndarray] = {}
-        try:
-            service = self._target()
-            values = self._args(gen, ctx)
-            packet = self._packet(service, values, ctx, app)
-            if packet is not None:
-                rid, parts, nbytes, blocks = packet
-                sent, reply = await service.ring_call(rid, parts, nbytes, self.dtypes[1])
-                if sent:
-                    ring_outputs, ring_ns = reply
-                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
-                self._free(blocks)
-                blocks = []
-            (kind, *args), blocks = self._request(values, ctx, app, staged)
-            outputs, device_ns = await service.call(kind, *args)
-            return _finish(gen, ctx, outputs, device_ns, staged)
-        finally:
-            self._free(blocks)
-            gen.close()
-
-
-def _finish(gen: _Gen, ctx: ExecContext, outputs: list[Any], device_ns: int,
-            staged: dict[int, np.ndarray]) -> tuple[list[Any], int]:
-    """Hand the service's outputs to the interpreter and let it end the plan (its last
-    deadline check included). An output the service wrote in place (``InPlace``) is the
-    caller's buffer (viewed with the result's shape when the buffer is flat or larger); one
-    written into the arena (``staged``) is copied out of it now, before its block is freed:
-    into the caller's array, or a new one."""
-    for j, value in enumerate(outputs):
-        if type(value) is InPlace:
-            view = staged.get(j)
-            if view is None:
-                outputs[j] = _in_place(ctx.outputs[j], value.shape)
-            elif ctx.outputs is not None and ctx.outputs[j] is not None:
-                buf = ctx.outputs[j]
-                buf[...] = view
-                outputs[j] = buf
-            else:
-                outputs[j] = view.copy()
-    ctx.handoff = outputs
-    try:
-        next(gen)
-    except StopIteration as stop:
-        return stop.value, device_ns
-    raise InternalError("the service step did not end the plan")
-
-
-def _in_place(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    if buf.shape == shape:
-        return buf
-    n = math.prod(shape)
-    if n > buf.size:  # the service checked it: only a broken service gets here
-        raise InternalError(f"the service wrote {n} elements in place into a buffer of {buf.size}")
-    return buf.reshape(-1)[:n].reshape(shape)

@@ -22,7 +22,7 @@ import nnrt
 from nnrt import ErrorStatus, zoo
 from nnrt.memory import Memory, MemoryLocation
 from nnrt.memory._memory import FileKey
-from nnrt.process import _device, _pools
+from nnrt.process import _device, _driver, _pools
 from nnrt.process._wire import PoolRef, encode_args, error_from, error_payload
 from nnrt.sched import SchedulerStatistics
 from nnrt.types import OutputShape
@@ -42,13 +42,13 @@ def pdev() -> Iterator[nnrt.ProcessDevice]:
 def in_place(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
     """The outputs the service reported as written in place (shapes), this test."""
     seen: list[tuple[int, ...]] = []
-    real = _device._in_place
+    real = _driver._in_place
 
     def spy(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         seen.append(shape)
         return real(buf, shape)
 
-    monkeypatch.setattr(_device, "_in_place", spy)
+    monkeypatch.setattr(_driver, "_in_place", spy)
     return seen
 
 
