@@ -319,7 +319,8 @@ def _not_compilable(n: int) -> int:
     return len({object(): n})
 
 
-@pytest.mark.parametrize(("axes", "compiled_loop"), [([1, 2], True), ([3], True), ([1, 3], False)])
+# the innermost axis alone stays numpy: a serial float64 sum there is 3x slower than numpy's pairwise one
+@pytest.mark.parametrize(("axes", "compiled_loop"), [([1, 2], True), ([2], True), ([3], False), ([2, 3], False), ([1, 3], False)])
 def test_mean_takes_the_compiled_loop_for_adjacent_axes(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
                                                          axes: list[int], compiled_loop: bool) -> None:
     calls: list[bool] = []
