@@ -177,7 +177,7 @@ def main() -> None:
         t_ort_block = bench(lambda: sess.run(None, {"x": img_nchw}), n(30), repeat=5)
         line("ORT session.run (intra_op_num_threads=1)", t_ort_block / 1e3, "ms")
         line("max |nnrt - ORT| on the outputs", err, "")
-        ratio("await execute / ORT run", t_block / t_ort_block, 2.0)
+        ratio("await execute / ORT run", t_block / t_ort_block, 1.5)  # issue 14: the MobileNet-style block <= 1.5x
 
     # (d) peak memory of one block execution
     sys.stdout.write("(d) peak memory of one block execution\n")
