@@ -125,7 +125,8 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
         if first is None:
             continue
         x0 = first[1]
-        if _dims_size(ops[x0].dimensions) < MIN_ELEMENTS:
+        size = _dims_size(ops[x0].dimensions)
+        if size < MIN_ELEMENTS:
             continue  # too small to pay: decided before walking the chain
         values, links = [x0], [first[0]]
         while len(links) < MAX_LINKS:
@@ -140,8 +141,7 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
         inside = Counter(i for link in links for i in link.step.ins)
         p = producer.get(x0)
         in_place = p is not None and fresh(p) and temp(x0) and inside[x0] == reads[x0]
-        size = _dims_size(ops[x0].dimensions)
-        if size < MIN_ELEMENTS or (len(links) < 2 and not (in_place and size >= SINGLE_MIN_ELEMENTS)):
+        if len(links) < 2 and not (in_place and size >= SINGLE_MIN_ELEMENTS):
             continue
         fn = _chain_fn(links, x0, in_place, operands)
         if fn is None:
