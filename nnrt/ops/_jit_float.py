@@ -348,14 +348,17 @@ PAD_LAST_F32 = "void(Array(float32, 2, 'C', readonly=True), float32[:, ::1], int
 def pad_last_f32(x: np.ndarray, out: np.ndarray, lo: int, fill: np.float32) -> None:
     """PAD of the last axis only: ``out[p] = [fill]*lo + x[p] + [fill]*rest`` for float32 ``x``
     [P, C] and ``out`` [P, C + lo + rest], one pass (numpy: a strided fill per side, then a
-    strided copy: 4-5x slower on a channel PAD before a residual ADD)."""
+    strided copy: 2.5-3x slower on a channel PAD before a residual ADD). Indexed flat: with a
+    slice per row (few channels, many rows) the loop took 1.3x numpy's time."""
     c, width = x.shape[1], out.shape[1]
+    xf, of = x.reshape(-1), out.reshape(-1)
+    u = np.uint64
     for p in range(x.shape[0]):
-        src, dst = x[p], out[p]
-        for k in range(lo):
-            dst[k] = fill
-        body = dst[lo : lo + c]
-        for k in range(c):
-            body[k] = src[k]
-        for k in range(lo + c, width):
-            dst[k] = fill
+        src, dst = u(p * c), u(p * width)
+        for k in range(u(lo)):
+            of[dst + k] = fill
+        body = dst + u(lo)
+        for k in range(u(c)):
+            of[body + k] = xf[src + k]
+        for k in range(u(lo + c), u(width)):
+            of[dst + k] = fill
