@@ -222,26 +222,22 @@ def _phase_taps(k: int, dil: int, stride: int) -> list[tuple[int, tuple[int, int
 #: numba's fast-math flag for fused multiply-adds (the row-major depthwise loop's sums).
 _CONTRACT = frozenset({"contract"})
 
-#: Channels from which the pixel-major compiled depthwise loop beats the row-major one at a
-#: column stride above 1 (the row loop's phase-split copy then costs more than it saves).
-_PIXELS_MIN_CHANNELS = 64
-
 #: A compiled depthwise run: (NHWC float32 input, filter taps, bias, KW, geometry) -> output.
 CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry], np.ndarray]
 
 
 def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDepthwise | None:
-    """At preparation: the compiled float32 depthwise loop for a layer's column stride and
-    channel count (either may be unknown), or None when numba is absent or ``NNRT_JIT=0``.
+    """At preparation: the compiled float32 depthwise loop for a layer's column stride (the
+    channel count, unused now, may matter to a later loop), or None when numba is absent or
+    ``NNRT_JIT=0``.
 
-    The row-major loop for column stride 1 (any channel count) and for larger strides with
-    fewer than 64 channels, the pixel-major one otherwise (``_jit_float``'s module comment;
-    measured in ``benchmarks/kernels.py``: at stride 1 the row loop takes 0.35-0.95 of the
-    pixel loop's time, [1,128,128,8] 1x1 to [1,14,14,480] 3x3; at stride 2, 0.75-0.9 with
-    16-48 channels, 1.7-1.8 with 88-144). Only the loop a layer uses is compiled (or loaded
-    from numba's cache).
+    The row-major loop for column stride 1, the pixel-major one otherwise (``_jit_float``'s
+    module comment; measured with both loops indexed flat: at stride 1 the row loop takes
+    0.65-1.05 of the pixel loop's time, [1,128,128,8] 1x1 to [1,8,8,64] 3x3; at stride 2 the
+    pixel loop 0.5-0.8 of the row loop's on a phase-split input, 16-144 channels). Only the
+    loop a layer uses is compiled (or loaded from numba's cache).
     """
-    if stride_w == 1 or (stride_w is not None and channels is not None and 0 < channels < _PIXELS_MIN_CHANNELS):
+    if stride_w == 1:
         rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32, _CONTRACT)
         return None if rows is None else partial(_depthwise_rows, rows)
     pixels = compiled(window_pixels_f32, WINDOW_PIXELS_F32)
@@ -260,25 +256,13 @@ def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bi
 
 def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
                     g: Geometry) -> np.ndarray:
-    """Lays out what ``depthwise_rows_f32`` reads: the rows flattened (split into column phases
-    for a column stride above 1: one copy), the weights and bias tiled to ``BLOCK`` floats of
-    whole pixels (cached by ``TiledTaps``), and per tap column its phase, shift and the output
-    range it covers (cached per geometry)."""
+    """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
+    weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
+    per tap column the shift and the output range it covers (cached per geometry)."""
     n, h, w, c = x.shape
-    s = g.stride_w
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if s == 1:
-        xs = x.reshape(1, n, h, w * c)
-    else:
-        wq = -(-w // s)
-        split = np.empty((s, n, h, wq, c), dtype=np.float32)
-        for p in range(s):
-            width = len(range(p, w, s))
-            split[p, :, :, :width] = x[:, :, p::s]
-            split[p, :, :, width:] = 0  # never read (``cols`` stops before): defined values all the same
-        xs = split.reshape(s, n, h, wq * c)
+    xs = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c)
     reps = max(1, min(g.out_w, -(-BLOCK // c)))
-    cols = _row_columns(w, c, k_w, s, g.dil_w, g.left, g.out_w)
+    cols = _row_columns(w, c, k_w, g.dil_w, g.left, g.out_w)
     wt = taps.tiled(reps).reshape(-1, k_w, reps * c)
     out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
     lo, hi = activation_bounds(g.act)
@@ -287,14 +271,11 @@ def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias
 
 
 @lru_cache(maxsize=512)
-def _row_columns(w: int, c: int, k_w: int, stride: int, dil: int, left: int, out_w: int) -> np.ndarray:
-    """``depthwise_rows_f32``'s ``cols``: per tap column (phase, shift, first, end), read-only."""
-    cols = np.empty((k_w, 4), dtype=np.int64)
+def _row_columns(w: int, c: int, k_w: int, dil: int, left: int, out_w: int) -> np.ndarray:
+    """``depthwise_rows_f32``'s ``cols``: per tap column (shift, first, end), read-only."""
+    cols = np.empty((k_w, 3), dtype=np.int64)
     for j in range(k_w):
         off = j * dil - left
-        phase = off % stride
-        q = (off - phase) // stride  # output column ox reads phase column ox + q
-        width = len(range(phase, w, stride))
-        cols[j] = phase, q * c, max(0, -q) * c, max(0, min(out_w, width - q)) * c
+        cols[j] = off * c, max(0, -off) * c, max(0, min(out_w, w - off)) * c
     cols.flags.writeable = False
     return cols

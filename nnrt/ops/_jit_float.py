@@ -18,10 +18,15 @@ Runtime):
   ``depthwise_rows_f32`` (column stride 1) works on NHWC rows flattened to ``[W*C]``: the
   input values one tap multiplies with a whole output row are one contiguous range, so one
   loop covers many pixels with the weights tiled to a block of whole pixels; best for few
-  channels (C=24: 1.7x faster than the other). ``window_pixels_f32`` loops over output
-  pixels with the channels innermost; best for strides > 1 (56x56x144 3x3/2: 2.7x faster than
-  the row loop on an input split into column phases) and many channels. Both start each
-  output row with the bias and end it with the fused activation while the row is in cache.
+  channels, and at column stride 1 whatever the channels (0.65-1.05 of the other's time).
+  ``window_pixels_f32`` loops over output pixels with the channels innermost; best for strides
+  > 1 (0.5-0.8 of the row loop's time on an input split into column phases, 16-144 channels).
+  Both start each output row with the bias and end it with the fused activation while the
+  row is in cache.
+* numba makes two atomic reference-count updates for each array slice it creates in a loop
+  that it cannot prove short-lived: in the depthwise and window loops that was half the time.
+  They index flat arrays with unsigned offsets instead (no negative-index checks either), and
+  take maxima and clamp with selects rather than branches, so the inner loops vectorize.
 * Elementwise functions (HARD_SWISH, PRELU with a per-channel slope) are one pass over the
   input into a fresh array, in the numpy kernel's float32 operations, so the results are
   bit-identical (numpy makes one pass and one temporary per operation: 2.3-3.9x slower).
@@ -73,7 +78,7 @@ BLOCK = 512
 #: Inputs are typed read-only: constants and callers' buffers often are, and numba passes a
 #: writable array where a read-only one is expected (not the reverse).
 DEPTHWISE_ROWS_F32 = (
-    "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
+    "void(Array(float32, 3, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), Array(int64, 2, 'C', readonly=True), float32[:, :, ::1],"
     " int64, int64, int64, float32, float32)"
 )
@@ -91,14 +96,13 @@ def depthwise_rows_f32(
     lo: np.float32,
     hi: np.float32,
 ) -> None:
-    """Depthwise convolution (depth multiplier 1) of float32 NHWC input into ``out``, plus bias
-    and fused activation, over whole rows. The caller lays out:
+    """Depthwise convolution (depth multiplier 1, column stride 1) of float32 NHWC input into
+    ``out``, plus bias and fused activation, over whole rows. The caller lays out:
 
-    * ``xs`` [P, N, H, Wq*C]: the input rows flattened, split into the P = column stride phases
-      (phase p holds input columns p, p + P, ...; P = 1 for stride 1: the input itself);
+    * ``xs`` [N, H, W*C]: the input rows flattened;
     * ``wt`` [KH, KW, B*C]: each tap's weights tiled to B pixels (``bt`` [B*C]: the bias);
-    * ``cols`` [KW, 4]: per tap column, the phase it reads, its shift in a phase row (floats)
-      and the first and last (exclusive) positions of an output row it reaches;
+    * ``cols`` [KW, 3]: per tap column, its shift in an input row (floats) and the first and
+      last (exclusive) positions of an output row it reaches;
     * ``out`` [N, OH, OW*C], written in full.
 
     Rows ``iy = oy*stride_h - top + i*dil_h`` outside the input read zero. The fused
@@ -112,13 +116,13 @@ def depthwise_rows_f32(
     Compiled with ``fastmath={"contract"}``: fused multiply-adds, each product not rounded
     before its sum (within 1e-6 of numpy's sums on the CTS and the tests).
     """
-    n, h, row = xs.shape[1], xs.shape[2], xs.shape[3]
+    n, h, row = xs.shape
     kh, kw, block = wt.shape
     oh, length = out.shape[1], out.shape[2]
     xf, wf, of = xs.reshape(-1), wt.reshape(-1), out.reshape(-1)
     u = np.uint64
     clamp = lo <= hi
-    plane, step_x, step_w = n * h * row, dil_h * row, kw * block
+    step_x, step_w = dil_h * row, kw * block
     for b in range(n):
         for oy in range(oh):
             obase = (b * oh + oy) * length
@@ -134,11 +138,11 @@ def depthwise_rows_f32(
                 for t in range(u(seg)):
                     of[d0 + t] = bt[t]
                 for j in range(kw):
-                    k0, k1 = max(start, cols[j, 2]), min(start + seg, cols[j, 3])
+                    k0, k1 = max(start, cols[j, 1]), min(start + seg, cols[j, 2])
                     if k1 <= k0:
                         continue
                     m, o0 = u(k1 - k0), u(obase + k0)
-                    xrow = cols[j, 0] * plane + (b * h + y0) * row + k0 + cols[j, 1]
+                    xrow = (b * h + y0) * row + k0 + cols[j, 0]
                     wcol = j * block + k0 - start
                     for i in range(i_lo, i_hi, 3):
                         xa, wa = u(xrow + i * step_x), u(wcol + i * step_w)
@@ -193,48 +197,46 @@ def window_pixels_f32(
     ``take_max``, takes the maximum (MAX_POOL_2D, ``init`` = -inf: exact, NaN propagating as
     with ``np.maximum``; ``w`` only gives the window's size). ``top``/``left``: padding before
     the first row and column; positions outside the input take no part. Last, the fused
-    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none.
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. Indexed flat, maxima and
+    clamps as selects (see ``depthwise_rows_f32``).
     """
     n, h, wd, c = x.shape
     kh, kw = w.shape[0], w.shape[1]
     oh, ow = out.shape[1], out.shape[2]
+    xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
+    u, uc = np.uint64, np.uint64(c)
     clamp = lo <= hi
     for b in range(n):
         for oy in range(oh):
-            o = out[b, oy]
+            o0 = (b * oh + oy) * ow * c
             for ox in range(ow):
-                for k in range(c):
-                    o[ox, k] = init[k]
+                d = u(o0 + ox * c)
+                for k in range(uc):
+                    of[d + k] = init[k]
             for i in range(kh):
                 iy = oy * stride_h - top + i * dil_h
                 if iy < 0 or iy >= h:
                     continue
-                xr = x[b, iy]
+                xr = (b * h + iy) * wd * c
                 for j in range(kw):
                     off = j * dil_w - left
                     ox0 = 0 if off >= 0 else (stride_w - 1 - off) // stride_w
                     ox1 = min(ow, (wd - 1 - off) // stride_w + 1)
-                    if take_max:
-                        for ox in range(ox0, ox1):
-                            ix = ox * stride_w + off
-                            for k in range(c):
-                                v = xr[ix, k]
-                                if v > o[ox, k] or v != v:
-                                    o[ox, k] = v
-                    else:
-                        wr = w[i, j]
-                        for ox in range(ox0, ox1):
-                            ix = ox * stride_w + off
-                            for k in range(c):
-                                o[ox, k] += xr[ix, k] * wr[k]
+                    wr = u((i * kw + j) * c)
+                    for ox in range(ox0, ox1):
+                        s0, d = u(xr + (ox * stride_w + off) * c), u(o0 + ox * c)
+                        if take_max:  # selects, not branches: vectorized
+                            for k in range(uc):
+                                v, cur = xf[s0 + k], of[d + k]
+                                of[d + k] = v if v > cur or v != v else cur
+                        else:
+                            for k in range(uc):
+                                of[d + k] = of[d + k] + xf[s0 + k] * wf[wr + k]
             if clamp:
-                for ox in range(ow):
-                    for k in range(c):
-                        v = o[ox, k]
-                        if v < lo:
-                            o[ox, k] = lo
-                        elif v > hi:
-                            o[ox, k] = hi
+                for t in range(u(o0), u(o0 + ow * c)):
+                    v = of[t]
+                    v = lo if v < lo else v
+                    of[t] = hi if v > hi else v
 
 
 #: The signature of the compiled elementwise functions: flat input, flat output of its size.

@@ -194,8 +194,8 @@ def test_forced_overrides_the_environment() -> None:
 
 
 @pytest.mark.parametrize(("stride", "channels", "loop"), [
-    (1, 24, "rows"), (1, 63, "rows"), (1, 64, "rows"), (1, None, "rows"), (2, 8, "rows"), (2, 63, "rows"),
-    (2, 64, "pixels"), (3, None, "pixels"), (None, 8, "pixels"),
+    (1, 24, "rows"), (1, 64, "rows"), (1, None, "rows"), (2, 8, "pixels"), (2, 64, "pixels"), (3, None, "pixels"),
+    (None, 8, "pixels"),
 ])  # fmt: skip
 def test_loop_choice(stride: int | None, channels: int | None, loop: str) -> None:
     with _jit.forced(True):
@@ -203,11 +203,10 @@ def test_loop_choice(stride: int | None, channels: int | None, loop: str) -> Non
     assert isinstance(run, partial) and run.func.__name__ == f"_depthwise_{loop}"
 
 
-@pytest.mark.parametrize(("loop", "stride_w", "channels"), [("rows", 1, 3), ("rows", 2, 3), ("rows", 3, 5),
-                                                        ("pixels", 2, 70)])
+@pytest.mark.parametrize(("loop", "stride_w", "channels"), [("rows", 1, 3), ("rows", 1, 70), ("pixels", 2, 3),
+                                                        ("pixels", 3, 70)])
 def test_compiled_matches_uncompiled_python(loop: str, stride_w: int, channels: int) -> None:
-    """The same loop run by the Python interpreter (slowly) agrees with its compiled form (the
-    row loop at column strides above 1 reads the input split into column phases)."""
+    """The same loop run by the Python interpreter (slowly) agrees with its compiled form."""
     x, f, b = _case(2, 5, 6, channels, (3, 2))
     g = Geometry(top=1, bottom=0, left=0, right=1, stride_h=2, stride_w=stride_w, dil_h=1, dil_w=2, out_h=3,
                  out_w=4 // stride_w + 1, nchw=False, act=3, extra=1)
