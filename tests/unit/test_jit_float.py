@@ -456,3 +456,39 @@ def test_max_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPa
     assert calls
     assert fast.shape == ref.shape
     np.testing.assert_array_equal(fast, ref)
+
+
+def test_depthwise_remembered_geometry_per_shape(device: nnrt.CpuDevice) -> None:
+    """A layer run on inputs of different sizes (an input of unknown dimensions) decodes each
+    size's geometry once and keeps them apart; a filter that does not fit still fails after a
+    good run."""
+    _, f, b = _case(1, 9, 7, 6, (3, 3))
+    m = _depthwise([0, 0, 0, 0], f, b, (1, 1, 1, 1), (2, 1), 1, 3, False, (1, 1))
+    prepared = device.prepare_model_sync(m)
+    with _jit.forced(False):
+        reference = device.prepare_model_sync(m)
+    for shape in [(1, 9, 7, 6), (1, 4, 11, 6), (1, 9, 7, 6), (2, 1, 1, 6)]:
+        xs = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        got, want = (p.execute_sync([xs]).outputs[0] for p in (prepared, reference))
+        assert got.shape == want.shape == (shape[0], shape[1], (shape[2] + 1) // 2, 6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(nnrt.InvalidArgumentError, match="input channels"):
+        prepared.execute_sync([np.zeros((1, 9, 7, 5), np.float32)])
+
+
+def test_prelu_remembered_shapes_still_checked(device: nnrt.CpuDevice) -> None:
+    m = Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    a = m.add_operand(T.TENSOR_FLOAT32, [1, 1, 3])
+    m.set_operand_value(a, np.array([[[0.5, -2.0, 0.25]]], dtype=np.float32))
+    y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    m.add_operation(Op.PRELU, [x, a], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    prepared = device.prepare_model_sync(m)
+    for shape in [(1, 2, 2, 3), (2, 5, 1, 3), (1, 2, 2, 3)]:
+        xs = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        out = prepared.execute_sync([xs]).outputs[0]
+        np.testing.assert_array_equal(out, np.where(xs >= 0, xs, xs * np.array([0.5, -2.0, 0.25], np.float32)))
+    with pytest.raises(nnrt.InvalidArgumentError):
+        prepared.execute_sync([np.zeros((1, 2, 2, 4), np.float32)])
