@@ -50,6 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "AVERAGE_POOL_F32",
     "BIAS_ACT_F32",
     "BILINEAR_F32",
     "BLOCK",
@@ -59,6 +60,7 @@ __all__ = [
     "PRELU_F32",
     "UNARY_F32",
     "WINDOW_PIXELS_F32",
+    "average_pool_f32",
     "bias_act_f32",
     "bilinear_f32",
     "depthwise_rows_f32",
@@ -237,6 +239,51 @@ def window_pixels_f32(
                     v = of[t]
                     v = lo if v < lo else v
                     of[t] = hi if v > hi else v
+
+
+#: The one signature ``average_pool_f32`` is compiled for.
+AVERAGE_POOL_F32 = (
+    "void(Array(float32, 4, 'C', readonly=True), float32[:, :, :, ::1], int64, int64, int64, int64, int64, int64,"
+    " float32, float32)"
+)
+
+
+def average_pool_f32(x: np.ndarray, out: np.ndarray, k_h: int, k_w: int, stride_h: int, stride_w: int, top: int,
+                     left: int, lo: np.float32, hi: np.float32) -> None:
+    """AVERAGE_POOL_2D of float32 NHWC ``x`` into ``out`` [N, OH, OW, C]: each window's real
+    (unpadded) inputs summed in the numpy kernel's order (``pooling``: down each window column,
+    then across the column sums, from 0), divided by their count, then the fused activation
+    clamps to [``lo``, ``hi``] (``lo > hi``: none). One pass, channels innermost, indexed flat;
+    the same values as numpy's separable passes up to the sign of a zero sum."""
+    n, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    xf, of = x.reshape(-1), out.reshape(-1)
+    u, uc = np.uint64, np.uint64(c)
+    col = np.empty(c, dtype=np.float32)
+    acc = np.empty(c, dtype=np.float32)
+    clamp = lo <= hi
+    for b in range(n):
+        for oy in range(oh):
+            i0, i1 = max(0, oy * stride_h - top), min(h, oy * stride_h - top + k_h)
+            for ox in range(ow):
+                j0, j1 = max(0, ox * stride_w - left), min(w, ox * stride_w - left + k_w)
+                acc[:] = 0
+                for j in range(j0, j1):
+                    col[:] = 0
+                    for i in range(i0, i1):
+                        src = u(((b * h + i) * w + j) * c)
+                        for k in range(uc):
+                            col[k] = col[k] + xf[src + k]
+                    for k in range(uc):
+                        acc[k] = acc[k] + col[k]
+                count = np.float32(max((i1 - i0) * (j1 - j0), 1))
+                dst = u(((b * oh + oy) * ow + ox) * c)
+                for k in range(uc):
+                    v = acc[k] / count
+                    if clamp:
+                        v = lo if v < lo else v
+                        v = hi if v > hi else v
+                    of[dst + k] = v
 
 
 #: The signature of the compiled elementwise functions: flat input, flat output of its size.

@@ -419,7 +419,7 @@ def test_pointwise_conv_bias_and_activation(device: nnrt.CpuDevice, monkeypatch:
     np.testing.assert_array_equal(fast, ref)
 
 
-def _pool_model(dims: list[int], scalars: list[Any]) -> Model:
+def _pool_model(dims: list[int], scalars: list[Any], op: Op = Op.MAX_POOL_2D) -> Model:
     m = Model()
     x = m.add_operand(T.TENSOR_FLOAT32, dims)
     ins = [x]
@@ -428,17 +428,20 @@ def _pool_model(dims: list[int], scalars: list[Any]) -> Model:
         m.set_operand_value(i, v)
         ins.append(i)
     y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
-    m.add_operation(Op.MAX_POOL_2D, ins, [y])
+    m.add_operation(op, ins, [y])
     m.identify_inputs_and_outputs([x], [y])
     m.finish()
     return m
 
 
-@pytest.mark.parametrize(("shape", "pads", "stride", "k", "nchw"), [
+POOL_GEOMETRIES = [
     ((1, 112, 112, 32), (0, 1, 0, 1), (2, 2), (3, 3), False), ((2, 7, 9, 5), (2, 2, 1, 1), (1, 1), (3, 5), False),
     ((1, 1, 10, 3), (0, 0, 0, 0), (3, 1), (4, 1), False), ((1, 4, 4, 2), (3, 3, 3, 3), (2, 2), (2, 2), False),
     ((1, 6, 6, 4), (0, 0, 0, 0), (1, 1), (6, 6), False), ((1, 9, 8, 3), (1, 0, 1, 0), (2, 3), (3, 3), True),
-])  # fmt: skip
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "pads", "stride", "k", "nchw"), POOL_GEOMETRIES)
 @pytest.mark.parametrize("act", [0, 1, 3])
 def test_max_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...],
                             pads: tuple[int, int, int, int], stride: tuple[int, int], k: tuple[int, int], nchw: bool,

@@ -1,6 +1,6 @@
 """The compiled float32 loops of the MediaPipe models' cheap-but-frequent operations against their
 numpy twins: RESIZE_BILINEAR (``_jit_float.bilinear_f32``), PAD of the last axis
-(``pad_last_f32``) and the 1x1 depthwise convolution (``scale_bias_f32``).
+(``pad_last_f32``) and AVERAGE_POOL_2D (``average_pool_f32``).
 
 Each case prepares the same model with the compiled kernels and with ``NNRT_JIT=0`` (the numpy
 reference the CTS runs) and requires identical outputs, NaN and infinities included: the loops
@@ -21,7 +21,9 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.ops import _jit, resize
+from nnrt.ops import _jit, pooling, resize
+from nnrt.ops._jit_float import average_pool_f32
+from tests.unit.test_jit_float import POOL_GEOMETRIES, _count_compiled, _pool_model
 from tests.unit.test_jit_float import _both_unary as _both
 
 pytest.importorskip("numba")
@@ -164,4 +166,29 @@ def test_pad_last_axis_random(device: nnrt.CpuDevice, dims: list[int], lo: int, 
     x = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
     pads = [(0, 0)] * (len(dims) - 1) + [(lo, hi)]
     fast, ref = _both(device, _pad_model(dims, pads), x)
+    np.testing.assert_array_equal(fast, ref)
+
+
+# -- AVERAGE_POOL_2D ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("shape", "pads", "stride", "k", "nchw"), [
+    *POOL_GEOMETRIES, ((1, 56, 56, 64), (0, 0, 0, 0), (2, 2), (2, 2), False), ((3, 5, 1, 7), (1, 1, 0, 0), (1, 1), (3, 1), True),
+])  # fmt: skip
+@pytest.mark.parametrize("act", [0, 1, 3])
+def test_average_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...],
+                                pads: tuple[int, int, int, int], stride: tuple[int, int], k: tuple[int, int], nchw: bool,
+                                act: int) -> None:
+    """Padding on some sides, windows over padding only, strides above the window, NCHW, NaN
+    and infinities: numpy's additions in numpy's order, so the same values (a global window
+    stays numpy's BLAS product)."""
+    x = _with_specials((np.random.default_rng(sum(shape)).standard_normal(shape) * 4).astype(np.float32))
+    x.reshape(-1)[-2] = np.nan
+    dims = [shape[0], shape[3], shape[1], shape[2]] if nchw else list(shape)
+    xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+    calls = _count_compiled(monkeypatch, pooling, average_pool_f32)
+    fast, ref = _both(device, _pool_model(dims, [*pads, *stride, *k, act, nchw], Op.AVERAGE_POOL_2D), xin)
+    global_window = k[0] >= shape[1] and k[1] >= shape[2] and not any(pads)
+    assert bool(calls) is not global_window
+    assert fast.shape == ref.shape
     np.testing.assert_array_equal(fast, ref)
