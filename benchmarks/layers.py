@@ -52,14 +52,18 @@ def main() -> None:
     parser.add_argument("--ops", default="", help="comma-separated op types to show (default: all)")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                        help="fix an input's dynamic dimensions (repeatable), as nnrt bench")
     args = parser.parse_args()
+    shapes = {name: [int(d) for d in dims.split(",") if d] for name, _, dims in
+              (text.partition("=") for text in args.input_shape)}
     wanted = {t for t in args.ops.split(",") if t}
     model = open_model(args.model).model
     device = CpuDevice(blas_threads=1, tune_malloc=True)  # as ``nnrt bench`` runs
     try:
         prepared = device.prepare_model_sync(model)
         plan = prepared.plan
-        profile = profile_plan(plan, make_inputs(input_specs(model)), runs=args.runs, warmup=3)
+        profile = profile_plan(plan, make_inputs(input_specs(model, shapes)), runs=args.runs, warmup=3)
     finally:
         device.close()
     steps = _steps(plan)
