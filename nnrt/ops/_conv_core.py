@@ -14,6 +14,9 @@ Why these formulations (``benchmarks/kernels.py`` measures them against ONNX Run
   one contraction over a strided window view (``np.einsum`` or one gather and one product)
   instead of a loop over taps.
 * im2col gathers the taps from a strided window view in one copy, not one copy per tap.
+* With numba, float32 depthwise runs a compiled loop instead (``compiled_depthwise``: the
+  row loop at column stride 1, the pixel loop otherwise; ``_jit_float`` says why), its
+  per-geometry layout (column table, weights tiled to a block) made once and remembered.
 
 Integer-valued inputs (the quantized kernels pass zero-point-centred 8-bit values) keep exact
 sums as long as every partial sum stays below 2**24 in float32 (``exact_in_float32``).

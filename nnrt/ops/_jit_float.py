@@ -8,25 +8,28 @@ each function here has a numpy twin it is tested against (``tests/unit/test_jit_
 How the loops are shaped (``benchmarks/kernels.py`` measures them against numpy and ONNX
 Runtime):
 
-* Inner loops run over one contiguous range of a *slice* (``a[lo:hi]`` indexed from 0). An
-  index such as ``x[k + offset]`` with a possibly negative ``offset`` makes numba check for
-  Python's negative-index wraparound on every element, which stops LLVM from vectorizing
-  (measured 0.76 against 0.063 ns per multiply-add).
-  A multi-dimensional index whose last component is a loop variable counting from 0
-  (``o[ox, k]`` for ``k in range(c)``) vectorizes as well: LLVM proves it non-negative.
+* Inner loops run over one contiguous range of a *slice* (``a[lo:hi]`` indexed from 0), or over
+  a flat array with unsigned (``np.uint64``) offsets. An index such as ``x[k + offset]`` with a
+  possibly negative signed ``offset`` makes numba check for Python's negative-index wraparound
+  on every element, which stops LLVM from vectorizing (measured 0.76 against 0.063 ns per
+  multiply-add). A multi-dimensional index whose last component is a loop variable counting
+  from 0 (``o[ox, k]`` for ``k in range(c)``) vectorizes as well: LLVM proves it non-negative.
 * Depthwise convolution, two loop shapes (the caller picks one per layer at preparation):
   ``depthwise_rows_f32`` (column stride 1) works on NHWC rows flattened to ``[W*C]``: the
   input values one tap multiplies with a whole output row are one contiguous range, so one
-  loop covers many pixels with the weights tiled to a block of whole pixels; best for few
-  channels, and at column stride 1 whatever the channels (0.65-1.05 of the other's time).
-  ``window_pixels_f32`` loops over output pixels with the channels innermost; best for strides
-  > 1 (0.5-0.8 of the row loop's time on an input split into column phases, 16-144 channels).
+  loop covers many pixels with the weights tiled to a block of whole pixels; taken at column
+  stride 1 whatever the channels (0.65-1.05 of the other's time). ``window_pixels_f32`` loops
+  over output pixels with the channels innermost; taken at strides > 1 (0.5-0.8 of the row
+  loop's time on an input split into column phases, 16-144 channels).
   Both start each output row with the bias and end it with the fused activation while the
   row is in cache.
 * numba makes two atomic reference-count updates for each array slice it creates in a loop
   that it cannot prove short-lived: in the depthwise and window loops that was half the time.
-  They index flat arrays with unsigned offsets instead (no negative-index checks either), and
-  take maxima and clamp with selects rather than branches, so the inner loops vectorize.
+  They index flat arrays with unsigned offsets instead, and take maxima and clamp with selects
+  rather than branches, so the inner loops vectorize. (Where numba prunes the counts, as in
+  the one-row-slice loops of PRELU, MEAN and the bias pass, flat indexing measured no faster.)
+  A loop that writes an array it also reads through another argument (an in-place variant
+  with ``out`` = ``x``) fails LLVM's run-time overlap check and runs scalar: 10-20x slower.
 * Elementwise functions (HARD_SWISH, PRELU with a per-channel slope) are one pass over the
   input into a fresh array, in the numpy kernel's float32 operations, so the results are
   bit-identical (numpy makes one pass and one temporary per operation: 2.3-3.9x slower).
@@ -34,6 +37,7 @@ Runtime):
   an add pass and a clip pass; 20-30% of a large pointwise convolution), bit-identical.
 * MAX_POOL_2D is the same pixel loop taking maxima instead of products (numpy: one pass per
   window row and column over strided views; 3x slower). Maxima are exact: identical results.
+  AVERAGE_POOL_2D (not global) has its own one-pass loop adding in numpy's order: identical.
 * MEAN over a run of adjacent axes (the global average pool of NHWC: axes 1, 2) sums each
   output's inputs into float64 accumulators in one pass, innermost values contiguous; numpy
   first copies the input to float64 (4-11x slower). The float64 sums round to the same
