@@ -16,6 +16,9 @@ Outputs are compared first (atol 1e-4 + rtol 1e-3, as ``real_models.py``). Cases
 (32 steps, batch 1, 512 inputs, 512 units: one direction of its bidirectional LSTM), silero
 VAD's (one step, 128 in, 128 units) and a batched one (16 steps, batch 8, 64 in, 128 units).
 
+Then silero VAD's MIRROR_PAD ([1, 512] reflected by 64 at the end): nnrt's kernel (one gather
+per padded axis) against ``np.pad(mode="reflect")``, what the kernel called before.
+
 Run: python benchmarks/lstm.py [--quick]
 """
 
@@ -154,6 +157,26 @@ def run_case(name: str, shape: tuple[int, int, int, int], rng: np.random.Generat
     print(f"{name:26} {ms[0]:9.3f} {ms[1]:12.3f} {ort_ms} {ms[1] / ms[0]:13.2f}x {vs_ort}")
 
 
+def mirror_pad_case(quick: bool) -> None:
+    m = nnrt.Model()
+    x = m.add_operand(F, [1, 512])
+    pads, mode = m.add_operand(T.TENSOR_INT32, [2, 2]), m.add_operand(T.INT32)
+    m.set_operand_value(pads, np.asarray([[0, 0], [0, 64]], np.int32))
+    m.set_operand_value(mode, 0)
+    y = m.add_operand(F, [1, 576])
+    m.add_operation(Op.MIRROR_PAD, [x, pads, mode], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    prepared = nnrt.CpuDevice().prepare_model_sync(m)
+    xv = np.random.default_rng(1).standard_normal((1, 512)).astype(np.float32)
+    fns: list[Callable[[], np.ndarray]] = [lambda: prepared.execute_sync([xv]).outputs[0],
+                                           lambda: np.pad(xv, [(0, 0), (0, 64)], mode="reflect")]
+    np.testing.assert_array_equal(fns[0](), fns[1]())
+    ms = [s * 1e3 for s in interleaved(fns, 5 if quick else 15, 200)]
+    print(f"\nMIRROR_PAD [1,512] +64 reflect: nnrt execute_sync {ms[0]:.4f} ms, np.pad alone {ms[1]:.4f} ms "
+          f"({ms[1] / ms[0]:.2f}x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer batches")
@@ -162,6 +185,7 @@ def main() -> None:
     print(f"{'case':26} {'nnrt ms':>9} {'per-gate ms':>12} {'ORT ms':>8} {'per-gate/nnrt':>14} {'nnrt/ORT':>9}")
     for name, shape in CASES.items():
         run_case(name, shape, rng, args.quick)
+    mirror_pad_case(args.quick)
     print(f"load average: {os.getloadavg()[0]:.2f} (CPU time of this thread; compare the ratios)")
 
 
