@@ -191,9 +191,10 @@ def test_variants_match_the_formula(variant: str, n_time: int, batch: int, n_in:
 
 @pytest.mark.parametrize("act", [0, 1, 2, 3, 4, 6])
 @pytest.mark.parametrize("time_major", [True, False])
-def test_activations_clips_and_layouts(act: int, time_major: bool) -> None:
+@pytest.mark.parametrize("peephole", [True, False])  # sigmoids as 1 / (1 + exp(-z)) or 0.5 + 0.5 tanh(z / 2)
+def test_activations_clips_and_layouts(act: int, time_major: bool, peephole: bool) -> None:
     rng = np.random.default_rng(act)
-    p = make(rng, 3, 4, 2, peephole=True, proj_bias=True)
+    p = make(rng, 3, 4, 2, peephole=peephole, proj_bias=True)
     x = (rng.standard_normal((6, 2, 3)) * 3).astype(np.float32)
     h, c = (rng.standard_normal((2, 2)) * 2).astype(np.float32), (rng.standard_normal((2, 4)) * 2).astype(np.float32)
     want = reference(p, x, h, c, act, cell_clip=0.7, proj_clip=0.4)
