@@ -28,6 +28,7 @@ import numpy as np
 
 from nnrt.ops._common import optional_tensor
 from nnrt.ops._registry import Kernel, OpCall, kernel
+from nnrt.ops._relay import relaid
 from nnrt.ops.recurrent import bidirectional_outputs, check_merge_outputs, expect_float_signature
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -106,7 +107,8 @@ class _Cell:
     parameters are all constants is made once, when the operation is prepared.
     """
 
-    def __init__(self, call: OpCall, args: Sequence[object], first: int, ln: int | None, aux: int | None) -> None:
+    def __init__(self, call: OpCall, args: Sequence[object], first: int, ln: int | None, aux: int | None,
+                 cached: bool = False) -> None:
         def get(i: int) -> np.ndarray | None:
             return optional_tensor(args[i]) if i < len(args) else None
 
@@ -128,7 +130,9 @@ class _Cell:
         # 0.5 + 0.5 * tanh(z / 2): one tanh pass over all the gates, 30-35% fewer numpy calls.
         self.late_o = self.peep[3] is not None or self.ln[1] is not None
         self.aux_cat: np.ndarray | None = None
-        self.w_cat, self.r_cat = self._pack(self.w), self._pack(self.r)
+        # A prepared cell's matrices come from (and go to) the compilation cache (``relaid``).
+        self.w_cat = relaid(call, f"w_cat{first}", lambda: self._pack(self.w)) if cached else self._pack(self.w)
+        self.r_cat = relaid(call, f"r_cat{first}", lambda: self._pack(self.r)) if cached else self._pack(self.r)
         gates = (self.gates, self.units)
         self.b_cat = self._pack(self.b).reshape(gates)
         self.ln_cat = _packed(_ifoc(self.ln)).reshape(gates) if self.ln[1] is not None else None
@@ -314,7 +318,8 @@ def _prepared_cell(call: OpCall, first: int, ln: int | None, aux: int | None) ->
               *(range(aux, aux + 4) if aux is not None else ())]
     if any(call.has_input(i) and call.const(i) is None for i in params):
         return None
-    return _Cell(call, [call.const(i) if call.has_input(i) else None for i in range(len(call.inputs))], first, ln, aux)
+    args = [call.const(i) if call.has_input(i) else None for i in range(len(call.inputs))]
+    return _Cell(call, args, first, ln, aux, cached=True)
 
 
 # -- LSTM ---------------------------------------------------------------------------------

@@ -233,9 +233,9 @@ def test_nan_and_infinity_propagate() -> None:
     assert np.isfinite(got[0][:, 2]).all()  # the untouched row stays finite
 
 
-def _bidirectional(fw: Lstm, bw: Lstm, x: np.ndarray, aux: np.ndarray, aux_w: tuple[list[np.ndarray | None], ...],
-                   const: bool) -> list[np.ndarray]:
-    """BIDIRECTIONAL_SEQUENCE_LSTM, time-major, separate outputs and final states."""
+def _bidirectional_model(fw: Lstm, bw: Lstm, x: np.ndarray, aux: np.ndarray | None,
+                         aux_w: tuple[list[np.ndarray | None], ...], const: bool) -> tuple[Model, list[np.ndarray]]:
+    """BIDIRECTIONAL_SEQUENCE_LSTM, time-major, separate outputs and final states; its feeds."""
     m = Model()
     model_inputs: list[int] = []
     feeds: list[np.ndarray] = []
@@ -254,7 +254,7 @@ def _bidirectional(fw: Lstm, bw: Lstm, x: np.ndarray, aux: np.ndarray, aux_w: tu
     m.add_operation(Op.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs)
     m.identify_inputs_and_outputs(model_inputs, outs)
     m.finish()
-    return list(nnrt.CpuDevice().prepare_model_sync(m).execute_sync(feeds).outputs)
+    return m, feeds
 
 
 @pytest.mark.parametrize("const", [True, False], ids=["constant-weights", "run-time-weights"])
@@ -264,7 +264,8 @@ def test_bidirectional_with_auxiliary_input(const: bool) -> None:
     aux_w = ([(rng.standard_normal((4, 2)) * 0.5).astype(np.float32) for _ in range(4)],
              [None] + [(rng.standard_normal((4, 2)) * 0.5).astype(np.float32) for _ in range(3)])
     x, aux = rng.standard_normal((5, 2, 3)).astype(np.float32), rng.standard_normal((5, 2, 2)).astype(np.float32)
-    got = _bidirectional(fw, bw, x, aux, aux_w, const)
+    model, feeds = _bidirectional_model(fw, bw, x, aux, aux_w, const)
+    got = nnrt.CpuDevice().prepare_model_sync(model).execute_sync(feeds).outputs
     zero = np.zeros((2, 4), np.float32)
     fy, fh, fc = reference(fw, x, zero, zero, 4, aux=aux, aux_w=aux_w[0])
     by, bh, bc = reference(bw, x, zero, zero, 4, reverse=True, aux=aux, aux_w=aux_w[1])
@@ -282,3 +283,27 @@ def test_bad_constant_weights_fail_at_preparation() -> None:
     assert info.value.status is nnrt.ErrorStatus.INVALID_ARGUMENT
     with pytest.raises(nnrt.NnrtError, match=r"shape \[4, 3\]; expected \[4, 4\]"):  # the same check per execution
         run_unidirectional(p, x, h, c, 4, const=False)
+
+
+def test_prepared_matrices_come_from_the_compilation_cache() -> None:
+    # Both directions' packed input and recurrent matrices are recorded by a first preparation
+    # and taken back (read-only, as the data cache maps them) by the next: the same outputs.
+    from nnrt.ops._relay import RelayStore, relay_store
+
+    rng = np.random.default_rng(8)
+    fw, bw = make(rng, 3, 4), make(rng, 3, 4, cifg=True)
+    x = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    model, feeds = _bidirectional_model(fw, bw, x, None, ([None] * 4, [None] * 4), True)
+    first = RelayStore()
+    with relay_store(first):
+        want = nnrt.CpuDevice().prepare_model_sync(model).execute_sync(feeds).outputs
+    assert sorted(k for _, k in first.computed) == ["r_cat1", "r_cat18", "w_cat1", "w_cat18"]
+    loaded = {k: v.copy() for k, v in first.computed.items()}
+    for v in loaded.values():
+        v.flags.writeable = False
+    again = RelayStore(loaded)
+    with relay_store(again):
+        got = nnrt.CpuDevice().prepare_model_sync(model).execute_sync(feeds).outputs
+    assert again.reused == 4 and not again.computed
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
