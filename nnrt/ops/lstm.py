@@ -6,10 +6,11 @@ runs it over a time-major sequence. Its gates' weights are concatenated and tran
 projection of all time steps is one GEMM before the loop, each step one ``h @ recurrent`` for
 all gates, then the gate functions and the state update in place in per-call buffers. On
 ddddocr's bidirectional LSTM (32 steps, 512 units) a step is memory-bound on the 4 MB of
-recurrent weights (about 140 us); per-gate products and fresh temporaries took 7.4 ms per
-direction against 5.9 ms now (``benchmarks/lstm.py``). A numba loop for the gates measured
-no faster (its ``exp`` is scalar: 6.5 against 6.0 ms at 512 units, 14 against 15 us for one
-step of 128 units), so numpy's kernel is the only one.
+recurrent weights (about 140 us): one direction takes 6.2 ms against 7.3 ms for per-gate
+products and fresh temporaries and 5.5 ms in ONNX Runtime (``benchmarks/lstm.py``; 16 steps of
+batch 8 and 128 units: 0.43 against 0.63 and 0.24 ms). A numba loop for the gates measured no
+faster (its ``exp`` is scalar: 6.5 against 6.0 ms at 512 units, 14 against 15 us for one step
+of 128 units), so numpy's kernel is the only one.
 
 The variants NNAPI allows are all optional inputs: CIFG (no input gate weights: the input gate
 is ``1 - forget``), peepholes (``cell_to_*``), projection (with optional bias), layer
