@@ -347,7 +347,8 @@ def prepare_lstm(call: OpCall) -> Kernel:
         cell_clip, proj_clip = _clips(call, args[21], args[22], 21)
         out, h, c, gates = cell.run(x[None], h, c, act, cell_clip, proj_clip)
         scratch = gates.reshape(len(h), cell.gates, -1)[:, [0, 2, 1] if cell.cifg else [0, 1, 3, 2]]  # i, f, c, o
-        return scratch.reshape(len(h), -1).astype(dtype), h.astype(dtype), c.astype(dtype), out[0].astype(dtype)
+        return (scratch.reshape(len(h), -1).astype(dtype), h.astype(dtype, copy=False), c.astype(dtype, copy=False),
+                out[0].astype(dtype))
 
     return run
 
@@ -377,7 +378,7 @@ def prepare_unidirectional_lstm(call: OpCall) -> Kernel:
         xt = x if time_major else x.transpose(1, 0, 2)
         out, h, c, _ = cell.run(xt, h, c, act, cell_clip, proj_clip)
         y = np.ascontiguousarray(out if time_major else out.transpose(1, 0, 2), dtype=dtype)
-        return (y, h.astype(dtype), c.astype(dtype)) if n_out == 3 else y
+        return (y, h.astype(dtype, copy=False), c.astype(dtype, copy=False)) if n_out == 3 else y
 
     return run
 
