@@ -14,7 +14,9 @@ estimated kernel time, ``LOOP_SLICE_NS``); otherwise admitted as usual and run o
 time, letting the loop serve its other tasks, timers and I/O at each slice boundary. That
 boundary is a checkpoint: an execution that arrived meanwhile is admitted there, and preempts
 or aborts the running one as on a worker. A step longer than the slice sends the rest of the
-plan to a worker, so the loop never stalls for longer than one slice. On the reference
+plan to a worker, so the loop never stalls for longer than one slice. A plan with inputs of
+unknown dimensions runs there (at once, on an idle device) only for a request whose shape class
+has a measured cost within the inline limit or one slice (``_measured_cheap``). On the reference
 machine, waking a worker and then the loop again cost 0.15-0.3 ms per execution
 (``benchmarks/overhead.py`` (c)), a tenth of a 2 ms model.
 
@@ -69,7 +71,7 @@ from nnrt.devices._options import check_app, check_cpu_options
 from nnrt.devices._tuning import init_low_worker, init_worker, pin_blas, tune_allocator
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, SLICE, ExecContext, Plan, PreparedModel, compile_plan, run_plan
-from nnrt.execution._cost import CostModel
+from nnrt.execution._cost import ESTABLISHED, CostModel
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS, LOOP_SLICE_NS
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, allocate_buffer
@@ -411,6 +413,16 @@ class CpuDevice(Device):
         return (plan.sliced and self.scheduler.alone()
                 and (job.priority is not Priority.LOW or self.low_priority_nice is None))
 
+    def _measured_cheap(self, plan: Plan, cost: CostModel | None) -> bool:
+        """True when a request of a dynamic plan may run at once on the loop thread like an
+        idle-inline plan: its shape class's cost, measured on this machine (``ESTABLISHED``
+        executions), fits the inline limit or one loop slice, and the device is idle."""
+        if cost is None or plan.has_control_flow or cost.observations < ESTABLISHED:
+            return False
+        limit = self.inline_limit_ns
+        bound = self.loop_slice_ns if 0 < limit < self.loop_slice_ns else limit
+        return cost.estimate_ns <= bound and self.scheduler.idle()
+
     def can_run_now(self, plan: Plan) -> bool:
         """True when ``plan`` may run inline right now, bypassing the queue: the device is idle
         and the plan is cheap (``Plan.idle_inline``: within the inline limit or one loop slice)."""
@@ -459,7 +471,7 @@ class CpuDevice(Device):
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
     ) -> tuple[list[Any], int]:
         sched = self.scheduler
-        if self.can_run_now(plan):
+        if self.can_run_now(plan) or self._measured_cheap(plan, ctx.cost):
             return self.run_now(gen, ctx, plan, app, priority)
         cost = ctx.cost or plan.cost
         cost_s = cost.estimate_ns / 1e9

@@ -27,7 +27,9 @@ is a floor under it.
 Plans with inputs of unknown dimensions get one model per *shape class* (``Plan.cost_for``:
 the inputs' total element count, by power of two), since a batch of 4096 costs what a batch
 of 1 does not; until a class is measured its prior is the largest cost measured for a smaller
-class, scaled by size, and such plans never run on the event loop thread.
+class, scaled by size. Their steps never run on the event loop thread on an estimate; a
+request whose class has a measured history that fits the inline limit (or one loop slice) runs
+there at once when the device is idle (``CpuDevice``), like a cheap plan of known shapes.
 """
 
 from __future__ import annotations

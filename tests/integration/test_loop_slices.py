@@ -19,7 +19,8 @@ import nnrt
 from nnrt import ErrorStatus, Priority, zoo
 from nnrt._aio import in_trio
 from nnrt.execution import SLICE
-from tests.helpers import Started, on_trio_too, ones, start
+from nnrt.execution._cost import ESTABLISHED
+from tests.helpers import Started, on_trio_too, ones, start, unknown_shape_add
 from tests.integration.test_scheduler import Gate
 
 US = 1e3
@@ -231,6 +232,24 @@ async def test_plans_from_the_compilation_cache_get_the_device_s_slice(tmp_path:
             assert prepared.plan.sliced and [s.stop for s in prepared.plan.steps] == [0, SLICE, SLICE]
     finally:
         device.close()
+
+
+async def test_a_dynamic_plan_runs_on_the_loop_for_shapes_measured_cheap(vdevice: nnrt.CpuDevice) -> None:
+    """The decision per shape class, from its measured cost: until measured, or measured above
+    a slice, the worker; measured within one, at once on the loop thread when idle."""
+    prepared = await vdevice.prepare_model(unknown_shape_add())
+    plan = prepared.plan
+    small, big = [ones(2, 2), ones(2, 2)], [ones(600, 2), ones(600, 2)]
+    trace = Trace(prepared)
+    await prepared.execute(small)  # not measured enough yet: the worker
+    assert trace.on_loop() == [False]
+    for _ in range(ESTABLISHED):
+        plan.cost_for(small).observe(50 * US)
+        plan.cost_for(big).observe(5000 * US)
+    await prepared.execute(small)
+    await prepared.execute(big)
+    assert trace.on_loop() == [False, True, False]
+    assert vdevice.scheduler.idle()
 
 
 # On trio one checkpoint does not promise every other task a turn (a batch runs in either order),
