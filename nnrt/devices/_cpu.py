@@ -9,10 +9,10 @@ inputs measures each step, and those measurements replace the first estimates.
 
 When nothing else is admitted on the device, larger plans without control flow
 (``Plan.sliced``) also run on the loop thread, saving two thread hand-offs that gain nobody
-anything: at once, like an inline plan, when the whole plan fits one loop slice (1 ms of
-estimated kernel time, ``LOOP_SLICE_NS``); otherwise admitted as usual and run one slice at a
-time, letting the loop serve its other tasks, timers and I/O at each slice boundary. That
-boundary is a checkpoint: an execution that arrived meanwhile is admitted there, and preempts
+anything: at once when the whole plan fits one loop slice (1 ms of estimated kernel time,
+``LOOP_SLICE_NS``), then giving the loop one turn (an inline plan's fast path returns without
+one); otherwise admitted as usual and run one slice at a time, letting the loop serve its
+other tasks, timers and I/O at each slice boundary. That boundary is a checkpoint: an execution that arrived meanwhile is admitted there, and preempts
 or aborts the running one as on a worker. A step longer than the slice sends the rest of the
 plan to a worker, so the loop never stalls for longer than one slice. A plan with inputs of
 unknown dimensions runs there (at once, on an idle device) only for a request whose shape class
@@ -418,17 +418,16 @@ class CpuDevice(Device):
     def _measured_cheap(self, plan: Plan, cost: CostModel | None) -> bool:
         """True when a request of a dynamic plan may run at once on the loop thread like an
         idle-inline plan: its shape class's cost, measured on this machine (``ESTABLISHED``
-        executions), fits the inline limit or one loop slice, and the device is idle."""
+        executions), fits the inline limit or one loop slice."""
         if cost is None or plan.has_control_flow or cost.observations < ESTABLISHED:
             return False
         limit = self.inline_limit_ns
         bound = self.loop_slice_ns if 0 < limit < self.loop_slice_ns else limit
-        return cost.estimate_ns <= bound and self.scheduler.idle()
+        return cost.estimate_ns <= bound
 
     def can_run_now(self, plan: Plan) -> bool:
-        """True when ``plan`` may run inline right now, bypassing the queue: the device is idle
-        and the plan is cheap (``Plan.idle_inline``: within the inline limit or one loop slice)."""
-        return plan.idle_inline and self.scheduler.idle()
+        """True when ``plan`` may run inline right now, bypassing the queue (the device is idle)."""
+        return plan.inline and self.scheduler.idle()
 
     def run_now(
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
@@ -473,8 +472,14 @@ class CpuDevice(Device):
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
     ) -> tuple[list[Any], int]:
         sched = self.scheduler
-        if self.can_run_now(plan) or self._measured_cheap(plan, ctx.cost):
+        if self.can_run_now(plan):
             return self.run_now(gen, ctx, plan, app, priority)
+        if sched.idle() and (plan.idle_inline or self._measured_cheap(plan, ctx.cost)):
+            # Within one loop slice: at once, as the fast path, then one turn of the loop, so
+            # that back-to-back executions (which never suspend on the fast path) cannot starve it.
+            ran = self.run_now(gen, ctx, plan, app, priority)
+            await checkpoint()
+            return ran
         cost = ctx.cost or plan.cost
         cost_s = cost.estimate_ns / 1e9
         # On the loop thread nothing can interrupt it; on a worker it yields between steps.

@@ -95,14 +95,24 @@ async def test_alone_a_sliced_plan_runs_on_the_loop_thread_and_lets_it_serve_oth
     assert result.outputs[0].tolist() == prepared.execute_sync([ones(1, 16)]).outputs[0].tolist()
 
 
-async def test_a_plan_within_one_slice_runs_at_once_when_the_device_is_idle(vdevice: nnrt.CpuDevice) -> None:
+async def test_a_plan_within_one_slice_runs_at_once_then_lets_the_loop_turn(vdevice: nnrt.CpuDevice) -> None:
     prepared = await vdevice.prepare_model(zoo.add_chain(3))
     costing(prepared, 300, 300, 300)
     admitted: list[bool] = []
-    Trace(prepared, before={0: lambda: admitted.append(not vdevice.scheduler.idle())})
+    trace = Trace(prepared, before={0: lambda: admitted.append(not vdevice.scheduler.idle())})
     assert prepared.plan.idle_inline and not prepared.plan.inline
-    await prepared.execute([ones(1, 16)])
-    assert admitted == [False]  # the fast path: never admitted, like an inline plan
+
+    async def back_to_back() -> None:
+        for _ in range(3):
+            await prepared.execute([ones(1, 16)])
+
+    await run_with_ticker(trace, back_to_back())
+    assert admitted == [False] * 3  # never admitted, like an inline plan
+    assert trace.on_loop() == [True] * 9
+    t = trace.tick_seen()
+    assert t[0] == t[1] == t[2] and t[3] == t[4] == t[5] and t[6] == t[7] == t[8]  # each one whole
+    if not in_trio():
+        assert t[2] < t[3] and t[5] < t[6]  # and the loop turned between two executions
 
 
 async def test_a_step_longer_than_the_slice_sends_the_rest_to_a_worker(vdevice: nnrt.CpuDevice) -> None:
