@@ -12,13 +12,14 @@ When nothing else is admitted on the device, larger plans without control flow
 anything: at once when the whole plan fits one loop slice (1 ms of estimated kernel time,
 ``LOOP_SLICE_NS``), then giving the loop one turn (an inline plan's fast path returns without
 one); otherwise admitted as usual and run one slice at a time, letting the loop serve its
-other tasks, timers and I/O at each slice boundary. That boundary is a checkpoint: an execution that arrived meanwhile is admitted there, and preempts
-or aborts the running one as on a worker. A step longer than the slice sends the rest of the
-plan to a worker, so the loop never stalls for longer than one slice. A plan with inputs of
-unknown dimensions runs there (at once, on an idle device) only for a request whose shape class
-has a measured cost within the inline limit or one slice (``_measured_cheap``). On the reference
-machine, waking a worker and then the loop again cost 0.15-0.3 ms per execution
-(``benchmarks/overhead.py`` (c)), a tenth of a 2 ms model.
+other tasks, timers and I/O at each slice boundary. That boundary is a checkpoint: an
+execution that arrived meanwhile is admitted there, and preempts or aborts the running one as
+on a worker. A step longer than the slice sends the rest of the plan to a worker, so the loop
+never stalls for longer than one slice. A plan with inputs of unknown dimensions runs there
+(at once, on an idle device) only for a request whose shape class has a measured compute time
+within the inline limit or one slice (``_measured_cheap``). On the reference machine, waking a
+worker and then the loop again cost 0.15-0.3 ms per execution (``benchmarks/latency.py``), a
+tenth of a 2 ms model; on a loaded machine, milliseconds.
 
 NNAPI priority can also reach the operating system (``low_priority_nice``, off by default,
 Linux): LOW executions then run on worker threads of their own with a lower OS priority. It
@@ -51,13 +52,12 @@ import weakref
 from collections.abc import Generator, Hashable, Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
-
 from nnrt._aio import checkpoint, to_thread, wait_future
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, check_deadline, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
+from nnrt.devices._calibrate import calibrate
 from nnrt.devices._device import (
     Device,
     DeviceType,
@@ -70,7 +70,7 @@ from nnrt.devices._device import (
 from nnrt.devices._options import check_app, check_cpu_options
 from nnrt.devices._tuning import init_low_worker, init_worker, pin_blas, tune_allocator
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
-from nnrt.execution import OFFLOAD, SLICE, ExecContext, Plan, PreparedModel, compile_plan, run_plan
+from nnrt.execution import OFFLOAD, SLICE, ExecContext, Plan, PreparedModel, compile_plan
 from nnrt.execution._cost import ESTABLISHED, CostModel
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS, LOOP_SLICE_NS
@@ -86,8 +86,6 @@ _Gen = Generator[int, None, list[Any]]
 
 #: nnrt's version string, reported as the device version.
 VERSION = "0.1.0"
-#: Calibration repeats its runs (up to five after the cold one) while they took less than this.
-CALIBRATION_BUDGET_NS = 12_000_000
 #: The GIL switch interval ``tune_process=True`` sets (the interpreter's default is 5 ms).
 LATENCY_SWITCH_INTERVAL_S = 0.0005
 
@@ -392,7 +390,7 @@ class CpuDevice(Device):
         t = perf_ns()
         plan = compile_plan(model)
         if self.calibrate:
-            _calibrate(plan)
+            calibrate(plan)
         self._place(plan)
         if vlog_enabled("compilation"):
             _log.debug("compilation.done", model=model.name, steps=len(plan.steps), cost_us=plan.cost_ns / 1e3,
@@ -417,13 +415,16 @@ class CpuDevice(Device):
 
     def _measured_cheap(self, plan: Plan, cost: CostModel | None) -> bool:
         """True when a request of a dynamic plan may run at once on the loop thread like an
-        idle-inline plan: its shape class's cost, measured on this machine (``ESTABLISHED``
-        executions), fits the inline limit or one loop slice."""
+        idle-inline plan: its shape class's compute time, measured on this machine
+        (``CostModel.work_ns`` over ``ESTABLISHED`` executions or more), fits the inline limit
+        or one loop slice. Not admission's estimate, which counts the hand-offs and their
+        jitter: on a loaded machine silero VAD's 0.5 ms step had a service time of 1.4-2.2 ms
+        on the worker (estimates of 4-8 ms), which would have kept it there."""
         if cost is None or plan.has_control_flow or cost.observations < ESTABLISHED:
             return False
         limit = self.inline_limit_ns
         bound = self.loop_slice_ns if 0 < limit < self.loop_slice_ns else limit
-        return cost.estimate_ns <= bound
+        return cost.work_ns <= bound
 
     def can_run_now(self, plan: Plan) -> bool:
         """True when ``plan`` may run inline right now, bypassing the queue (the device is idle)."""
@@ -506,7 +507,7 @@ class CpuDevice(Device):
             raise error_for(status, "the execution completed after its deadline")
         # The cost model learns the service time (holding a unit, hand-offs included), which is
         # what admission must predict; kernel time alone underestimates it.
-        cost.observe(held_ns)
+        cost.observe(held_ns, device_ns)
         return results, device_ns
 
     async def _run_admitted(
@@ -583,40 +584,3 @@ class CpuDevice(Device):
             return stop.value, perf_ns() - t
         finally:
             fp_errors_restored(token)
-
-
-def _calibrate(plan: Plan) -> None:
-    """Measure each top-level step once on zero inputs; keep the estimates where that fails."""
-    if plan.has_control_flow:
-        return
-    args: list[Any] = []
-    for i in plan.inputs:
-        op = plan.model.operands[i]
-        if not op.fully_specified:
-            return
-        args.append(op.type.dtype.type(0).item() if op.type.is_scalar else np.zeros(op.dimensions, op.type.dtype))
-    # The first run is cold (allocator, caches, lazy imports, compiled kernels compiling or
-    # loading): it counts for neither the estimates nor the time spent. Keep the best of the
-    # later ones; plans of up to a few ms get more runs, since a noisy measurement decides
-    # where they run (on a loaded machine one run of a 2 ms model measured 6.6 ms, which put a
-    # step above the loop slice).
-    best: dict[int, float] = {}
-    runs, spent = 0, 0
-    while runs < 2 or (runs < 6 and spent < CALIBRATION_BUDGET_NS):
-        profile: dict[int, int] = {}
-        token = fp_errors_ignored()
-        try:
-            for _ in run_plan(plan, args, ExecContext(profile=profile)):
-                pass
-        except NnrtError:
-            return
-        finally:
-            fp_errors_restored(token)
-        runs += 1
-        if runs > 1:
-            spent += sum(profile.values())
-            for key, ns in profile.items():
-                best[key] = min(best.get(key, float("inf")), float(ns))
-    for step in plan.steps:
-        if id(step) in best:
-            step.cost_ns = best[id(step)]
