@@ -10,16 +10,16 @@ inputs measures each step, and those measurements replace the first estimates.
 When nothing else is admitted on the device, larger plans without control flow
 (``Plan.sliced``) also run on the loop thread, saving two thread hand-offs that gain nobody
 anything: at once when the whole plan fits one loop slice (1 ms of estimated kernel time,
-``LOOP_SLICE_NS``), then giving the loop one turn (an inline plan's fast path returns without
-one); otherwise admitted as usual and run one slice at a time, letting the loop serve its
-other tasks, timers and I/O at each slice boundary. That boundary is a checkpoint: an
-execution that arrived meanwhile is admitted there, and preempts or aborts the running one as
-on a worker. A step longer than the slice sends the rest of the plan to a worker, so the loop
-never stalls for longer than one slice. A plan with inputs of unknown dimensions runs there
-(at once, on an idle device) only for a request whose shape class has a measured compute time
-within the inline limit or one slice (``_measured_cheap``). On the reference machine, waking a
-worker and then the loop again cost 0.15-0.3 ms per execution (``benchmarks/latency.py``), a
-tenth of a 2 ms model; on a loaded machine, milliseconds.
+``LOOP_SLICE_NS``), the loop getting a turn first when such executions back to back would hold
+it for longer than a slice; otherwise admitted as usual and run one slice at a time, letting
+the loop serve its other tasks, timers and I/O at each slice boundary. That boundary is a
+checkpoint: an execution that arrived meanwhile is admitted there, and preempts or aborts the
+running one as on a worker. A step longer than the slice sends the rest of the plan to a
+worker, so the loop never stalls for longer than one slice. A plan with inputs of unknown
+dimensions runs there (at once, on an idle device) only for a request whose shape class has a
+measured compute time within the inline limit or one slice (``_at_once_ns``). On the reference
+machine, waking a worker and then the loop again cost 0.15-0.3 ms per execution
+(``benchmarks/latency.py``), a tenth of a 2 ms model; on a loaded machine, milliseconds.
 
 NNAPI priority can also reach the operating system (``low_priority_nice``, off by default,
 Linux): LOW executions then run on worker threads of their own with a lower OS priority. It
@@ -168,6 +168,8 @@ class CpuDevice(Device):
         #: The loop slice (``nnrt.execution._plan.LOOP_SLICE_NS``; 0: plans above the inline
         #: limit always run on a worker).
         self.loop_slice_ns = loop_slice_ns
+        # Estimated compute time run at once on the loop thread since its last turn there.
+        self._loop_debt_ns = 0.0
         self.calibrate = calibrate
         if low_priority_nice is not None and (
             isinstance(low_priority_nice, bool) or not isinstance(low_priority_nice, int) or not 0 <= low_priority_nice <= 19
@@ -413,18 +415,24 @@ class CpuDevice(Device):
         return (plan.sliced and self.scheduler.alone()
                 and (job.priority is not Priority.LOW or self.low_priority_nice is None))
 
-    def _measured_cheap(self, plan: Plan, cost: CostModel | None) -> bool:
-        """True when a request of a dynamic plan may run at once on the loop thread like an
-        idle-inline plan: its shape class's compute time, measured on this machine
-        (``CostModel.work_ns`` over ``ESTABLISHED`` executions or more), fits the inline limit
-        or one loop slice. Not admission's estimate, which counts the hand-offs and their
+    def _at_once_ns(self, plan: Plan, cost: CostModel | None) -> float | None:
+        """The compute time a request would hold the loop thread for, when it may run there at
+        once on an idle device (else None): a plan within one loop slice (``Plan.idle_inline``),
+        or a dynamic plan's request whose shape class has a compute time measured on this
+        machine (``CostModel.work_ns``, over ``ESTABLISHED`` executions or more) within the
+        inline limit or one slice. Not admission's estimate, which counts the hand-offs and their
         jitter: on a loaded machine silero VAD's 0.5 ms step had a service time of 1.4-2.2 ms
         on the worker (estimates of 4-8 ms), which would have kept it there."""
+        if plan.idle_inline:
+            return plan.cost_ns
         if cost is None or plan.has_control_flow or cost.observations < ESTABLISHED:
-            return False
+            return None
+        return cost.work_ns if cost.work_ns <= self._loop_bound_ns() else None
+
+    def _loop_bound_ns(self) -> float:
+        """The longest the loop thread runs kernels between two turns of the loop."""
         limit = self.inline_limit_ns
-        bound = self.loop_slice_ns if 0 < limit < self.loop_slice_ns else limit
-        return cost.work_ns <= bound
+        return self.loop_slice_ns if 0 < limit < self.loop_slice_ns else limit
 
     def can_run_now(self, plan: Plan) -> bool:
         """True when ``plan`` may run inline right now, bypassing the queue (the device is idle)."""
@@ -475,12 +483,16 @@ class CpuDevice(Device):
         sched = self.scheduler
         if self.can_run_now(plan):
             return self.run_now(gen, ctx, plan, app, priority)
-        if sched.idle() and (plan.idle_inline or self._measured_cheap(plan, ctx.cost)):
-            # Within one loop slice: at once, as the fast path, then one turn of the loop, so
-            # that back-to-back executions (which never suspend on the fast path) cannot starve it.
-            ran = self.run_now(gen, ctx, plan, app, priority)
-            await checkpoint()
-            return ran
+        if sched.idle() and (at_once := self._at_once_ns(plan, ctx.cost)) is not None:
+            # Within one loop slice: at once, as the fast path. An execution there never
+            # suspends, so the loop gets a turn first when the ones run back to back since its
+            # last turn here would hold it for longer than a slice (estimated, as the slices).
+            if self._loop_debt_ns + at_once > self._loop_bound_ns():
+                self._loop_debt_ns = 0.0
+                await checkpoint()
+            if sched.idle():  # (else something arrived meanwhile: through the scheduler)
+                self._loop_debt_ns += at_once
+                return self.run_now(gen, ctx, plan, app, priority)
         cost = ctx.cost or plan.cost
         cost_s = cost.estimate_ns / 1e9
         # On the loop thread nothing can interrupt it; on a worker it yields between steps.

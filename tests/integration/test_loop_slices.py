@@ -95,24 +95,31 @@ async def test_alone_a_sliced_plan_runs_on_the_loop_thread_and_lets_it_serve_oth
     assert result.outputs[0].tolist() == prepared.execute_sync([ones(1, 16)]).outputs[0].tolist()
 
 
-async def test_a_plan_within_one_slice_runs_at_once_then_lets_the_loop_turn(vdevice: nnrt.CpuDevice) -> None:
+@pytest.mark.parametrize(("cost_us", "per_turn"), [(300, 1), (100, 3)], ids=["0.9 ms", "0.3 ms"])
+async def test_plans_within_one_slice_run_at_once_the_loop_turning_once_a_slice(
+    vdevice: nnrt.CpuDevice, cost_us: float, per_turn: int
+) -> None:
+    """Never admitted; an execution there never suspends, so the loop turns before one that
+    would make those run back to back since its last turn hold it for over a slice."""
     prepared = await vdevice.prepare_model(zoo.add_chain(3))
-    costing(prepared, 300, 300, 300)
+    costing(prepared, cost_us, cost_us, cost_us)
     admitted: list[bool] = []
     trace = Trace(prepared, before={0: lambda: admitted.append(not vdevice.scheduler.idle())})
     assert prepared.plan.idle_inline and not prepared.plan.inline
+    vdevice._loop_debt_ns = 0.0  # (as a fresh device)
 
     async def back_to_back() -> None:
-        for _ in range(3):
+        for _ in range(3 * per_turn):
             await prepared.execute([ones(1, 16)])
 
     await run_with_ticker(trace, back_to_back())
-    assert admitted == [False] * 3  # never admitted, like an inline plan
-    assert trace.on_loop() == [True] * 9
-    t = trace.tick_seen()
-    assert t[0] == t[1] == t[2] and t[3] == t[4] == t[5] and t[6] == t[7] == t[8]  # each one whole
+    assert admitted == [False] * 3 * per_turn
+    assert trace.on_loop() == [True] * 9 * per_turn
+    t = trace.tick_seen()[::3]  # as each execution began
+    runs = [t[k * per_turn:(k + 1) * per_turn] for k in range(3)]  # those between two turns
+    assert all(len(set(run)) == 1 for run in runs)
     if not in_trio():
-        assert t[2] < t[3] and t[5] < t[6]  # and the loop turned between two executions
+        assert runs[0][0] < runs[1][0] < runs[2][0]  # the loop turned between them
 
 
 async def test_a_step_longer_than_the_slice_sends_the_rest_to_a_worker(vdevice: nnrt.CpuDevice) -> None:
