@@ -542,6 +542,8 @@ class CpuDevice(Device):
                     reason = next(gen)
                 except StopIteration as stop:
                     end = perf_ns()
+                    if plan.sliced:  # its last slice counts towards the next at-once run's
+                        self._loop_debt_ns = self._loop_bound_ns()
                     return stop.value, device_ns + end - t, held_ns + end - granted
                 finally:
                     fp_errors_restored(token)

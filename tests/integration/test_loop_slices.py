@@ -49,6 +49,10 @@ class Trace:
         self.loop_thread = threading.get_ident()
         self.ticks = 0
         self.calls: list[tuple[str, int, bool, int]] = []
+        self.add(prepared, name, before)
+
+    def add(self, prepared: nnrt.PreparedModel, name: str, before: dict[int, Callable[[], object]] | None = None) -> None:
+        """Record ``prepared``'s kernel calls too, as ``name``."""
         for k, step in enumerate(prepared.plan.steps):
             fn = step.fn
             assert fn is not None
@@ -122,6 +126,29 @@ async def test_plans_within_one_slice_run_at_once_the_loop_turning_once_a_slice(
         assert runs[0][0] < runs[1][0] < runs[2][0]  # the loop turned between them
 
 
+async def test_after_a_sliced_run_the_loop_turns_before_an_at_once_one(vdevice: nnrt.CpuDevice) -> None:
+    """The last slice of a sliced run and an at-once run right after it would hold the loop
+    for up to two slices without a turn: the loop turns between them."""
+    sliced = await vdevice.prepare_model(zoo.add_chain(3))
+    costing(sliced, 600, 600, 600)  # segments [0], [1], [2]
+    at_once = await vdevice.prepare_model(zoo.add_chain(2))
+    costing(at_once, 200, 200)
+    trace = Trace(sliced, "sliced")
+    trace.add(at_once, "at once")
+
+    async def both() -> None:
+        await sliced.execute([ones(1, 16)])
+        await at_once.execute([ones(1, 16)])
+
+    await run_with_ticker(trace, both())
+    names = [(name, k) for name, k, _, _ in trace.calls]
+    assert names == [("sliced", 0), ("sliced", 1), ("sliced", 2), ("at once", 0), ("at once", 1)]
+    t = trace.tick_seen()
+    if not in_trio():
+        assert t[0] < t[1] < t[2] < t[3]  # a turn at each boundary, and before the at-once run
+    assert t[3] == t[4]
+
+
 async def test_a_step_longer_than_the_slice_sends_the_rest_to_a_worker(vdevice: nnrt.CpuDevice) -> None:
     prepared = await vdevice.prepare_model(zoo.add_chain(4))
     costing(prepared, 400, 2000, 400, 400)
@@ -158,8 +185,7 @@ async def test_a_higher_priority_arrival_preempts_it_at_a_slice_boundary(vdevice
     # The HIGH execution is started from inside LOW's first kernel: it can run, be admitted and
     # interrupt LOW only when the loop is free, at LOW's slice boundary.
     trace = Trace(low, "low", before={0: lambda: arrivals.append(start(high.execute([ones(1, 4), ones(1, 4)])))})
-    high_trace = Trace(high, "high")
-    high_trace.calls = trace.calls  # one record of both
+    trace.add(high, "high")
     result = await low.execute([ones(1, 16)])
     await arrivals[0]
     assert [(name, k) for name, k, _, _ in trace.calls] == [("low", 0), ("low", 1), ("high", 0), ("low", 2), ("low", 3)]
