@@ -57,7 +57,7 @@ from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, check_deadline, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
-from nnrt.devices._calibrate import calibrate
+from nnrt.devices._calibrate import calibrate as _calibrate
 from nnrt.devices._device import (
     Device,
     DeviceType,
@@ -392,7 +392,7 @@ class CpuDevice(Device):
         t = perf_ns()
         plan = compile_plan(model)
         if self.calibrate:
-            calibrate(plan)
+            _calibrate(plan)
         self._place(plan)
         if vlog_enabled("compilation"):
             _log.debug("compilation.done", model=model.name, steps=len(plan.steps), cost_us=plan.cost_ns / 1e3,
