@@ -15,9 +15,10 @@ it for longer than a slice; otherwise admitted as usual and run one slice at a t
 the loop serve its other tasks, timers and I/O at each slice boundary. That boundary is a
 checkpoint: an execution that arrived meanwhile is admitted there, and preempts or aborts the
 running one as on a worker. A step longer than the slice sends the rest of the plan to a
-worker, so the loop never stalls for longer than one slice. A plan with inputs of unknown
-dimensions runs there (at once, on an idle device) only for a request whose shape class has a
-measured compute time within the inline limit or one slice (``_at_once_ns``). On the reference
+worker, so the loop never stalls for longer than one slice. A plan whose cost calibration
+cannot know (inputs of unknown dimensions, IF; never WHILE) runs there (at once, on an idle
+device) only once its measured compute time, per shape class, is within the inline limit or
+one slice (``_at_once_ns``). On the reference
 machine, waking a worker and then the loop again cost 0.15-0.3 ms per execution
 (``benchmarks/latency.py``), a tenth of a 2 ms model; on a loaded machine, milliseconds.
 
@@ -418,14 +419,19 @@ class CpuDevice(Device):
     def _at_once_ns(self, plan: Plan, cost: CostModel | None) -> float | None:
         """The compute time a request would hold the loop thread for, when it may run there at
         once on an idle device (else None): a plan within one loop slice (``Plan.idle_inline``),
-        or a dynamic plan's request whose shape class has a compute time measured on this
-        machine (``CostModel.work_ns``, over ``ESTABLISHED`` executions or more) within the
-        inline limit or one slice. Not admission's estimate, which counts the hand-offs and their
+        or, for a plan without WHILE whose cost calibration cannot know (inputs of unknown
+        dimensions: per shape class; IF), a compute time measured on this machine
+        (``CostModel.work_ns``, over ``ESTABLISHED`` executions or more) within the inline
+        limit or one slice. Not admission's estimate, which counts the hand-offs and their
         jitter: on a loaded machine silero VAD's 0.5 ms step had a service time of 1.4-2.2 ms
-        on the worker (estimates of 4-8 ms), which would have kept it there."""
+        on the worker (estimates of 4-8 ms), which would have kept it there. (An IF branch
+        never measured may take longer than those that were.)"""
         if plan.idle_inline:
             return plan.cost_ns
-        if cost is None or plan.has_control_flow or cost.observations < ESTABLISHED:
+        if plan.has_loop or not (plan.dynamic or plan.has_control_flow):
+            return None
+        cost = cost or plan.cost
+        if cost.observations < ESTABLISHED:
             return None
         return cost.work_ns if cost.work_ns <= self._loop_bound_ns() else None
 

@@ -106,6 +106,8 @@ class Plan:
     outputs: tuple[int, ...]
     steps: list[Step]
     has_control_flow: bool = False
+    #: A WHILE somewhere in the plan or its sub-plans: its cost has no bound.
+    has_loop: bool = False
     #: Set by ``set_inline_limit``: the whole plan may run on the event loop thread.
     inline: bool = False
     #: Set by ``set_inline_limit``: the plan is cut into loop slices (``SLICE`` marks), so an
@@ -289,6 +291,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
     steps = fuse_steps(model, steps, _fetcher, folder.operands)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
+    plan.has_loop = any(s.kind == WHILE or any(b.has_loop for b in s.branches) for s in steps)
     plan.dynamic = not all(ops[i].fully_specified for i in model.input_indexes)
     plan.set_inline_limit(DEFAULT_INLINE_LIMIT_NS)
     cache[id(model)] = plan

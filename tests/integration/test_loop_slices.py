@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio.lowlevel
+import numpy as np
 import pytest
 
 import nnrt
@@ -293,6 +294,40 @@ async def test_a_dynamic_plan_runs_on_the_loop_for_shapes_measured_cheap(vdevice
     await prepared.execute(big)
     assert trace.on_loop() == [False, True, False]
     assert vdevice.scheduler.idle()
+
+
+async def test_an_if_plan_runs_on_the_loop_once_measured_cheap_a_while_plan_never(vdevice: nnrt.CpuDevice) -> None:
+    """Calibration cannot cost control flow: an IF plan runs on the loop at once when its
+    measured compute time fits a slice; a WHILE plan (unbounded) stays on the worker."""
+    from nnrt.conformance._cts import build_model, load_spec
+
+    branching = await vdevice.prepare_model(build_model(load_spec("V1_3/if_simple")[0]))
+    looping = await vdevice.prepare_model(build_model(load_spec("V1_3/while_fib")[0]))
+    assert not branching.plan.has_loop and looping.plan.has_loop
+    ran_on: list[bool] = []
+    for prepared in (branching, looping):
+        for step in prepared.plan.steps:
+            for sub in step.branches:  # (the top-level step is the IF or WHILE: trace its branches)
+                for inner in sub.steps:
+                    fn = inner.fn
+                    assert fn is not None
+
+                    def traced(*args: object, _fn: Any = fn) -> object:
+                        ran_on.append(threading.current_thread() is threading.main_thread())
+                        return _fn(*args)
+
+                    inner.fn = traced
+    cond = np.ones(1, np.bool_)
+    x = np.ones((3, 4), np.float32)
+    await branching.execute([cond, x])  # not measured yet: the worker
+    for _ in range(ESTABLISHED):
+        branching.plan.cost.observe(2000 * US, 50 * US)  # 50 us of work, hand-offs aside
+        looping.plan.cost.observe(2000 * US, 50 * US)
+    await branching.execute([cond, x])
+    assert ran_on == [False, True]
+    ran_on.clear()
+    await looping.execute([np.full(1, 3, np.int32)])  # (fib's one input: the count)
+    assert ran_on and not any(ran_on)
 
 
 # On trio one checkpoint does not promise every other task a turn (a batch runs in either order),

@@ -83,3 +83,12 @@ def test_dynamic_and_control_flow_plans_are_never_sliced() -> None:
     branching.has_control_flow = True  # (as an IF or WHILE step makes it: its cost is unbounded)
     branching.set_inline_limit(LIMIT)
     assert not branching.sliced and not branching.idle_inline and all(s.stop == OFFLOAD for s in branching.steps)
+
+
+def test_a_while_anywhere_makes_a_plan_unbounded() -> None:
+    from nnrt.conformance._cts import build_model, load_spec
+
+    assert compile_plan(build_model(load_spec("V1_3/while_fib")[0])).has_loop
+    branching = compile_plan(build_model(load_spec("V1_3/if_simple")[0]))
+    assert branching.has_control_flow and not branching.has_loop
+    assert not chain(1, 1).has_loop
