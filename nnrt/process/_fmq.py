@@ -227,6 +227,10 @@ class Ring:
         self._next = end
         return self.data[off + _HEADER : off + _HEADER + n]
 
+    def is_last(self) -> bool:
+        """Whether the packet ``peek`` returned is the last one written so far."""
+        return bool(self._ctl[_WRITE] == self._next)
+
     def advance(self) -> None:
         """Free the packet ``peek`` returned (its bytes may be overwritten from now on)."""
         self._ctl[_READ] = self._next
@@ -271,6 +275,8 @@ class Doorbell:
         self.rfd, self.wfd = rfd, wfd
         self.always = always or not STRONGLY_ORDERED
         self._pipe = rfd != wfd
+        #: Times it rang (woke a sleeping consumer) and times the consumer was awake.
+        self.rung = self.spared = 0
 
     def ring(self, ring: Ring) -> bool:
         """Wake the consumer of ``ring`` if it sleeps (call after publishing a packet); True
@@ -278,7 +284,9 @@ class Doorbell:
         if not self.always:
             full_fence()
             if not ring.consumer_sleeping:
+                self.spared += 1
                 return False
+        self.rung += 1
         with contextlib.suppress(BlockingIOError, OSError):  # full: the consumer wakes anyway; closed: dead
             if self._pipe:
                 os.write(self.wfd, b"\1")

@@ -125,6 +125,7 @@ class _Service:
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
         self.forms = FormCache()
         self.fast_results = 0  # results written in place through a result form
+        self.passes = 0  # times the request doorbell woke the service
         self._batch_start = 0.0  # while serving the request ring: when results were last rung
         self._unrung = False
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
@@ -224,8 +225,11 @@ class _Service:
                 self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
             elif kind == "_counts":  # test hook: what the service holds
                 self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
-            elif kind == "_forms":  # test hook: forms known, packets read and results written through them
-                self._reply(rid, True, (len(self.forms), self.forms.hits, self.fast_results))
+            elif kind == "_rings":  # test hook: forms known, packets read and results written through
+                # them, the app's doorbell rung and spared, passes over the request ring
+                ch = self.channel
+                bell = (ch.result_bell.rung, ch.result_bell.spared) if ch is not None else (0, 0)
+                self._reply(rid, True, (len(self.forms), self.forms.hits, self.fast_results, *bell, self.passes))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
@@ -238,6 +242,7 @@ class _Service:
         ring = ch.requests
         ch.request_bell.clear()
         ring.set_sleeping(False)
+        self.passes += 1
         self._batch_start = time.perf_counter()
         try:
             self._serve_ring(ch, ring)
@@ -260,6 +265,8 @@ class _Service:
                 self._reply(-1, False, f"the service lost the request ring's framing ({err})")
                 pkt = None
             if pkt is not None:
+                if self._unrung and ring.is_last():
+                    self._flush(ch)  # the app refills the ring while the last request runs
                 try:
                     self._serve_packet(pkt)
                 finally:
@@ -267,8 +274,11 @@ class _Service:
                     ring.advance()
                 continue
             self._flush(ch)  # before polling: the app waits for these
-            if not self.tasks and self.poller.should():
-                hit = ring.poll(self.poller.window)
+            # Poll while it pays, or while the app is awake: it is reading results, and its
+            # next requests come within the window.
+            window = 0.0 if self.tasks else self.poller.should(not ch.results.consumer_sleeping)
+            if window:
+                hit = ring.poll(window)
                 self.poller.record(hit)
                 if hit:
                     continue
@@ -294,12 +304,17 @@ class _Service:
                 if dtypes is None:
                     dtypes = self.dtypes[(app, handle)] = io_dtypes(prepared.model)
                 values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
-                self.forms.learn(pkt, req, dtypes[0])
+                form = self.forms.learn(pkt, req, dtypes[0])
             if prepared._driver.can_run_now(prepared.plan):
                 self._run_now(rid, prepared, values, None, deadline, loop_timeout, self._ring_reply, form)
                 return
             values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
-            self._spawn(rid, self._execute(rid, app, handle, values, deadline, loop_timeout, None, self._ring_reply))
+            known = form
+
+            def reply(rid: int, ok: bool, payload: Any) -> None:
+                self._ring_reply(rid, ok, payload, known)
+
+            self._spawn(rid, self._execute(rid, app, handle, values, deadline, loop_timeout, None, reply))
         except MalformedPacketError as err:
             self._ring_reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), f"FMQ request packet ill-formed: {err.message}"))
         except Exception as err:

@@ -438,14 +438,14 @@ class FormCache:
         self.hits += 1
         return form, None if dl == -1 else dl / 1e9, None if to == -1 else to / 1e9
 
-    def learn(self, pkt: memoryview, req: RingRequest, dtypes: Sequence[np.dtype[Any]]) -> None:
-        """Keep the form of a packet that parsed and decoded in full (``req``), if it has one
-        (no pools; every input inline or omitted)."""
+    def learn(self, pkt: memoryview, req: RingRequest, dtypes: Sequence[np.dtype[Any]]) -> ServiceForm | None:
+        """Keep (and answer) the form of a packet that parsed and decoded in full (``req``), if
+        it has one (no pools; every input inline or omitted)."""
         if req.pools:
-            return
+            return None
         key = self._key(pkt)
         if key is None:
-            return
+            return None
         base = len(pkt) - len(req.data)
         inputs: list[tuple[int, int, np.dtype[Any], tuple[int, ...]] | None] = []
         end = base
@@ -455,13 +455,14 @@ class FormCache:
                 continue
             slot, offset, length, dims = loc
             if slot != INLINE_SLOT:
-                return
+                return None
             dims = dims or ()
             inputs.append((base + offset, math.prod(dims), dtype, dims))
             end = max(end, base + offset + length)
         if len(self._forms) >= MAX_FORMS:
             del self._forms[next(iter(self._forms))]
-        self._forms[key] = ServiceForm(req.app, req.handle, inputs, end)
+        form = self._forms[key] = ServiceForm(req.app, req.handle, inputs, end)
+        return form
 
     def forget(self, app: str, handle: int) -> None:
         """Drop the forms of a released prepared model."""
