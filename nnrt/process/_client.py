@@ -267,11 +267,12 @@ class ServiceProcess:
         awake = self._ring_submit((loop, fut), rid, write, expect, loop)
         if awake is None:
             return False, None
-        with self._lock:
-            if self._consumer is not loop and self._claimable():
-                self._claim(loop)
-            mine = self._consumer is loop
-            alone = mine and len(self._ring_ids) == 1
+        if self._consumer is not loop:  # (the loop keeps the role: usually no lock needed here)
+            with self._lock:
+                if self._consumer is not loop and self._claimable():
+                    self._claim(loop)
+        mine = self._consumer is loop
+        alone = mine and len(self._ring_ids) == 1
         try:
             if alone:  # the only request outstanding: its answer is all this loop waits for
                 window = self.poller.should(awake)
@@ -441,8 +442,7 @@ class ServiceProcess:
                     break
                 rid = packet_id(pkt)
                 try:
-                    with self._lock:
-                        expect = self._ring_ids.get(rid)
+                    expect = self._ring_ids.get(rid)  # one dict read: atomic, no lock needed
                     if expect is not None:
                         done.append(read_result(pkt, expect))
                 except MalformedPacketError as err:

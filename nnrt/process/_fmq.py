@@ -103,6 +103,8 @@ class Poller:
         self.window = window if STRONGLY_ORDERED else 0.0
         self._score = 1.0
         self._count = 0
+        #: Polls made (probes included) and polls that paid.
+        self.polls = self.hits = 0
 
     def should(self, peer_awake: bool = False) -> float:
         """Seconds to poll now (0.0: sleep on the doorbell at once)."""
@@ -115,6 +117,8 @@ class Poller:
         return self.window * self.PROBE if self._count % 16 == 0 else 0.0
 
     def record(self, hit: bool) -> None:
+        self.polls += 1
+        self.hits += hit
         self._score = 0.75 * self._score + (0.25 if hit else 0.0)
 
 

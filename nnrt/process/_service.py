@@ -226,10 +226,11 @@ class _Service:
             elif kind == "_counts":  # test hook: what the service holds
                 self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
             elif kind == "_rings":  # test hook: forms known, packets read and results written through
-                # them, the app's doorbell rung and spared, passes over the request ring
+                # them, the app's doorbell rung and spared, passes over the request ring, CPU ns
                 ch = self.channel
                 bell = (ch.result_bell.rung, ch.result_bell.spared) if ch is not None else (0, 0)
-                self._reply(rid, True, (len(self.forms), self.forms.hits, self.fast_results, *bell, self.passes))
+                self._reply(rid, True, (len(self.forms), self.forms.hits, self.fast_results, *bell, self.passes,
+                                        time.process_time_ns()))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
