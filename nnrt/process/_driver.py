@@ -130,24 +130,28 @@ class RemoteDriver:
                 ) -> tuple[int, Callable[[Ring], bool], Expect, list[tuple[int, int]]] | None:
         """The request as a ring packet (``nnrt.process._transport``): its id, what writes it
         into the ring, what reads its result, and the arena blocks it holds; or None: the socket
-        (outputs the service writes in place, into the caller's pool or the arena, travel as the
-        socket's ``PoolRef``/``BufRef``: not on the rings). Plain small inputs take the request's
-        form (built once per input shapes), written in place; others are packed in full."""
-        if service.channel is None or type(app) is not str or self.out_specs or encode_outputs(ctx.outputs) is not None:
+        (outputs that come back through the arena, or that go into device buffers or mapped
+        files, travel as the socket's ``PoolRef``/``BufRef``). Plain small inputs take the
+        request's form (built once per input shapes), written in place; others are packed in
+        full, outputs the service writes into shared-memory segments as pool locations."""
+        if service.channel is None or type(app) is not str or self.out_specs:
             return None
         rid = service.new_id()
         deadline, loop_timeout = ctx.deadline, ctx.loop_timeout
-        form = self._form(args, app)
-        if form is not None:
-            into = ctx.outputs
-            expect = form.expect if into is None else form.expect._replace(into=into)
-            return rid, lambda ring: form.write(ring, rid, args, deadline, loop_timeout), expect, []
+        refs = encode_outputs(ctx.outputs)
+        if refs is None:
+            form = self._form(args, app)
+            if form is not None:
+                into = ctx.outputs
+                expect = form.expect if into is None else form.expect._replace(into=into)
+                return rid, lambda ring: form.write(ring, rid, args, deadline, loop_timeout), expect, []
         packed = encode_execute(rid, self.handle, app, args, deadline, loop_timeout, self.dtypes[0],
-                                len(self.dtypes[1]), self.arena)
+                                len(self.dtypes[1]), self.arena, refs)
         if packed is None:
             return None
         parts, nbytes, blocks = packed
-        return rid, lambda ring: ring.try_write(parts, nbytes), Expect(self.dtypes[1]), blocks
+        in_place = None if refs is None else [r is not None for r in refs]
+        return rid, lambda ring: ring.try_write(parts, nbytes), Expect(self.dtypes[1], in_place=in_place), blocks
 
     def _form(self, args: list[Any], app: str) -> RequestForm | None:
         """The request form for these values' shapes (made on first use), or None."""

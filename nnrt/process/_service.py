@@ -76,6 +76,7 @@ from nnrt.process._transport import (
     decode_execute,
     encode_outputs,
     io_dtypes,
+    output_locations,
     write_result,
 )
 from nnrt.process._wire import (
@@ -290,6 +291,7 @@ class _Service:
     def _serve_packet(self, pkt: memoryview) -> None:
         rid = packet_id(pkt)
         form: ServiceForm | None = None
+        outs: list[Any] | None = None  # views of the outputs written in place (their pools)
         try:
             hit = self.forms.match(pkt)
             if hit is not None:  # a known form: read without parsing (``_transport``)
@@ -305,9 +307,10 @@ class _Service:
                 if dtypes is None:
                     dtypes = self.dtypes[(app, handle)] = io_dtypes(prepared.model)
                 values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
+                outs = output_locations(req, dtypes[1], self.pools.attach)
                 form = self.forms.learn(pkt, req, dtypes[0])
             if prepared._driver.can_run_now(prepared.plan):
-                self._run_now(rid, prepared, values, None, deadline, loop_timeout, self._ring_reply, form)
+                self._run_now(rid, prepared, values, outs, deadline, loop_timeout, self._ring_reply, form)
                 return
             values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
             known = form
@@ -315,7 +318,7 @@ class _Service:
             def reply(rid: int, ok: bool, payload: Any) -> None:
                 self._ring_reply(rid, ok, payload, known)
 
-            self._spawn(rid, self._execute(rid, app, handle, values, deadline, loop_timeout, None, reply))
+            self._spawn(rid, self._execute(rid, app, handle, values, deadline, loop_timeout, outs, reply))
         except MalformedPacketError as err:
             self._ring_reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), f"FMQ request packet ill-formed: {err.message}"))
         except Exception as err:

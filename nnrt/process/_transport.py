@@ -52,8 +52,8 @@ from nnrt.burst._packet import (
     unpack_result,
 )
 from nnrt.errors import InvalidArgumentError, error_for
-from nnrt.process._wire import PoolRef, encode_args
-from nnrt.types import ErrorStatus
+from nnrt.process._wire import InPlace, PoolRef, encode_args
+from nnrt.types import ErrorStatus, OutputShape
 
 if TYPE_CHECKING:
     from nnrt.model import Model
@@ -71,6 +71,7 @@ __all__ = [
     "encode_execute",
     "encode_outputs",
     "io_dtypes",
+    "output_locations",
     "read_result",
     "request_form",
     "write_result",
@@ -101,9 +102,26 @@ def _bytes_of(arr: np.ndarray, parts: list[Any]) -> int:
 
 def encode_execute(rid: int, handle: int, app: str, values: Sequence[Any], deadline: float | None,
                    loop_timeout: float | None, dtypes: Sequence[np.dtype[Any]], n_outputs: int,
-                   arena: Arena | None) -> tuple[list[Any], int, list[tuple[int, int]]] | None:
+                   arena: Arena | None, out_refs: Sequence[Any] | None = None
+                   ) -> tuple[list[Any], int, list[tuple[int, int]]] | None:
     """An execute request's binary packet: (parts, size, arena blocks to free afterwards), or
-    None when a value cannot travel this way (then nothing was taken from the arena)."""
+    None when a value cannot travel this way (then nothing was taken from the arena).
+    ``out_refs`` (``_wire.encode_outputs``: a ``PoolRef`` per output the service writes in place
+    into a shared-memory segment, None for one that comes back by value) become output
+    locations in the packet's pools; a device buffer or a mapped file's pool cannot travel
+    this way."""
+    outputs: list[RawLocation] = [_INLINE_OUT] * n_outputs
+    pools: list[str] = []
+    if out_refs is not None:
+        for j, ref in enumerate(out_refs):
+            if ref is None:
+                continue
+            if type(ref) is not PoolRef or type(ref.pool) is not str:
+                return None
+            if ref.pool not in pools:
+                pools.append(ref.pool)
+            n = math.prod(ref.shape) * np.dtype(ref.dtype).itemsize
+            outputs[j] = (pools.index(ref.pool), ref.offset, n, tuple(ref.shape))
     big = False
     for v, dtype in zip(values, dtypes):
         if v is not None and (type(v) is not np.ndarray or v.dtype != dtype):
@@ -111,7 +129,6 @@ def encode_execute(rid: int, handle: int, app: str, values: Sequence[Any], deadl
         big = big or (v is not None and v.nbytes >= ARENA_INPUT_BYTES)
     wire, blocks = encode_args(list(values), arena) if big else (values, [])
     inputs: list[RawLocation | None] = []
-    pools: list[str] = []
     data: list[Any] = []
     size = 0
     for v, w in zip(values, wire):
@@ -129,7 +146,7 @@ def encode_execute(rid: int, handle: int, app: str, values: Sequence[Any], deadl
             arr = v if v.flags.c_contiguous else np.ascontiguousarray(v)
             inputs.append((INLINE_SLOT, size, arr.nbytes, arr.shape))
             size += _bytes_of(arr, data)
-    datums = request_datums(inputs, [_INLINE_OUT] * n_outputs, True, deadline, loop_timeout)
+    datums = request_datums(inputs, outputs, True, deadline, loop_timeout)
     parts, nbytes = pack_request(rid, handle, app, datums, pools, data, size)
     return parts, nbytes, blocks
 
@@ -168,33 +185,69 @@ def decode_execute(req: RingRequest, dtypes: Sequence[np.dtype[Any]], n_outputs:
     return values
 
 
+def output_locations(req: RingRequest, dtypes: Sequence[np.dtype[Any]],
+                     attach: Callable[[str, str], np.ndarray]) -> list[Any] | None:
+    """The service's views of the outputs a request wants written in place (None for one that
+    comes back by value; None when all do). A location outside its pool, or of a size its
+    dimensions do not have, is INVALID_ARGUMENT."""
+    if all(loc[0] == INLINE_SLOT for loc in req.outputs):
+        return None
+    outs: list[Any] = []
+    for j, ((slot, offset, length, dims), dtype) in enumerate(zip(req.outputs, dtypes)):
+        if slot == INLINE_SLOT:
+            outs.append(None)
+            continue
+        if not 0 <= slot < len(req.pools):
+            raise InvalidArgumentError(f"request: output {j} names pool {slot}; the packet has {len(req.pools)}")
+        raw = attach(req.pools[slot], f"output {j}")
+        dims = dims or ()
+        count = math.prod(dims)
+        if length != count * dtype.itemsize or offset < 0 or offset + length > len(raw):
+            raise InvalidArgumentError(f"request: output {j}'s {length} bytes at {offset} do not hold dimensions "
+                                       f"{dims} of {dtype} inside its {len(raw)}-byte pool")
+        outs.append(raw[offset : offset + length].view(dtype).reshape(dims))
+    return outs
+
+
 def encode_outputs(rid: int, ok: bool, payload: Any) -> tuple[list[Any], int]:
-    """A reply (``(outputs, device_ns)`` when ``ok``, else ``(status, message)``) as a result packet."""
+    """A reply (``(outputs, device_ns)`` when ``ok``, else ``_wire.error_payload``'s ``(status,
+    message[, output shapes])``) as a result packet. An output written in place (``InPlace``)
+    is its shape alone."""
     if not ok:
-        status, message = payload
-        return pack_result(rid, result_datums(ErrorStatus(status), (), None, None), str(message), [], 0)
+        status, message, *rest = payload
+        shaped = list(rest[0]) if rest else []
+        datums = result_datums(ErrorStatus(status), [d for d, _ in shaped], None, None, [s for _, s in shaped])
+        return pack_result(rid, datums, str(message), [], 0)
     outputs, device_ns = payload
     data: list[Any] = []
     size = 0
     shapes = []
     for out in outputs:
+        if type(out) is InPlace:
+            shapes.append(tuple(out.shape))
+            continue
         arr = out if type(out) is np.ndarray and out.flags.c_contiguous else np.ascontiguousarray(out)
         shapes.append(arr.shape)
         size += _bytes_of(arr, data)
     return pack_result(rid, result_datums(ErrorStatus.NONE, shapes, device_ns, device_ns), "", data, size)
 
 
-def decode_outputs(buf: memoryview, dtypes: Sequence[np.dtype[Any]]) -> tuple[int, bool, Any]:
-    """A result packet as ``(id, ok, payload)``: the outputs copied out of the ring and the time
-    on device, or the error to raise."""
+def decode_outputs(buf: memoryview, dtypes: Sequence[np.dtype[Any]],
+                   in_place: Sequence[bool] | None = None) -> tuple[int, bool, Any]:
+    """A result packet as ``(id, ok, payload)``: the outputs copied out of the ring (``InPlace``
+    with its shape for one the service wrote in place: ``in_place``) and the time on device,
+    or the error to raise (with the output shapes it carries: OUTPUT_INSUFFICIENT_SIZE)."""
     rid, status, shapes, on_device_ns, message, data = unpack_result(buf)
     if status != ErrorStatus.NONE:
-        return rid, False, error_for(status, message)
+        return rid, False, error_for(status, message, output_shapes=[OutputShape(d, ok) for d, ok in shapes])
     if len(shapes) != len(dtypes):
         return rid, False, error_for(ErrorStatus.GENERAL_FAILURE, "result packet: wrong number of outputs")
-    outputs = []
+    outputs: list[Any] = []
     pos = 0
-    for (dims, _ok), dtype in zip(shapes, dtypes):
+    for j, ((dims, _ok), dtype) in enumerate(zip(shapes, dtypes)):
+        if in_place is not None and in_place[j]:
+            outputs.append(InPlace(dims))
+            continue
         count = math.prod(dims)
         n = count * dtype.itemsize
         if pos + n > len(data):
@@ -289,6 +342,8 @@ class Expect(NamedTuple):
     dtypes: Sequence[np.dtype[Any]]
     form: ResultForm | None = None
     into: Sequence[np.ndarray | None] | None = None
+    #: Per output, whether the service writes it in place (its result carries only the shape).
+    in_place: Sequence[bool] | None = None
 
 
 def read_result(pkt: memoryview, expect: Expect) -> tuple[int, bool, Any]:
@@ -299,7 +354,7 @@ def read_result(pkt: memoryview, expect: Expect) -> tuple[int, bool, Any]:
         got = form.read(pkt, expect.into)
         if got is not None:
             return _Q.unpack_from(pkt)[0], True, got
-    return decode_outputs(pkt, expect.dtypes)
+    return decode_outputs(pkt, expect.dtypes, expect.in_place)
 
 
 def write_result(ring: Ring, form: ResultForm, rid: int, outputs: Sequence[np.ndarray], device_ns: int) -> bool:

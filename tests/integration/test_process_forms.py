@@ -4,15 +4,20 @@ wrote in place), it gives the same answers as the full parse, and packets that o
 known form (another app, another handle, a released model, cut short, a bad deadline datum, a
 deadline already passed) still get NNAPI's statuses; a request too large for the ring takes the
 socket; several requests made in one pass of the event loop ring the service's doorbell once.
+Outputs the service writes in place into a shared-memory segment travel on the rings as pool
+locations (their results carry only shapes; OUTPUT_INSUFFICIENT_SIZE carries the shapes
+needed); a forged location outside its pool is INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gc
 import struct
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -22,8 +27,10 @@ import nnrt
 from nnrt import ErrorStatus, zoo
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from nnrt.memory import Memory, MemoryLocation
 from nnrt.process._client import ServiceProcess
 from nnrt.process._transport import Expect, encode_execute
+from nnrt.process._wire import PoolRef
 
 F32 = np.dtype(np.float32)
 
@@ -67,10 +74,22 @@ def send_raw(svc: ServiceProcess, body: bytes, rid: int) -> tuple[bool, Any]:
     return result
 
 
-def packet(rid: int, handle: int, app: str, x: np.ndarray, deadline: float | None = None) -> bytes:
-    packed = encode_execute(rid, handle, app, [x, x], deadline, None, [F32, F32], 1, None)
+def packet(rid: int, handle: int, app: str, x: np.ndarray, deadline: float | None = None,
+           out_refs: list[Any] | None = None) -> bytes:
+    """A one-ADD request packet as the app packs it in full."""
+    packed = encode_execute(rid, handle, app, [x, x], deadline, None, [F32, F32], 1, None, out_refs)
     assert packed is not None
     return b"".join(bytes(p) for p in packed[0])
+
+
+@contextlib.asynccontextmanager
+async def one_add_service(name: str) -> AsyncIterator[tuple[nnrt.ProcessDevice, nnrt.PreparedModel, ServiceProcess, int]]:
+    """A device, one_add prepared on it, its service and the model's handle there."""
+    def parts(dev: nnrt.ProcessDevice, prepared: nnrt.PreparedModel) -> Any:
+        return dev, prepared, service(dev), prepared._driver.handle  # type: ignore[attr-defined]
+
+    async with nnrt.ProcessDevice(name) as dev:
+        yield parts(dev, await dev.prepare_model(zoo.one_add()))  # no local keeps the model alive (a test releases it)
 
 
 async def test_the_lean_path_is_taken_and_answers_as_the_full_parse() -> None:
@@ -101,10 +120,7 @@ async def test_the_lean_path_is_taken_and_answers_as_the_full_parse() -> None:
 
 
 async def test_packets_that_look_like_a_known_form_still_get_nnapi_statuses() -> None:
-    async with nnrt.ProcessDevice("forms-bad") as dev:
-        prepared = await dev.prepare_model(zoo.one_add())
-        svc = service(dev)
-        handle = prepared._driver.handle  # type: ignore[attr-defined]
+    async with one_add_service("forms-bad") as (dev, prepared, svc, handle):
         x = np.ones((1, 4), np.float32)
         await prepared.execute([x, x])
         ok, out = send_raw(svc, packet(svc.new_id(), handle, "default", x), svc.new_id() - 1)
@@ -171,3 +187,70 @@ async def test_both_waiting_modes_give_the_same_answers(poll_us: float) -> None:
             x = np.full((1, 4), k, np.float32)
             np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], 2 * x)
         assert service(dev).rescues == 0
+
+
+# -- outputs written in place travel on the rings too -----------------------------------------------
+
+
+def dynamic_wide_add(width: int = 1024) -> nnrt.Model:
+    """[n, width] + [n, width] with n unknown (an output of unknown size)."""
+    m = nnrt.Model("dynamic_wide_add")
+    a = m.add_operand(T.TENSOR_FLOAT32, [0, width])
+    act = m.add_operand(T.INT32)
+    y = m.add_operand(T.TENSOR_FLOAT32, [0, width])
+    m.set_operand_value(act, 0)
+    m.add_operation(Op.ADD, [a, a, act], [y])
+    m.identify_inputs_and_outputs([a], [y])
+    m.finish()
+    return m
+
+
+async def test_outputs_written_in_place_travel_on_the_rings() -> None:
+    async with nnrt.ProcessDevice("forms-in-place") as dev:
+        svc = service(dev)
+        chain = zoo.add_chain(2, 2048)  # an 8 KB output: written in place, not sent back
+        prepared = await dev.prepare_model(chain)
+        x = zoo.example_inputs(chain)[0]
+        want = (await prepared.execute([x])).outputs[0]
+        ring, sock = svc.ring_sent, svc.socket_sent
+        with Memory.from_shared_memory(size=x.nbytes + 64) as mem:
+            dst = MemoryLocation(mem, 64, x.nbytes)
+            for _ in range(3):
+                mem.buffer[:] = 0
+                result = await prepared.execute([x], [dst])
+                np.testing.assert_array_equal(mem.buffer[64:].view(np.float32).reshape(1, 2048), want)
+                assert np.shares_memory(result.outputs[0], mem.buffer)
+            np.testing.assert_array_equal(prepared.execute_sync([x], [dst]).outputs[0], want)
+            del result, dst
+        assert (svc.ring_sent - ring, svc.socket_sent - sock) == (4, 0)
+
+        # an output of unknown size too large for its region: OUTPUT_INSUFFICIENT_SIZE with the
+        # shape it needs, carried by the result packet
+        dyn = await dev.prepare_model(dynamic_wide_add())
+        a = np.ones((2, 1024), np.float32)
+        with Memory.from_shared_memory(size=4096) as mem:
+            with pytest.raises(nnrt.OutputInsufficientSizeError) as info:
+                await dyn.execute([a], [MemoryLocation(mem, 0, 4096)])
+            assert info.value.output_shapes[0].dimensions == (2, 1024)
+            assert not info.value.output_shapes[0].is_sufficient
+            one = np.ones((1, 1024), np.float32)
+            r = await dyn.execute([one], [MemoryLocation(mem, 0, 4096)])
+            assert r.output_shapes[0].dimensions == (1, 1024)  # the region is the caller's (flat) buffer
+            np.testing.assert_array_equal(r.outputs[0].reshape(1, 1024), 2 * one)
+            assert np.shares_memory(r.outputs[0], mem.buffer)
+            del r
+        assert svc.socket_sent == sock
+
+
+async def test_a_forged_output_location_outside_its_pool_is_invalid_argument() -> None:
+    async with one_add_service("forms-forged-out") as (_dev, prepared, svc, handle):
+        x = np.ones((1, 4), np.float32)
+        with Memory.from_shared_memory(size=4096) as mem:
+            assert mem.name is not None
+            cases = [(mem.name, 4090, ErrorStatus.INVALID_ARGUMENT), (mem.name, -16, ErrorStatus.INVALID_ARGUMENT),
+                     ("nnrt-no-such-segment", 0, ErrorStatus.GENERAL_FAILURE)]  # as over the socket: unmappable
+            for name, offset, status in cases:
+                rid = svc.new_id()
+                ok, err = send_raw(svc, packet(rid, handle, "default", x, out_refs=[PoolRef(name, offset, "<f4", (1, 4))]), rid)
+                assert not ok and err.status is status, (name, offset, err)
+        np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], 2 * x)

@@ -362,3 +362,19 @@ def test_a_ring_reserves_in_place_and_publishes_on_commit() -> None:
     pkt = ring.peek()
     assert pkt is not None and bytes(pkt) == bytes(range(20)) and ring.is_last()
     assert ring.begin_write(ring.max_packet + 1) == -1  # too large: never
+
+
+def test_results_of_outputs_written_in_place_carry_shapes_only() -> None:
+    from nnrt.process._wire import InPlace, error_payload
+
+    out = np.arange(6, dtype=np.float32).reshape(2, 3)
+    parts, n = encode_outputs(9, True, ([InPlace((4, 1024)), out], 50))
+    assert n == len(_joined(parts)) and n < 4 * 1024  # the in-place output's bytes do not travel
+    rid, ok, (outs, on) = decode_outputs(_joined(parts), [np.dtype(np.float32)] * 2, [True, False])
+    assert (rid, ok, on) == (9, True, 50) and outs[0] == InPlace((4, 1024)) and np.array_equal(outs[1], out)
+    # OUTPUT_INSUFFICIENT_SIZE comes back with the shapes needed, as over the socket
+    err = nnrt.OutputInsufficientSizeError("too small", output_shapes=[nnrt.OutputShape((2, 1024), False)])
+    parts, _ = encode_outputs(10, False, error_payload(err))
+    rid, ok, back = decode_outputs(_joined(parts), [np.dtype(np.float32)])
+    assert (rid, ok) == (10, False) and type(back) is nnrt.OutputInsufficientSizeError
+    assert back.output_shapes == (nnrt.OutputShape((2, 1024), False),)
