@@ -89,8 +89,9 @@ class Poller:
     better. ``should(peer_awake)`` answers the window to poll (0: do not): the whole window
     while the recent hit rate (a moving average) is at least a half, or at least ``AWAKE_SCORE``
     when the peer is awake now (its ring's *sleeping* word is clear: it is running or polling,
-    so an answer is near); otherwise one time in 16 a probe of ``PROBE`` windows, to notice when
-    cores come free again. A probe is longer than a window because when both sides slept, the
+    so an answer is near); otherwise one time in ``PROBE_EVERY`` a probe of ``PROBE`` windows, to
+    notice when cores come free again (rarely: on a saturated machine a probe is CPU burnt,
+    ~3 us per call on average at 1 in 64). A probe is longer than a window because when both sides slept, the
     answer it waits for includes waking the peer (~45 us on this VM): a probe of one window
     could never hit, and both sides would sleep for good. The machine's load average cannot
     decide any of this: the two processes' own polling counts in it.
@@ -98,6 +99,7 @@ class Poller:
 
     AWAKE_SCORE = 0.2
     PROBE = 4
+    PROBE_EVERY = 64
 
     def __init__(self, window: float) -> None:
         self.window = window if STRONGLY_ORDERED else 0.0
@@ -114,7 +116,7 @@ class Poller:
         if score >= 0.5 or (peer_awake and score >= self.AWAKE_SCORE):
             return self.window
         self._count += 1
-        return self.window * self.PROBE if self._count % 16 == 0 else 0.0
+        return self.window * self.PROBE if self._count % self.PROBE_EVERY == 0 else 0.0
 
     def record(self, hit: bool) -> None:
         self.polls += 1

@@ -121,10 +121,10 @@ def test_poller_learns_whether_polling_pays() -> None:
     assert poller.should() == 50e-6
     for _ in range(10):
         poller.record(False)  # the peer never answered within the window
-    asked = [poller.should() for _ in range(64)]
+    asked = [poller.should() for _ in range(4 * Poller.PROBE_EVERY)]
     # only the occasional probe, longer than a window (it may have to wait for a sleeping peer)
     assert [w for w in asked if w] == [50e-6 * Poller.PROBE] * 4
-    assert not any(poller.should(True) for _ in range(15))  # an awake peer alone does not restart it
+    assert not any(poller.should(True) for _ in range(Poller.PROBE_EVERY - 1))  # an awake peer alone does not restart it
     poller.record(True)  # a probe hit: with the peer awake, poll again (both sides wake up together)
     assert poller.should(True) == 50e-6
     assert poller.should(False) in (0.0, 50e-6 * Poller.PROBE)  # alone, a quarter is not enough
