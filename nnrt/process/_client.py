@@ -233,7 +233,12 @@ class ServiceProcess:
                 return None
             self._pending[rid] = waiter
             self._ring_ids[rid] = expect
-            if not write(ch.requests):  # under the lock: one producer at a time
+            try:
+                written = write(ch.requests)  # under the lock: one producer at a time
+            except BaseException:  # nothing was published: nobody will answer it
+                del self._pending[rid], self._ring_ids[rid]
+                raise
+            if not written:
                 del self._pending[rid], self._ring_ids[rid]
                 return None
             self.ring_sent += 1

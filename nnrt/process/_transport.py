@@ -49,6 +49,7 @@ from nnrt.burst._packet import (
     pack_result,
     request_datums,
     result_datums,
+    seconds_to_ns,
     unpack_result,
 )
 from nnrt.errors import InvalidArgumentError, error_for
@@ -278,10 +279,6 @@ def _copy_in(data: memoryview, pos: int, arr: np.ndarray, n: int) -> None:
         data[pos : pos + n] = arr.data.cast("B")
 
 
-def _ns(seconds: float | None) -> int:
-    return -1 if seconds is None else round(seconds * 1e9)
-
-
 class ResultForm:
     """The result packet of a success whose outputs have these shapes and dtypes."""
 
@@ -416,7 +413,7 @@ class RequestForm:
         data[pos : pos + self.data_end] = self.head
         _Q.pack_into(data, pos, rid)
         if deadline is not None or loop_timeout is not None:
-            _QQ.pack_into(data, pos + _TIMES_AT, _ns(deadline), _ns(loop_timeout))
+            _QQ.pack_into(data, pos + _TIMES_AT, seconds_to_ns(deadline), seconds_to_ns(loop_timeout))
         k = 0
         inputs = self.inputs
         for v in values:

@@ -254,3 +254,22 @@ async def test_a_forged_output_location_outside_its_pool_is_invalid_argument() -
                 ok, err = send_raw(svc, packet(rid, handle, "default", x, out_refs=[PoolRef(name, offset, "<f4", (1, 4))]), rid)
                 assert not ok and err.status is status, (name, offset, err)
         np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], 2 * x)
+
+
+async def test_a_deadline_too_far_to_count_in_nanoseconds_is_never() -> None:
+    """``deadline=inf`` ("never") and deadlines past an int64 of nanoseconds travel as "no
+    deadline" (they once escaped as a bare OverflowError / struct.error), packed from a form or in
+    full (an output written in place), and a failed write leaves no waiter behind."""
+    async with one_add_service("forms-never") as (_dev, prepared, svc, _handle):
+        x = np.ones((1, 4), np.float32)
+        for deadline in (float("inf"), 1e12):
+            r = await prepared.execute([x, x], deadline=deadline)
+            np.testing.assert_array_equal(r.outputs[0], 2 * x)
+        chain = await _dev.prepare_model(zoo.add_chain(1, 2048))
+        y = np.ones((1, 2048), np.float32)
+        want = (await chain.execute([y])).outputs[0]
+        with Memory.from_shared_memory(size=y.nbytes) as mem:
+            r = await chain.execute([y], [MemoryLocation(mem, 0, y.nbytes)], deadline=float("inf"))
+            np.testing.assert_array_equal(mem.buffer.view(np.float32), want.reshape(-1))
+            del r
+        assert svc.socket_sent == 0 and not svc._pending and not svc._ring_ids

@@ -378,3 +378,13 @@ def test_results_of_outputs_written_in_place_carry_shapes_only() -> None:
     rid, ok, back = decode_outputs(_joined(parts), [np.dtype(np.float32)])
     assert (rid, ok) == (10, False) and type(back) is nnrt.OutputInsufficientSizeError
     assert back.output_shapes == (nnrt.OutputShape((2, 1024), False),)
+
+
+def test_deadlines_too_far_for_int64_nanoseconds_are_never() -> None:
+    from nnrt.burst._packet import parse_request, request_datums, seconds_to_ns
+
+    assert seconds_to_ns(None) == seconds_to_ns(float("inf")) == seconds_to_ns(1e12) == -1
+    assert seconds_to_ns(1.5) == 1_500_000_000
+    for far in (float("inf"), 1e12, 9.3e9):
+        datums = request_datums([None], [(0, 0, 4, None)], False, far, far)
+        assert parse_request(datums)[3:] == (None, None)
