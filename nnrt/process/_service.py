@@ -129,6 +129,7 @@ class _Service:
         self.passes = 0  # times the request doorbell woke the service
         self._batch_start = 0.0  # while serving the request ring: when results were last rung
         self._unrung = False
+        self._app_awake = False  # the app was awake (no doorbell needed) when its last result was published
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.pools = Pools()
@@ -256,7 +257,7 @@ class _Service:
         """Ring the app's doorbell for the results written and not rung yet."""
         if self._unrung:
             self._unrung = False
-            ch.result_bell.ring(ch.results)
+            self._app_awake = not ch.result_bell.ring(ch.results)
 
     def _serve_ring(self, ch: Channel, ring: Any) -> None:
         while True:
@@ -276,9 +277,12 @@ class _Service:
                     ring.advance()
                 continue
             self._flush(ch)  # before polling: the app waits for these
-            # Poll while it pays, or while the app is awake: it is reading results, and its
-            # next requests come within the window.
-            window = 0.0 if self.tasks else self.poller.should(not ch.results.consumer_sleeping)
+            # Poll while it pays, or while the app is awake: it is reading results (or was
+            # polling for the last one: it may have gone back to its loop since, which sets
+            # its sleeping word, and still send its next request within the window).
+            awake = self._app_awake or not ch.results.consumer_sleeping
+            self._app_awake = False
+            window = 0.0 if self.tasks else self.poller.should(awake)
             if window:
                 hit = ring.poll(window)
                 self.poller.record(hit)
@@ -352,7 +356,7 @@ class _Service:
             return
         self._batch_start = time.perf_counter() if self._batch_start else 0.0
         self._unrung = False
-        ch.result_bell.ring(ch.results)
+        self._app_awake = not ch.result_bell.ring(ch.results)
 
     def _result_form(self, form: ServiceForm, payload: Any) -> ResultForm | None:
         """The result form of a success of ``form`` (learnt from its first success; again when
