@@ -109,7 +109,7 @@ class ServiceProcess:
         #: Executions sent on the rings and over the socket; drains the reader thread had to do.
         self.ring_sent = self.socket_sent = self.rescues = 0
         self.bells_batched = 0  # doorbells rung once for several requests (``_ring_later``)
-        self._bell_due = False
+        self._bell_due: asyncio.AbstractEventLoop | None = None  # the loop a batched ring is due on
         self._on_death = on_death
         self._pending: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
@@ -243,8 +243,8 @@ class ServiceProcess:
                 return None
             self.ring_sent += 1
             later = loop is not None and len(self._ring_ids) > 1
-            if later:
-                due, self._bell_due = self._bell_due, True
+            if later:  # (a ring due on another loop may never run: that loop may have closed)
+                due, self._bell_due = self._bell_due is loop, loop
         if later:
             if not due:
                 loop.call_soon(self._ring_later)  # type: ignore[union-attr]
@@ -257,7 +257,7 @@ class ServiceProcess:
 
     def _ring_later(self) -> None:
         """Ring the request doorbell for the requests a pass of the event loop made."""
-        self._bell_due = False
+        self._bell_due = None
         ch = self.channel
         if ch is not None and not ch.closed:
             self.bells_batched += 1

@@ -177,6 +177,18 @@ async def test_requests_of_one_pass_ring_the_doorbell_once() -> None:
             np.testing.assert_array_equal(m.outputs[0], k + x)
         assert svc.bells_batched > batched
         assert svc.rescues == 0  # every result reached its waiter without the last-resort drain
+        # a batched ring left due on a loop that closed before running it does not hold back
+        # the next loop's requests
+        gone = asyncio.new_event_loop()
+        gone.close()
+        svc._bell_due = gone
+        svc._ring_ids[-5] = Expect([])  # a request of that loop still outstanding: every new one is batched
+        await asyncio.sleep(0.05)  # the service sleeps again
+        try:
+            many = await asyncio.wait_for(asyncio.gather(*(prepared.execute([x, x]) for _ in range(8))), 5)
+        finally:
+            del svc._ring_ids[-5]
+        assert all(np.array_equal(m.outputs[0], 2 * x) for m in many)
 
 
 @pytest.mark.parametrize("poll_us", [0.0, 50.0])
