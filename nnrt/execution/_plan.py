@@ -6,7 +6,8 @@ operand's index), constants are pre-filled in a template the execution copies, e
 knows which slots it reads (through a precomputed getter), writes, and may free afterwards
 (temporaries are released after their last reader), and every step carries a cost estimate
 that decides whether it may run on the event loop thread. IF and WHILE become steps that run
-sub-plans, compiled once with their parent.
+sub-plans, compiled once with their parent. After the fusions, runs of steps that compiled
+cores can do are merged into one compiled step each (``_compiled_plan``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from operator import itemgetter
 from typing import Any
 
 from nnrt.errors import InvalidArgumentError
+from nnrt.execution._compiled_plan import compile_segments
 from nnrt.execution._cost import ESTABLISHED, CostModel
 from nnrt.execution._fuse import ConstantFolder, fuse_steps
 from nnrt.model import Model, Operand, dims_product
@@ -219,6 +221,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
             continue
         steps.append(step)
     steps = fuse_steps(model, steps, _fetcher, folder.operands)
+    steps = compile_segments(model, steps, _fetcher, folder.operands)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
     plan.dynamic = not all(ops[i].fully_specified for i in model.input_indexes)

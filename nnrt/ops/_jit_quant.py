@@ -35,10 +35,13 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops import _common
-from nnrt.ops._jit import compiled
+from nnrt.ops._jit import Arg, CoreCall, compiled, set_core_call
 from nnrt.ops._registry import Kernel, KernelResult, OpCall
 
-__all__ = ["conv_runner", "dequantize_runner", "fc_runner", "table_lookups", "quantize_runner"]
+__all__ = [
+    "OP_COPY", "OP_COPY_CONST", "OP_GATHER", "PROGRAM_WIDTH", "ProgramConstants", "conv_runner", "dequantize_runner",
+    "encode_core_call", "fc_runner", "program_runner", "quantize_runner", "set_lookup_call", "table_lookups",
+]
 
 #: CONV_2D runs (and FULLY_CONNECTED) of up to this many multiply-adds take the compiled core;
 #: larger ones the numpy kernel, whose float GEMM (BLAS) outruns the core's loops: int8 3x3
@@ -188,6 +191,22 @@ def table_lookups(src: Operand, dst: Operand) -> tuple[Callable[[np.ndarray, np.
     return lookup_unary, lookup_binary
 
 
+def set_lookup_call(kernel: Kernel, table: np.ndarray, binary: bool = False) -> None:
+    """Declare (``set_core_call``) that ``kernel`` returns ``table`` at its input's bytes (or, with
+    ``binary``, at its two same-shaped inputs' byte pairs), as ``table_lookups``' compiled pass does."""
+    core = compiled(_lookup_q)
+    if core is None:
+        return
+
+    def planner(args: tuple[Any, ...]) -> CoreCall | None:
+        a, b = args[0], args[1] if binary else args[0]
+        if a.shape != b.shape:
+            return None
+        return CoreCall(core, (table, Arg(0, a.shape), Arg(1 if binary else 0, b.shape), binary))
+
+    set_core_call(kernel, planner)
+
+
 def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
     """The compiled QUANTIZE of a float32 input to an 8-bit type, or None (numpy kernel)."""
     core = compiled(_quantize_q)
@@ -205,6 +224,7 @@ def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
         result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), scale, params, like)
         return result
 
+    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), scale, params, like)))
     return run
 
 
@@ -223,6 +243,7 @@ def dequantize_runner(call: OpCall) -> Kernel | None:
         result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), zero, scale)
         return result
 
+    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), zero, scale)))
     return run
 
 
@@ -309,6 +330,11 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
             return fallback(x, *rest)
         return core(x if x.flags.c_contiguous else np.ascontiguousarray(x), wc, geo, scales_)
 
+    def core_call(args: tuple[Any, ...]) -> CoreCall | None:
+        geo = plan(args)
+        return None if geo is None else CoreCall(core, (Arg(0, args[0].shape), wc, geo, scales_))
+
+    set_core_call(run, core_call)
     return run
 
 
@@ -342,4 +368,174 @@ def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrang
         out: np.ndarray = core(np.ascontiguousarray(x.reshape(rows, 1, 1, size)), wc, geo, scales_)
         return out.reshape(rows, units)
 
+    def core_call(args: tuple[Any, ...]) -> CoreCall | None:
+        x = args[0]
+        rows = x.size // check(x, args[1], args[2])
+        if rows * wc.size > CONV_MAX_MACS:
+            return None
+        return CoreCall(core, (Arg(0, (rows, 1, 1, x.size // rows)), wc, geo, scales_))
+
+    set_core_call(run, core_call)
     return run
+
+
+# -- programs: a plan segment's cores run by one compiled loop ----------------------------------
+#
+# ``nnrt.execution._compiled_plan`` lowers a run of plan steps to a program: rows of int64
+# (``PROGRAM_WIDTH`` wide) that ``_run_program`` executes over one fresh byte arena holding
+# every value of the segment at a fixed offset, the segment's inputs first (given as one bytes
+# object). Constants live in four buffers (bytes, int32, int64, float64: ``ProgramConstants``).
+# The loop has one signature whatever the model, so it is compiled once per machine (cached by
+# numba like the cores; in this file, so that a change of a core invalidates it too): preparing
+# a new model compiles nothing. (A function generated per model and calling the cores would
+# recompile them all into its own machine code: 5-7 s per model, measured.)
+
+PROGRAM_WIDTH = 20
+OP_COPY, OP_COPY_CONST, OP_GATHER, OP_CONV, OP_QUANTIZE, OP_DEQUANTIZE, OP_LOOKUP = range(7)
+
+def _put(arena: Any, at: Any, result: Any) -> None:
+    flat = result.reshape(-1).view(np.uint8)
+    arena[at:at + flat.size] = flat
+
+
+def _run_program(prog: Any, inputs: Any, size: Any, kb: Any, ki32: Any, ki64: Any, kf64: Any) -> Any:
+    """A fresh arena of ``size`` bytes starting with ``inputs``, after running ``prog`` over it
+    (see above); each row: opcode, then its operands."""
+    arena = np.empty(size, np.uint8)
+    for i in range(len(inputs)):
+        arena[i] = inputs[i]
+    for r in range(prog.shape[0]):
+        p = prog[r]
+        op = p[0]
+        if op in (OP_COPY, OP_COPY_CONST):  # dst, src, bytes
+            if op == OP_COPY:
+                arena[p[1]:p[1] + p[3]] = arena[p[2]:p[2] + p[3]]
+            else:
+                arena[p[1]:p[1] + p[3]] = kb[p[2]:p[2] + p[3]]
+        elif op == OP_GATHER:  # dst, src, item bytes, count, index map (ki64)
+            d, s, size, count, m = p[1], p[2], p[3], p[4], p[5]
+            for i in range(count):
+                at = s + ki64[m + i] * size
+                for k in range(size):
+                    arena[d + i * size + k] = arena[at + k]
+        elif op == OP_CONV:  # signed, x, n, h, w, c, filter (ki32), kh, kw, ci, co, geo, len, scales, len, out
+            x, n, h, w, c = p[2], p[3], p[4], p[5], p[6]
+            wt = ki32[p[7]:p[7] + p[8] * p[9] * p[10] * p[11]].reshape((p[8], p[9], p[10], p[11]))
+            geo, scales = ki64[p[12]:p[12] + p[13]], kf64[p[14]:p[14] + p[15]]
+            src = arena[x:x + n * h * w * c]
+            if p[1]:
+                _CORE_PUT(arena, p[16], _CORE_CONV(src.view(np.int8).reshape((n, h, w, c)), wt, geo, scales))
+            else:
+                _CORE_PUT(arena, p[16], _CORE_CONV(src.reshape((n, h, w, c)), wt, geo, scales))
+        elif op == OP_QUANTIZE:  # signed out, x (float32), count, scale (kf64), params (ki64, 4), out
+            src = arena[p[2]:p[2] + 4 * p[3]].view(np.float32)
+            scale, params = np.float32(kf64[p[4]]), ki64[p[5]:p[5] + 4]
+            if p[1]:
+                _CORE_PUT(arena, p[6], _CORE_QUANTIZE(src, scale, params, np.empty(0, np.int8)))
+            else:
+                _CORE_PUT(arena, p[6], _CORE_QUANTIZE(src, scale, params, np.empty(0, np.uint8)))
+        elif op == OP_DEQUANTIZE:  # signed in, x, count, zero point (kf64), scale (kf64), out
+            src = arena[p[2]:p[2] + p[3]]
+            zero, scale = np.float32(kf64[p[4]]), np.float32(kf64[p[5]])
+            if p[1]:
+                _CORE_PUT(arena, p[6], _CORE_DEQUANTIZE(src.view(np.int8), zero, scale))
+            else:
+                _CORE_PUT(arena, p[6], _CORE_DEQUANTIZE(src, zero, scale))
+        elif op == OP_LOOKUP:  # signed table, a, b, count, table (kb), table length, pairs, out
+            first, second = arena[p[2]:p[2] + p[4]], arena[p[3]:p[3] + p[4]]
+            table = kb[p[5]:p[5] + p[6]]
+            if p[1]:
+                _CORE_PUT(arena, p[8], _CORE_LOOKUP(table.view(np.int8), first, second, p[7] != 0))
+            else:
+                _CORE_PUT(arena, p[8], _CORE_LOOKUP(table, first, second, p[7] != 0))
+    return arena
+
+
+_CORE_CONV: Any = None
+_CORE_QUANTIZE: Any = None
+_CORE_DEQUANTIZE: Any = None
+_CORE_LOOKUP: Any = None
+_CORE_PUT: Any = None
+
+
+def program_runner() -> Callable[..., None] | None:
+    """The compiled ``_run_program`` (its cores bound), or None when compiled kernels are not in use."""
+    global _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT
+    cores = compiled(_conv_q), compiled(_quantize_q), compiled(_dequantize_q), compiled(_lookup_q), compiled(_put)
+    if any(c is None for c in cores):
+        return None
+    _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT = cores
+    return compiled(_run_program)
+
+
+class ProgramConstants:
+    """The constant buffers of a program: bytes, int32, int64 and float64 (each array once)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {"uint8": [], "int32": [], "int64": [], "float64": []}
+        self.sizes = dict.fromkeys(self.parts, 0)
+        self._seen: dict[tuple[int, str], int] = {}
+        self._alive: list[Any] = []  # what ``_seen`` keys on, kept alive so that no id is reused
+
+    def add(self, value: Any, kind: str) -> int:
+        """Offset (in items of ``kind``) of ``value``'s items converted exactly to ``kind``."""
+        key = (id(value), kind)
+        if key in self._seen:
+            return self._seen[key]
+        arr = np.ascontiguousarray(value).reshape(-1)
+        if kind == "uint8":
+            arr = arr.view(np.uint8)
+        else:
+            conv = arr.astype(kind)
+            if not np.array_equal(conv, arr):
+                raise ValueError(f"constant of {arr.dtype} does not convert exactly to {kind}")
+            arr = conv
+        at = self._seen[key] = self.sizes[kind]
+        self._alive.append(value)
+        self.parts[kind].append(arr)
+        self.sizes[kind] += arr.size
+        return at
+
+    def buffers(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.concatenate(p) if p else np.zeros(1, k) for k, p in self.parts.items())
+
+
+def encode_core_call(call: CoreCall, ins: list[tuple[int, np.dtype[Any]]], out: int,
+                     consts: ProgramConstants) -> list[int] | None:
+    """The program row running ``call``, its ``Arg`` inputs at the arena offsets ``ins`` (offset
+    and dtype, in ``Arg`` order) and its result at offset ``out``; None when the program does not
+    run this call."""
+    fn, args = getattr(call.core, "py_func", None), call.args
+    eight = (np.dtype(np.int8), np.dtype(np.uint8))
+    shapes = [a.shape for a in args if isinstance(a, Arg)]
+    if any(dt not in eight and dt != np.float32 for _, dt in ins):
+        return None
+    if fn is _conv_q:
+        _, w, geo, scales = args
+        if len(shapes[0]) != 4 or ins[0][1] not in eight:
+            return None
+        return [OP_CONV, _signed(ins[0][1]), ins[0][0], *shapes[0], consts.add(w, "int32"), *w.shape,
+                consts.add(geo, "int64"), geo.size, consts.add(scales, "float64"), scales.size, out]
+    if fn is _quantize_q:
+        _, scale, params, like = args
+        if like.dtype not in eight or ins[0][1] != np.float32:
+            return None
+        return [OP_QUANTIZE, _signed(like.dtype), ins[0][0], math.prod(shapes[0]),
+                consts.add(np.array([scale], np.float64), "float64"), consts.add(params, "int64"), out]
+    if fn is _dequantize_q:
+        _, zero, scale = args
+        if ins[0][1] not in eight:
+            return None
+        return [OP_DEQUANTIZE, _signed(ins[0][1]), ins[0][0], math.prod(shapes[0]),
+                consts.add(np.array([zero], np.float64), "float64"), consts.add(np.array([scale], np.float64), "float64"), out]
+    if fn is _lookup_q:
+        table, _, _, pairs = args
+        if table.dtype not in eight or any(dt not in eight for _, dt in ins):
+            return None
+        return [OP_LOOKUP, _signed(table.dtype), ins[0][0], ins[1][0], math.prod(shapes[0]),
+                consts.add(table, "uint8"), table.size, int(pairs), out]
+    return None
+
+
+def _signed(dtype: Any) -> int:
+    return int(np.dtype(dtype) == np.int8)
