@@ -226,6 +226,7 @@ def _segment_step(model: Model, seg: list[_Lowered], readers: dict[int, int], en
     step = Step(first.index, types.most_common(1)[0][0], label, KERNEL, tuple(ins), outs, fn=run)
     step.fetch, step.out = fetcher(tuple(ins)), outs[0] if len(outs) == 1 else -1
     step.cost_ns = sum(low.step.cost_ns for low in seg)
+    step.fresh = True  # views of the call's own arena, shared bytes copied (``_Layout.copies``)
     return step
 
 

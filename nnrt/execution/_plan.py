@@ -69,6 +69,9 @@ class Step:
     branches: tuple[Plan, ...] = ()
     #: DELEGATED: what the driver runs for the step (opaque to the interpreter).
     target: Any = None
+    #: The kernel's results are arrays nothing else holds, none sharing memory with another
+    #: (a compiled segment's, ``_compiled_plan``): handed out as outputs without a copy.
+    fresh: bool = False
 
 
 @dataclass(slots=True, eq=False)

@@ -407,11 +407,13 @@ def _run_program(prog: Any, inputs: Any, size: Any, kb: Any, ki32: Any, ki64: An
     for r in range(prog.shape[0]):
         p = prog[r]
         op = p[0]
-        if op in (OP_COPY, OP_COPY_CONST):  # dst, src, bytes
-            if op == OP_COPY:
-                arena[p[1]:p[1] + p[3]] = arena[p[2]:p[2] + p[3]]
-            else:
-                arena[p[1]:p[1] + p[3]] = kb[p[2]:p[2] + p[3]]
+        if op in (OP_COPY, OP_COPY_CONST):  # dst, src, bytes (never overlapping)
+            # a loop over two views: 30 ns a copy, where slice assignment (which checks for
+            # overlap) takes 100 and a loop indexing the arena twice 160 (not vectorized)
+            dst = arena[p[1]:p[1] + p[3]]
+            src = arena[p[2]:p[2] + p[3]] if op == OP_COPY else kb[p[2]:p[2] + p[3]]
+            for i in range(p[3]):
+                dst[i] = src[i]
         elif op == OP_GATHER:  # dst, src, item bytes, count, index map (ki64)
             d, s, size, count, m = p[1], p[2], p[3], p[4], p[5]
             for i in range(count):
