@@ -59,11 +59,19 @@ _G_BIAS = 13
 
 
 def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
+    """``_conv_q_into`` a fresh [N, OH, OW, Cout] array of ``x``'s dtype, returned."""
+    out = np.empty((x.shape[0], geo[_G_OH], geo[_G_OW], w.shape[3]), x.dtype)
+    _CORE_CONV_INTO(x, w, geo, scales, out)
+    return out
+
+
+def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
     """CONV_2D of NHWC 8-bit ``x`` with the centred int32 filter ``w`` [KH, KW, Cin, Cout]; when
     ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D with ``w`` [KH, KW, 1, Cout] (Cout = Cin x multiplier).
-    ``scales`` holds each output channel's real scale, then the output's scale. Returns a fresh
-    [N, OH, OW, Cout] array of ``x``'s dtype. Sums are int32 (the caller checks they fit); the
-    innermost loop runs along Cout, contiguous in ``w`` and in the accumulator (it vectorizes)."""
+    ``scales`` holds each output channel's real scale, then the output's scale. Writes ``out``
+    [N, OH, OW, Cout] (``x``'s dtype: a program passes its arena). Sums are int32 (the caller
+    checks they fit); the innermost loop runs along Cout, contiguous in ``w`` and in the
+    accumulator (it vectorizes)."""
     n, h, wd, cin = x.shape
     kh, kw, cout = w.shape[0], w.shape[1], w.shape[3]
     depthwise = geo[_G_DEPTHWISE] != 0
@@ -75,7 +83,6 @@ def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
     # (integer bounds: truncating then clipping is clipping then truncating)
     lo, hi = float(qmin - zout), float(qmax - zout)
     bias = geo[_G_BIAS:]
-    out = np.empty((n, oh, ow, cout), x.dtype)
     acc = np.empty(cout, np.int32)
     real = np.empty(cout, np.float64)
     xc = np.empty(cout if depthwise else cin, np.int32)
@@ -112,7 +119,6 @@ def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
                     real[c] = min(max(q, lo), hi)
                 for c in range(cout):
                     out[b, oy, ox, c] = int(real[c]) + zout
-    return out
 
 
 def _warm_input(dims: tuple[int, ...] | list[int], dtype: Any) -> np.ndarray:
@@ -274,9 +280,14 @@ class _Prepared:
         return geo
 
 
+_CORE_CONV_INTO: Any = None
+
+
 def _core() -> Callable[..., np.ndarray] | None:
     """The compiled ``_conv_q``, or None when compiled kernels are not in use."""
-    return compiled(_conv_q)
+    global _CORE_CONV_INTO
+    _CORE_CONV_INTO = compiled(_conv_q_into)  # what ``_conv_q`` calls (bound before it compiles)
+    return None if _CORE_CONV_INTO is None else compiled(_conv_q)
 
 
 def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray | float, qrange: tuple[int, int],
@@ -425,10 +436,12 @@ def _run_program(prog: Any, inputs: Any, size: Any, kb: Any, ki32: Any, ki64: An
             wt = ki32[p[7]:p[7] + p[8] * p[9] * p[10] * p[11]].reshape((p[8], p[9], p[10], p[11]))
             geo, scales = ki64[p[12]:p[12] + p[13]], kf64[p[14]:p[14] + p[15]]
             src = arena[x:x + n * h * w * c]
+            dst = arena[p[16]:p[16] + n * geo[_G_OH] * geo[_G_OW] * p[11]]
+            shape = (n, geo[_G_OH], geo[_G_OW], p[11])
             if p[1]:
-                _CORE_PUT(arena, p[16], _CORE_CONV(src.view(np.int8).reshape((n, h, w, c)), wt, geo, scales))
+                _CORE_CONV(src.view(np.int8).reshape((n, h, w, c)), wt, geo, scales, dst.view(np.int8).reshape(shape))
             else:
-                _CORE_PUT(arena, p[16], _CORE_CONV(src.reshape((n, h, w, c)), wt, geo, scales))
+                _CORE_CONV(src.reshape((n, h, w, c)), wt, geo, scales, dst.reshape(shape))
         elif op == OP_QUANTIZE:  # signed out, x (float32), count, scale (kf64), params (ki64, 4), out
             src = arena[p[2]:p[2] + 4 * p[3]].view(np.float32)
             scale, params = np.float32(kf64[p[4]]), ki64[p[5]:p[5] + 4]
@@ -463,7 +476,8 @@ _CORE_PUT: Any = None
 def program_runner() -> Callable[..., None] | None:
     """The compiled ``_run_program`` (its cores bound), or None when compiled kernels are not in use."""
     global _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT
-    cores = compiled(_conv_q), compiled(_quantize_q), compiled(_dequantize_q), compiled(_lookup_q), compiled(_put)
+    cores = _core() and compiled(_conv_q_into), compiled(_quantize_q), compiled(_dequantize_q), compiled(_lookup_q), \
+        compiled(_put)
     if any(c is None for c in cores):
         return None
     _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT = cores
