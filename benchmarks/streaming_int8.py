@@ -15,9 +15,9 @@ time alone (best of five batches of each step called in a loop) on the numpy and
 and the program's one call.
 
 ``--cold`` also measures start-up in fresh processes: import plus load, preparation (which
-compiles or loads the compiled kernels during calibration) and the first step, with an empty
-``NUMBA_CACHE_DIR`` (cold: numba compiles) and again with the same directory (warm: loaded from
-numba's cache), next to ``NNRT_JIT=0``.
+compiles or loads the compiled kernels, and the program runner) and the first step, with an
+empty ``NUMBA_CACHE_DIR`` (cold: numba compiles) and again with the same directory (warm:
+loaded from numba's cache), for the program and the step plan, next to ``NNRT_JIT=0``.
 
 Run: python benchmarks/streaming_int8.py [--quick] [--cold] [--models /work/models]
 """
@@ -184,12 +184,16 @@ print(json.dumps({"import_load_ms": (t1 - t0) * 1e3, "prepare_ms": (t2 - t1) * 1
 
 def _start_up(path: Path) -> None:
     sys.stdout.write(f"\nstart-up in a fresh process, {path.name} (ms: import + load, prepare incl. calibration, first step):\n")
-    with tempfile.TemporaryDirectory() as cache:
-        for label, env in (("NNRT_JIT=0", {"NNRT_JIT": "0"}), ("compiled, cold numba cache", {"NUMBA_CACHE_DIR": cache}),
-                           ("compiled, warm numba cache", {"NUMBA_CACHE_DIR": cache})):
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as steps_cache:
+        for label, env in (("NNRT_JIT=0", {"NNRT_JIT": "0"}),
+                           ("steps, cold numba cache", {"NUMBA_CACHE_DIR": steps_cache, "NNRT_PLAN_JIT": "0"}),
+                           ("steps, warm numba cache", {"NUMBA_CACHE_DIR": steps_cache, "NNRT_PLAN_JIT": "0"}),
+                           ("program, cold numba cache", {"NUMBA_CACHE_DIR": cache}),
+                           ("program, warm numba cache", {"NUMBA_CACHE_DIR": cache})):
             full = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
-            if "NNRT_JIT" not in env:
-                full.pop("NNRT_JIT", None)
+            for k in ("NNRT_JIT", "NNRT_PLAN_JIT"):
+                if k not in env:
+                    full.pop(k, None)
             out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], env=full, capture_output=True, text=True,
                                  check=True).stdout
             r = json.loads(out.strip().splitlines()[-1])

@@ -51,10 +51,13 @@ from nnrt.types import OperandLifeTime, OperationType
 if TYPE_CHECKING:
     from nnrt.execution._plan import Step
 
-__all__ = ["MIN_STEPS", "compile_segments", "enabled"]
+__all__ = ["MIN_STEPS", "SEGMENT_LABEL", "SEGMENT_TYPE", "compile_segments", "enabled"]
 
 Op = OperationType
 
+#: A compiled segment's label starts with this; profiles count it under ``SEGMENT_TYPE``.
+SEGMENT_LABEL = "compiled:"
+SEGMENT_TYPE = "COMPILED_PLAN"
 #: Segments shorter than this keep their steps (one compiled call saves nothing over one kernel).
 MIN_STEPS = 2
 #: A move with more contiguous runs than this becomes a gather through an index map.
@@ -219,7 +222,7 @@ def _segment_step(model: Model, seg: list[_Lowered], readers: dict[int, int], en
             get_logger("compilation").debug("plan.segment_not_lowered", operations=len(seg), reason=str(exc))
         return None
     first, types = seg[0].step, Counter(low.step.type for low in seg)
-    label = (f"compiled: operations {first.index}-{seg[-1].step.index} ({len(seg)} ops: "
+    label = (f"{SEGMENT_LABEL} operations {first.index}-{seg[-1].step.index} ({len(seg)} ops: "
              + ", ".join(f"{t.name} x{c}" for t, c in types.most_common()) + ")")
     run = _runner(runner, layout, buffers)
     run(*[np.zeros(model.operands[i].dimensions, model.operands[i].type.dtype) for i in ins])  # compiles or loads, once

@@ -189,7 +189,8 @@ def test_float_inputs_and_outputs(both: Any) -> None:
 
 
 def test_profile_reports_the_segment_as_one_step(both: Any) -> None:
-    """The interpreter's per-step timer (``nnrt bench --profile``) sees one step, named for its operations."""
+    """The interpreter's per-step timer sees one step, named for its operations; ``nnrt bench
+    --profile`` counts it under its own type."""
     from nnrt.execution._interpreter import ExecContext, run_plan
 
     fast, _ = both(_float_model())
@@ -199,6 +200,10 @@ def test_profile_reports_the_segment_as_one_step(both: Any) -> None:
     with pytest.raises(StopIteration) as done:
         next(run_plan(fast.plan, [np.ones((1, 3), np.float32)], ctx))
     assert list(ctx.profile or {}) == [id(step)] and len(done.value.value) == 2
+    from nnrt.bench import profile_plan
+
+    prof = profile_plan(fast.plan, [np.ones((1, 3), np.float32)], runs=2, warmup=1)
+    assert [t.op_type for t in prof.op_types] == [_compiled_plan.SEGMENT_TYPE]
 
 
 def test_not_lowered_dynamic_shapes_and_switched_off(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
