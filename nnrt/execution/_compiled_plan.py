@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnrt._log import get_logger, vlog_enabled
+from nnrt.errors import GeneralFailureError
 from nnrt.model import Model, Operand
 from nnrt.ops import _jit_quant as _jq
 from nnrt.ops._jit import Arg, CoreCall, available, core_call_of
@@ -224,7 +225,7 @@ def _segment_step(model: Model, seg: list[_Lowered], readers: dict[int, int], en
     first, types = seg[0].step, Counter(low.step.type for low in seg)
     label = (f"{SEGMENT_LABEL} operations {first.index}-{seg[-1].step.index} ({len(seg)} ops: "
              + ", ".join(f"{t.name} x{c}" for t, c in types.most_common()) + ")")
-    run = _runner(runner, layout, buffers)
+    run = _runner(runner, layout, buffers, label)
     run(*[np.zeros(model.operands[i].dimensions, model.operands[i].type.dtype) for i in ins])  # compiles or loads, once
     step = Step(first.index, types.most_common(1)[0][0], label, KERNEL, tuple(ins), outs, fn=run)
     step.fetch, step.out = fetcher(tuple(ins)), outs[0] if len(outs) == 1 else -1
@@ -233,34 +234,36 @@ def _segment_step(model: Model, seg: list[_Lowered], readers: dict[int, int], en
     return step
 
 
-def _runner(runner: Any, layout: _Layout, buffers: tuple[np.ndarray, ...]) -> Callable[..., Any]:
+def _runner(runner: Any, layout: _Layout, buffers: tuple[np.ndarray, ...], label: str) -> Callable[..., Any]:
     """The step's kernel: the segment's inputs joined, the program run, the outputs viewed."""
     prog, kb, ki32, ki64, kf64 = buffers
-    size, outs, pads = layout.size, layout.outputs, layout.pads
+    size, outs, expected = layout.size, layout.outputs, layout.input_bytes
     new = np.ndarray
-    if not any(pads):
 
-        def run(*args: Any) -> Any:
-            try:
-                data = b"".join(args)
-            except (BufferError, TypeError):  # a strided input
-                data = b"".join([np.ascontiguousarray(a).tobytes() for a in args])
-            arena = runner(prog, data, size, kb, ki32, ki64, kf64)
-            res = [new(dims, dtype, arena, at) for dims, dtype, at in outs]
-            return res[0] if len(res) == 1 else res
-
-        return _with_copies(run, layout)
-
-    def run_padded(*args: Any) -> Any:
-        parts: list[Any] = []
-        for a, pad in zip(args, pads):
-            parts.append(np.ascontiguousarray(a).tobytes())
-            parts.append(pad)
-        arena = runner(prog, b"".join(parts), size, kb, ki32, ki64, kf64)
+    def run(*args: Any) -> Any:
+        try:
+            data = b"".join(args) if layout.plain else b""
+        except (BufferError, TypeError):  # a strided input: the checked path
+            data = b""
+        if len(data) != expected:  # padded inputs, a strided one, or what the program cannot take
+            data = _joined(args, layout, label)
+        arena = runner(prog, data, size, kb, ki32, ki64, kf64)
         res = [new(dims, dtype, arena, at) for dims, dtype, at in outs]
         return res[0] if len(res) == 1 else res
 
-    return _with_copies(run_padded, layout)
+    return _with_copies(run, layout)
+
+
+def _joined(args: tuple[Any, ...], layout: _Layout, label: str) -> bytes:
+    """The inputs' bytes, each checked (type and size) and padded as the layout says."""
+    parts: list[bytes] = []
+    for a, (slot, dtype, nbytes), pad in zip(args, layout.inputs, layout.pads, strict=True):
+        if not isinstance(a, np.ndarray) or a.dtype != dtype or a.nbytes != nbytes:
+            got = f"{a.dtype} {list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise GeneralFailureError(f"{label}: operand {slot} is {got}; {dtype} of {nbytes} bytes expected")
+        parts.append(np.ascontiguousarray(a).tobytes())
+        parts.append(pad)
+    return b"".join(parts)
 
 
 def _with_copies(run: Callable[..., Any], layout: _Layout) -> Callable[..., Any]:
@@ -280,12 +283,16 @@ def _with_copies(run: Callable[..., Any], layout: _Layout) -> Callable[..., Any]
 
 @dataclass(slots=True)
 class _Layout:
-    """Where a segment's values are: the arena's size, each output (dims, dtype, offset), the
-    padding after each input (so values stay aligned), the outputs to copy."""
+    """Where a segment's values are: the arena's size, each output (dims, dtype, offset), each
+    input (slot, dtype, bytes) and the padding after it (so values stay aligned), the bytes the
+    inputs take with their padding, whether there is none, the outputs to copy."""
 
     size: int
     outputs: list[tuple[tuple[int, ...], np.dtype[Any], int]]
+    inputs: list[tuple[int, np.dtype[Any], int]]
     pads: list[bytes]
+    input_bytes: int
+    plain: bool
     copies: list[int]
 
 
@@ -328,13 +335,15 @@ class _Program:
               ) -> tuple[_Layout, tuple[np.ndarray, ...]]:
         """The segment's layout and buffers (program, then the constants); raises ``_NotLowered``."""
         wide = any(self.model.operands[i].type.dtype.itemsize > 1 for i in ins)
-        pads = []
+        pads, inputs = [], []
         for i in ins:  # the inputs first, back to back (each 16-aligned when some is wider than a byte)
             self.at[i] = self.size
             self.size += self._nbytes(i)
             pad = -self.size % 16 if wide else 0
             pads.append(bytes(pad))
+            inputs.append((i, self.model.operands[i].type.dtype, self._nbytes(i)))
             self.size += pad
+        input_bytes = self.size
         self.size += -self.size % 16
         for low in seg:
             ops = self.operands(low.step.ins)
@@ -354,7 +363,8 @@ class _Program:
         prog = np.zeros((len(self.rows), _jq.PROGRAM_WIDTH), np.int64)
         for r, row in enumerate(self.rows):
             prog[r, :len(row)] = row
-        return _Layout(max(self.size, 16), outputs, pads, copies), (prog, *self.consts.buffers())
+        layout = _Layout(max(self.size, 16), outputs, inputs, pads, input_bytes, not wide, copies)
+        return layout, (prog, *self.consts.buffers())
 
     def _core(self, low: _Lowered, ops: tuple[Operand, ...]) -> None:
         call = low.call

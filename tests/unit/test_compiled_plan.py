@@ -24,6 +24,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.conformance import load_spec
 from nnrt.conformance._cts import build_model, case_inputs
+from nnrt.errors import GeneralFailureError
 from nnrt.execution import PreparedModel, _compiled_plan
 from nnrt.ops import _jit
 from tests.unit.test_jit_quant import QUANT_CASES
@@ -155,6 +156,10 @@ def test_data_movements_and_shared_bytes(both: Any, monkeypatch: pytest.MonkeyPa
     frozen = x.copy()
     frozen.flags.writeable = False
     _same(fast, slow, [frozen])
+    # what the program cannot take (never from a validated request): refused, naming the operand
+    for bad in (np.zeros(3, dtype), None, np.zeros((1, 6, 1, 4), np.int16)):
+        with pytest.raises(GeneralFailureError, match="operand 0 is"):
+            fast.plan.steps[0].fn(bad)
 
 
 def _float_model() -> Model:
