@@ -15,16 +15,18 @@ What is lowered (everything static: known dimensions, constant parameters, one o
 * a kernel that declared itself a single core call (``nnrt.ops._jit.set_core_call``) that the
   runner knows: the 8-bit CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED core, QUANTIZE,
   DEQUANTIZE, the 8-bit table lookups (LOGISTIC, TANH, ...);
-* a data-movement operation (``_MOVES``) with the same quantization in and out: its mapping is
-  found by running the step's own kernel once on inputs holding element identities (int64
-  codes of input and position) and checking that every output element is one of them; the
-  mapping becomes byte copies (none when it is the identity: a reshape shares the bytes), or
-  a gather when it has many pieces.
+* an 8-bit data-movement operation (``_MOVES``) with the same quantization in and out: its
+  mapping is found by running the step's own kernel on inputs holding element numbers (one run
+  per base-256 digit) and checking that every output element is one of them; it becomes byte
+  copies (none when it is the identity: a reshape shares the bytes), or a gather when it has
+  many pieces.
 
 Anything else ends the segment; a segment of fewer than ``MIN_STEPS`` steps stays as it was.
 The results are bit for bit the step plan's: the same cores on the same bytes, and the moves
 are what the step's kernel did at preparation. ``--profile`` reports a segment as one step,
-labelled ``compiled: operations i-j (n ops: ...)`` and counted under its most frequent type.
+labelled ``compiled: operations i-j (n ops: ...)``: its ``type`` is its most frequent operation's,
+and ``nnrt bench --profile`` counts it as ``COMPILED_PLAN``. Its results are views of the call's
+own arena (``Step.fresh``: handed out without a copy).
 
 Per call, Python does: the inputs joined into one bytes object (``b"".join``: 0.3 us for
 seven small arrays), one call of the runner, and one ndarray view of the arena per output.
