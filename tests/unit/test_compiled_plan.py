@@ -147,8 +147,10 @@ def test_data_movements_and_shared_bytes(both: Any, monkeypatch: pytest.MonkeyPa
     x = np.random.default_rng(1).integers(0, 100, (1, 6, 1, 4)).astype(dtype)
     out = _same(fast, slow, [x])
     assert not np.shares_memory(out[0], out[1])  # the second output shares the first's bytes: copied
-    out[0][:] = 0  # outputs are the caller's own
-    _same(fast, slow, [x])
+    out[0][:] = 0  # outputs are the caller's own: the next execution's share nothing with them
+    again = _same(fast, slow, [x])
+    assert not any(np.shares_memory(a, b) for a in out for b in again)
+    assert fast._all_fresh and not slow._all_fresh  # handed out without a copy (Step.fresh)
     # a strided input and a read-only one
     wide = np.zeros((1, 6, 2, 4), dtype)
     wide[:, :, 0] = x[:, :, 0]
