@@ -475,10 +475,9 @@ def _row_quantize(prog: Any, r: Any, arena: Any, ki64: Any, kf64: Any) -> None:
     p = prog[r]
     src = arena[p[2]:p[2] + 4 * p[3]].view(np.float32)
     scale, params = np.float32(kf64[p[4]]), ki64[p[5]:p[5] + 4]
-    if p[1]:
-        _CORE_PUT(arena, p[6], _CORE_QUANTIZE(src, scale, params, np.empty(0, np.int8)))
-    else:
-        _CORE_PUT(arena, p[6], _CORE_QUANTIZE(src, scale, params, np.empty(0, np.uint8)))
+    # into bytes whatever the output's signedness (an int8 value stored as uint8 keeps its bits):
+    # one compiled variant of the core, not two
+    _CORE_PUT(arena, p[6], _CORE_QUANTIZE(src, scale, params, np.empty(0, np.uint8)))
 
 
 def _row_dequantize(prog: Any, r: Any, arena: Any, kf64: Any) -> None:
@@ -497,10 +496,7 @@ def _row_lookup(prog: Any, r: Any, arena: Any, kb: Any) -> None:
     p = prog[r]
     first, second = arena[p[2]:p[2] + p[4]], arena[p[3]:p[3] + p[4]]
     table = kb[p[5]:p[5] + p[6]]
-    if p[1]:
-        _CORE_PUT(arena, p[8], _CORE_LOOKUP(table.view(np.int8), first, second, p[7] != 0))
-    else:
-        _CORE_PUT(arena, p[8], _CORE_LOOKUP(table, first, second, p[7] != 0))
+    _CORE_PUT(arena, p[8], _CORE_LOOKUP(table, first, second, p[7] != 0))  # the table's bytes, as bytes
 
 
 _CORE_CONV: Any = None
