@@ -114,7 +114,8 @@ class Arg:
 class CoreCall:
     """A kernel's run as one call of a compiled core: ``core(*args)``, where an ``Arg`` stands
     for one of the kernel's inputs and anything else is a constant (an array, read only, or a
-    numpy or Python scalar). The result, reshaped to the output operand's dimensions, is the
+    numpy or Python scalar). The core writes its result into one more argument, the output's
+    bytes (``core(*args, out)``); read as the output operand's type and dimensions, they are the
     kernel's result bit for bit."""
 
     core: Callable[..., Any]

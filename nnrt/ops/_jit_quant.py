@@ -1,5 +1,5 @@
 """Compiled 8-bit kernels (numba, through ``nnrt.ops._jit``) for the quantized CONV_2D,
-DEPTHWISE_CONV_2D and FULLY_CONNECTED with constant filters: one core (``_conv_q``; a fully
+DEPTHWISE_CONV_2D and FULLY_CONNECTED with constant filters: one core (``_conv_q_into``; a fully
 connected layer is a 1x1 convolution of its rows), one pass, no temporaries.
 
 Why: a small int8 streaming model (a keyword spotter of ~50 ops on [1, K, 1, 64] tensors)
@@ -20,9 +20,10 @@ types, constant filter and bias, constant scalar parameters and NHWC layout; any
 ``compiled()`` returning None: numba absent or ``NNRT_JIT=0``) keeps the numpy kernel, which is
 also what runs for a shape the compiled path does not take (an empty batch, NCHW). The run's
 geometry is worked out (and validated) by the numpy kernel's own code once per input shape.
-Inputs reach the cores C-contiguous (copied if not), and preparation calls each core once on a
-one-element input of the operand's rank and type (``_warm_input``), so numba compiles (or loads
-its cache) at preparation, even with calibration off, and never in the middle of a stream.
+Inputs reach the cores as C-contiguous writeable uint8 bytes (copied if not), each core has one
+compiled variant shared by the step kernels and the program runner, and preparation calls each
+core once on a few zero bytes (``_warm_bytes``), so numba compiles (or loads its cache) at
+preparation, even with calibration off, and never in the middle of a stream.
 """
 
 from __future__ import annotations
@@ -55,29 +56,33 @@ _UNPLANNED = object()
 #: The core's int64 parameter vector: the run's integers, then the int32 bias of each output
 #: channel (one array: a numba call pays ~0.1-0.2 us per argument).
 _G_SH, _G_SW, _G_DH, _G_DW, _G_TOP, _G_LEFT, _G_OH, _G_OW, _G_ZIN, _G_ZOUT, _G_QMIN, _G_QMAX, _G_DEPTHWISE = range(13)
-_G_BIAS = 13
+_G_SIGNED = 13
+_G_BIAS = 14
 
-
-def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
-    """``_conv_q_into`` a fresh [N, OH, OW, Cout] array of ``x``'s dtype, returned."""
-    out = np.empty((x.shape[0], geo[_G_OH], geo[_G_OW], w.shape[3]), x.dtype)
-    _CORE_CONV_INTO(x, w, geo, scales, out)
-    return out
+# One compiled variant per core (cold start, issue 14): every core takes and writes 8-bit data as
+# C-contiguous uint8 views (an int8 value is its byte; a ``signed`` flag says how to read it) and
+# writes a given output, so the step kernels and the program runner call the same machine code.
+# Compiling a second variant (int8 and uint8, an N-d and a 1-D array, a core that allocates and
+# one that writes) cost 0.2-1 s of CPU each on a cold numba cache.
 
 
 def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
-    """CONV_2D of NHWC 8-bit ``x`` with the centred int32 filter ``w`` [KH, KW, Cin, Cout]; when
-    ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D with ``w`` [KH, KW, 1, Cout] (Cout = Cin x multiplier).
-    ``scales`` holds each output channel's real scale, then the output's scale. Writes ``out``
-    [N, OH, OW, Cout] (``x``'s dtype: a program passes its arena). Sums are int32 (the caller
+    """CONV_2D of NHWC 8-bit ``x`` (uint8 bytes; int8 values when ``geo[_G_SIGNED]``) with the
+    centred int32 filter ``w`` [KH, KW, Cin, Cout]; when ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D
+    with ``w`` [KH, KW, 1, Cout] (Cout = Cin x multiplier). ``scales`` holds each output channel's
+    real scale, then the output's scale. Writes the bytes ``out`` [N, OH, OW, Cout] (of the
+    output's type; a program passes its arena). Sums are int32 (the caller
     checks they fit); the innermost loop runs along Cout, contiguous in ``w`` and in the
-    accumulator (it vectorizes)."""
+    accumulator (it vectorizes). An int8 byte ``b`` is the value ``(b ^ 0x80) - 128``."""
     n, h, wd, cin = x.shape
     kh, kw, cout = w.shape[0], w.shape[1], w.shape[3]
     depthwise = geo[_G_DEPTHWISE] != 0
     mult = cout // cin
     sh, sw, dh, dw, top, left = geo[_G_SH], geo[_G_SW], geo[_G_DH], geo[_G_DW], geo[_G_TOP], geo[_G_LEFT]
     oh, ow, zin, zout, qmin, qmax = geo[_G_OH], geo[_G_OW], geo[_G_ZIN], geo[_G_ZOUT], geo[_G_QMIN], geo[_G_QMAX]
+    flip = np.uint8(0x80 if geo[_G_SIGNED] else 0)
+    if geo[_G_SIGNED]:
+        zin += 128
     out_scale = scales[cout]
     # from_real's clip to [qmin, qmax] after adding the zero point, as bounds before truncating
     # (integer bounds: truncating then clipping is clipping then truncating)
@@ -100,16 +105,16 @@ def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
                             continue
                         if depthwise and mult == 1:
                             for c in range(cout):
-                                acc[c] += np.int32(np.int32(x[b, iy, ix, c]) - zin) * w[ky, kx, 0, c]
+                                acc[c] += np.int32(np.int32(x[b, iy, ix, c] ^ flip) - zin) * w[ky, kx, 0, c]
                             continue
                         if depthwise:
                             for c in range(cout):
-                                xc[c] = np.int32(x[b, iy, ix, c // mult]) - zin
+                                xc[c] = np.int32(x[b, iy, ix, c // mult] ^ flip) - zin
                             for c in range(cout):
                                 acc[c] += xc[c] * w[ky, kx, 0, c]
                             continue
                         for ci in range(cin):
-                            v = np.int32(np.int32(x[b, iy, ix, ci]) - zin)
+                            v = np.int32(np.int32(x[b, iy, ix, ci] ^ flip) - zin)
                             for co in range(cout):
                                 acc[co] += v * w[ky, kx, ci, co]
                 # from_real: real value, divided by the output scale, rounded half away from zero
@@ -118,54 +123,55 @@ def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
                     q = q + 0.5 if q >= 0.0 else q - 0.5
                     real[c] = min(max(q, lo), hi)
                 for c in range(cout):
-                    out[b, oy, ox, c] = int(real[c]) + zout
+                    out[b, oy, ox, c] = (int(real[c]) + zout) & 0xFF
 
 
-def _warm_input(dims: tuple[int, ...] | list[int], dtype: Any) -> np.ndarray:
-    """A one-element input of an operand's rank and dtype: preparation calls each core once on
-    it, so numba compiles (or loads from its cache) there, never during an execution."""
-    return np.zeros((1,) * len(dims), dtype)
+def _bytes(x: np.ndarray) -> np.ndarray:
+    """The bytes of an 8-bit array as the cores take them: flat, C-contiguous uint8 (a view when
+    ``x`` is C-contiguous and writeable; a copy else: a read-only view would be another variant)."""
+    if not (x.flags.c_contiguous and x.flags.writeable):
+        x = np.array(x, order="C")
+    return x.reshape(-1).view(np.uint8)
 
 
-def _quantize_q(x: Any, scale: Any, params: Any, like: Any) -> Any:
-    """QUANTIZE of float32 ``x`` (C-contiguous) with the float32 ``scale``; ``params`` = zero
-    point, saturation range, and what numpy's cast makes of NaN; a fresh array of ``like``'s dtype.
-    As ``from_real(to_real(x))``: float32 division, round half away, zero point, clip."""
+def _warm_bytes(n: int = 1) -> np.ndarray:
+    """``n`` zero bytes: preparation calls each core once on them, so numba compiles (or loads
+    from its cache) there, never during an execution."""
+    return np.zeros(n, np.uint8)
+
+
+def _quantize_q(src: Any, scale: Any, params: Any, dst: Any) -> None:
+    """QUANTIZE of float32 ``src`` (flat) with the float32 ``scale`` into the bytes ``dst`` (flat);
+    ``params`` = zero point, saturation range, and what numpy's cast makes of NaN. As
+    ``from_real(to_real(x))``: float32 division, round half away, zero point, clip."""
     zp, lo, hi, nan = params[0], params[1], params[2], params[3]
-    out = np.empty(x.shape, like.dtype)
-    src, dst = x.reshape(-1), out.reshape(-1)
     for i in range(src.size):
         q = src[i] / scale
         if q != q:
-            dst[i] = nan
+            dst[i] = nan & 0xFF
             continue
         q = min(max(q + math.copysign(0.5, q), -1e9), 1e9)  # float32 and float64 sums truncate alike below 2**22
-        dst[i] = min(max(math.trunc(q) + zp, lo), hi)
-    return out
+        dst[i] = min(max(math.trunc(q) + zp, lo), hi) & 0xFF
 
 
-def _dequantize_q(x: Any, zero: Any, scale: Any) -> Any:
-    """DEQUANTIZE of 8-bit ``x`` (C-contiguous) to float32: ``(float32(x) - zero) * scale`` in float32."""
-    out = np.empty(x.shape, np.float32)
-    src, dst = x.reshape(-1), out.reshape(-1)
+def _dequantize_q(src: Any, signed: Any, zero: Any, scale: Any, dst: Any) -> None:
+    """DEQUANTIZE of the 8-bit bytes ``src`` (int8 values when ``signed``) into float32 ``dst``
+    (both flat): ``(float32(x) - zero) * scale`` in float32."""
+    flip = np.uint8(0x80 if signed else 0)
+    shift = np.float32(128.0 if signed else 0.0)
     for i in range(src.size):
-        dst[i] = (np.float32(src[i]) - zero) * scale
-    return out
+        dst[i] = (np.float32(src[i] ^ flip) - shift - zero) * scale
 
 
-def _lookup_q(table: Any, a: Any, b: Any, pairs: bool) -> Any:
-    """``table`` at the bytes of 8-bit ``a`` (or, with ``pairs``, at ``a``'s byte x 256 + ``b``'s,
-    ``b`` of ``a``'s shape), both C-contiguous: ``_common.lookup_unary`` / ``lookup_binary``."""
-    out = np.empty(a.shape, table.dtype)
-    src, dst = a.reshape(-1), out.reshape(-1)
+def _lookup_q(table: Any, a: Any, b: Any, pairs: Any, dst: Any) -> None:
+    """``table`` (bytes) at the bytes ``a`` (or, with ``pairs``, at ``a``'s byte x 256 + ``b``'s)
+    into the bytes ``dst``, all flat: ``_common.lookup_unary`` / ``lookup_binary``."""
     if pairs:
-        other = b.reshape(-1)
-        for i in range(src.size):
-            dst[i] = table[(np.int64(np.uint8(src[i])) << 8) | np.int64(np.uint8(other[i]))]
+        for i in range(a.size):
+            dst[i] = table[(np.int64(a[i]) << 8) | np.int64(b[i])]
     else:
-        for i in range(src.size):
-            dst[i] = table[np.uint8(src[i])]
-    return out
+        for i in range(a.size):
+            dst[i] = table[a[i]]
 
 
 def table_lookups(src: Operand, dst: Operand) -> tuple[Callable[[np.ndarray, np.ndarray], np.ndarray],
@@ -178,20 +184,24 @@ def table_lookups(src: Operand, dst: Operand) -> tuple[Callable[[np.ndarray, np.
     core = compiled(_lookup_q)
     if core is None:
         return unary, binary
-    if src.dimensions:
-        x = _warm_input(src.dimensions, src.type.dtype)
-        core(np.zeros(1 << 16, dst.type.dtype), x, x, True)
+    if src.type.dtype not in (np.int8, np.uint8) or dst.type.dtype not in (np.int8, np.uint8):
+        return unary, binary
+    x = _warm_bytes()
+    core(_warm_bytes(1 << 16), x, x, True, x)
 
     def lookup_unary(table: np.ndarray, x: np.ndarray) -> np.ndarray:
         if not x.flags.c_contiguous:
             return unary(table, x)
-        out: np.ndarray = core(table, x, x, False)
+        out = np.empty(x.shape, table.dtype)
+        src = _bytes(x)
+        core(_bytes(table), src, src, False, out.reshape(-1).view(np.uint8))
         return out
 
     def lookup_binary(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if a.shape != b.shape or not (a.flags.c_contiguous and b.flags.c_contiguous):
             return binary(table, a, b)
-        out: np.ndarray = core(table, a, b, True)
+        out = np.empty(a.shape, table.dtype)
+        core(_bytes(table), _bytes(a), _bytes(b), True, out.reshape(-1).view(np.uint8))
         return out
 
     return lookup_unary, lookup_binary
@@ -221,16 +231,16 @@ def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
         return None
     with np.errstate(invalid="ignore"):
         nan = int(np.array([np.nan], np.float32).astype(out.type.dtype)[0])
-    scale, like = np.float32(out.scale), np.empty(0, out.type.dtype)
+    scale, dtype = np.float32(out.scale), out.type.dtype
     params = np.array([out.zero_point, *qrange, nan], np.int64)
-    if call.inputs[0].dimensions:
-        core(_warm_input(call.inputs[0].dimensions, np.float32), scale, params, like)
+    core(np.zeros(1, np.float32), scale, params, _warm_bytes())
 
     def run(x: np.ndarray) -> np.ndarray:
-        result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), scale, params, like)
+        result = np.empty(x.shape, dtype)
+        core(np.ascontiguousarray(x).reshape(-1), scale, params, result.reshape(-1).view(np.uint8))
         return result
 
-    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), scale, params, like)))
+    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), scale, params)))
     return run
 
 
@@ -241,15 +251,15 @@ def dequantize_runner(call: OpCall) -> Kernel | None:
     if core is None or call.outputs[0].type.dtype != np.float32 or src.type.dtype not in (np.int8, np.uint8) \
             or src.channel_quant is not None:
         return None
-    zero, scale = np.float32(src.zero_point), np.float32(src.scale)
-    if src.dimensions:
-        core(_warm_input(src.dimensions, src.type.dtype), zero, scale)
+    zero, scale, signed = np.float32(src.zero_point), np.float32(src.scale), src.type.dtype == np.int8
+    core(_warm_bytes(), signed, zero, scale, np.zeros(1, np.float32))
 
     def run(x: np.ndarray) -> np.ndarray:
-        result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), zero, scale)
+        result = np.empty(x.shape, np.float32)
+        core(_bytes(x), signed, zero, scale, result.reshape(-1))
         return result
 
-    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), zero, scale)))
+    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), signed, zero, scale)))
     return run
 
 
@@ -260,7 +270,7 @@ class _Prepared:
 
     __slots__ = ("core", "depthwise", "params", "scales", "w")
 
-    def __init__(self, core: Callable[..., np.ndarray], call: OpCall, w: np.ndarray, bias: np.ndarray,
+    def __init__(self, core: Callable[..., None], call: OpCall, w: np.ndarray, bias: np.ndarray,
                  scales: np.ndarray, qrange: tuple[int, int], depthwise: bool) -> None:
         self.core = core
         self.w = np.ascontiguousarray(w, dtype=np.int32)
@@ -269,7 +279,8 @@ class _Prepared:
         per_channel = np.broadcast_to(np.asarray(scales, np.float64), bias.shape)
         self.scales = np.concatenate([per_channel, [float(out.scale)]])
         self.params = np.concatenate([
-            [1, 1, 1, 1, 0, 0, 1, 1, call.inputs[0].zero_point, out.zero_point, *qrange, depthwise],
+            [1, 1, 1, 1, 0, 0, 1, 1, call.inputs[0].zero_point, out.zero_point, *qrange, depthwise,
+             call.inputs[0].type.dtype == np.int8],
             bias.astype(np.int64),
         ]).astype(np.int64)
 
@@ -280,14 +291,18 @@ class _Prepared:
         return geo
 
 
-_CORE_CONV_INTO: Any = None
+def _core() -> Callable[..., None] | None:
+    """The compiled ``_conv_q_into``, or None when compiled kernels are not in use."""
+    return compiled(_conv_q_into)
 
 
-def _core() -> Callable[..., np.ndarray] | None:
-    """The compiled ``_conv_q``, or None when compiled kernels are not in use."""
-    global _CORE_CONV_INTO
-    _CORE_CONV_INTO = compiled(_conv_q_into)  # what ``_conv_q`` calls (bound before it compiles)
-    return None if _CORE_CONV_INTO is None else compiled(_conv_q)
+def _conv_q(core: Callable[..., None], x: np.ndarray, w: np.ndarray, geo: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """The compiled ``_conv_q_into`` of ``x`` into a fresh [N, OH, OW, Cout] array of its dtype."""
+    out = np.empty((x.shape[0], int(geo[_G_OH]), int(geo[_G_OW]), w.shape[3]), x.dtype)
+    if not (x.flags.c_contiguous and x.flags.writeable):
+        x = np.array(x, order="C")
+    core(x.view(np.uint8), w, geo, scales, out.view(np.uint8))
+    return out
 
 
 def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray | float, qrange: tuple[int, int],
@@ -300,7 +315,8 @@ def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray 
     relaid = w.transpose(1, 2, 0, 3) if depthwise else w.transpose(1, 2, 3, 0)  # [KH, KW, Cin or 1, Cout]
     prep = _Prepared(core, call, relaid, bias, np.asarray(scales, np.float64), qrange, depthwise)
     channels = relaid.shape[3] if depthwise else relaid.shape[2]
-    core(_warm_input((1, 1, 1, channels), call.inputs[0].type.dtype), prep.w, prep.geo(1, 1, 1, 1, 0, 0, 1, 1), prep.scales)
+    core(_warm_bytes(channels).reshape(1, 1, 1, channels), prep.w, prep.geo(1, 1, 1, 1, 0, 0, 1, 1), prep.scales,
+         _warm_bytes(relaid.shape[3]).reshape(1, 1, 1, -1))
     return prep
 
 
@@ -339,7 +355,7 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
             geo = plan((x, *rest))
         if geo is None:
             return fallback(x, *rest)
-        return core(x if x.flags.c_contiguous else np.ascontiguousarray(x), wc, geo, scales_)
+        return _conv_q(core, x, wc, geo, scales_)
 
     def core_call(args: tuple[Any, ...]) -> CoreCall | None:
         geo = plan(args)
@@ -376,7 +392,7 @@ def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrang
         rows = x.size // size
         if rows * wc.size > CONV_MAX_MACS:
             return fallback(x, w_in, b_in, act)
-        out: np.ndarray = core(np.ascontiguousarray(x.reshape(rows, 1, 1, size)), wc, geo, scales_)
+        out = _conv_q(core, x.reshape(rows, 1, 1, size), wc, geo, scales_)
         return out.reshape(rows, units)
 
     def core_call(args: tuple[Any, ...]) -> CoreCall | None:
@@ -403,11 +419,6 @@ def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrang
 
 PROGRAM_WIDTH = 20
 OP_COPY, OP_COPY_CONST, OP_GATHER, OP_CONV, OP_QUANTIZE, OP_DEQUANTIZE, OP_LOOKUP = range(7)
-
-def _put(arena: Any, at: Any, result: Any) -> None:
-    flat = result.reshape(-1).view(np.uint8)
-    arena[at:at + flat.size] = flat
-
 
 def _run_program(prog: Any, inputs: Any, size: Any, kb: Any, ki32: Any, ki64: Any, kf64: Any) -> Any:
     """A fresh arena of ``size`` bytes starting with ``inputs``, after running ``prog`` over it
@@ -463,47 +474,34 @@ def _row_conv(prog: Any, r: Any, arena: Any, ki32: Any, ki64: Any, kf64: Any) ->
     geo, scales = ki64[p[12]:p[12] + p[13]], kf64[p[14]:p[14] + p[15]]
     src = arena[x:x + n * h * w * c]
     dst = arena[p[16]:p[16] + n * geo[_G_OH] * geo[_G_OW] * p[11]]
-    shape = (n, geo[_G_OH], geo[_G_OW], p[11])
-    if p[1]:
-        _CORE_CONV(src.view(np.int8).reshape((n, h, w, c)), wt, geo, scales, dst.view(np.int8).reshape(shape))
-    else:
-        _CORE_CONV(src.reshape((n, h, w, c)), wt, geo, scales, dst.reshape(shape))
+    _CORE_CONV(src.reshape((n, h, w, c)), wt, geo, scales, dst.reshape((n, geo[_G_OH], geo[_G_OW], p[11])))
 
 
 def _row_quantize(prog: Any, r: Any, arena: Any, ki64: Any, kf64: Any) -> None:
     """signed out, x (float32), count, scale (kf64), params (ki64, 4), out."""
     p = prog[r]
     src = arena[p[2]:p[2] + 4 * p[3]].view(np.float32)
-    scale, params = np.float32(kf64[p[4]]), ki64[p[5]:p[5] + 4]
-    # into bytes whatever the output's signedness (an int8 value stored as uint8 keeps its bits):
-    # one compiled variant of the core, not two
-    _CORE_PUT(arena, p[6], _CORE_QUANTIZE(src, scale, params, np.empty(0, np.uint8)))
+    _CORE_QUANTIZE(src, np.float32(kf64[p[4]]), ki64[p[5]:p[5] + 4], arena[p[6]:p[6] + p[3]])
 
 
 def _row_dequantize(prog: Any, r: Any, arena: Any, kf64: Any) -> None:
     """signed in, x, count, zero point (kf64), scale (kf64), out."""
     p = prog[r]
-    src = arena[p[2]:p[2] + p[3]]
-    zero, scale = np.float32(kf64[p[4]]), np.float32(kf64[p[5]])
-    if p[1]:
-        _CORE_PUT(arena, p[6], _CORE_DEQUANTIZE(src.view(np.int8), zero, scale))
-    else:
-        _CORE_PUT(arena, p[6], _CORE_DEQUANTIZE(src, zero, scale))
+    dst = arena[p[6]:p[6] + 4 * p[3]].view(np.float32)
+    _CORE_DEQUANTIZE(arena[p[2]:p[2] + p[3]], p[1] != 0, np.float32(kf64[p[4]]), np.float32(kf64[p[5]]), dst)
 
 
 def _row_lookup(prog: Any, r: Any, arena: Any, kb: Any) -> None:
     """signed table, a, b, count, table (kb), table length, pairs, out."""
     p = prog[r]
     first, second = arena[p[2]:p[2] + p[4]], arena[p[3]:p[3] + p[4]]
-    table = kb[p[5]:p[5] + p[6]]
-    _CORE_PUT(arena, p[8], _CORE_LOOKUP(table, first, second, p[7] != 0))  # the table's bytes, as bytes
+    _CORE_LOOKUP(kb[p[5]:p[5] + p[6]], first, second, p[7] != 0, arena[p[8]:p[8] + p[4]])
 
 
 _CORE_CONV: Any = None
 _CORE_QUANTIZE: Any = None
 _CORE_DEQUANTIZE: Any = None
 _CORE_LOOKUP: Any = None
-_CORE_PUT: Any = None
 _ROW_COPY: Any = None
 _ROW_GATHER: Any = None
 _ROW_CONV: Any = None
@@ -514,15 +512,14 @@ _ROW_LOOKUP: Any = None
 
 def program_runner() -> Callable[..., Any] | None:
     """The compiled ``_run_program`` (its cores and rows bound), or None when compiled kernels are not in use."""
-    global _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT
+    global _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP
     global _ROW_COPY, _ROW_GATHER, _ROW_CONV, _ROW_QUANTIZE, _ROW_DEQUANTIZE, _ROW_LOOKUP
-    cores = (_core() and compiled(_conv_q_into), compiled(_quantize_q), compiled(_dequantize_q), compiled(_lookup_q),
-             compiled(_put))
+    cores = (compiled(_conv_q_into), compiled(_quantize_q), compiled(_dequantize_q), compiled(_lookup_q))
     rows = (compiled(_row_copy), compiled(_row_gather), compiled(_row_conv), compiled(_row_quantize),
             compiled(_row_dequantize), compiled(_row_lookup))
     if any(c is None for c in cores + rows):
         return None
-    _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT = cores
+    _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP = cores
     _ROW_COPY, _ROW_GATHER, _ROW_CONV, _ROW_QUANTIZE, _ROW_DEQUANTIZE, _ROW_LOOKUP = rows
     return compiled(_run_program)
 
@@ -569,20 +566,20 @@ def encode_core_call(call: CoreCall, ins: list[tuple[int, np.dtype[Any]]], out: 
     shapes = [a.shape for a in args if isinstance(a, Arg)]
     if any(dt not in eight and dt != np.float32 for _, dt in ins):
         return None
-    if fn is _conv_q:
+    if fn is _conv_q_into:
         _, w, geo, scales = args
         if len(shapes[0]) != 4 or ins[0][1] not in eight:
             return None
         return [OP_CONV, _signed(ins[0][1]), ins[0][0], *shapes[0], consts.add(w, "int32"), *w.shape,
                 consts.add(geo, "int64"), geo.size, consts.add(scales, "float64"), scales.size, out]
     if fn is _quantize_q:
-        _, scale, params, like = args
-        if like.dtype not in eight or ins[0][1] != np.float32:
+        _, scale, params = args
+        if ins[0][1] != np.float32:
             return None
-        return [OP_QUANTIZE, _signed(like.dtype), ins[0][0], math.prod(shapes[0]),
+        return [OP_QUANTIZE, 0, ins[0][0], math.prod(shapes[0]),
                 consts.add(np.array([scale], np.float64), "float64"), consts.add(params, "int64"), out]
     if fn is _dequantize_q:
-        _, zero, scale = args
+        _, _, zero, scale = args
         if ins[0][1] not in eight:
             return None
         return [OP_DEQUANTIZE, _signed(ins[0][1]), ins[0][0], math.prod(shapes[0]),

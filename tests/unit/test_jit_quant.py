@@ -380,33 +380,41 @@ def test_large_conv_and_fc_runs_take_the_numpy_kernel(device: nnrt.CpuDevice, mo
         assert bool(calls) is compiled_run, rows
 
 
-def test_cores_compile_at_preparation_not_in_an_execution() -> None:
-    """Even with calibration off, preparing a model compiles (or loads) the cores it uses for
-    its operands' ranks and types: no execution pays numba's compilation."""
+def test_cores_compile_at_preparation_once_for_every_type() -> None:
+    """Even with calibration off, preparing a model compiles (or loads) the cores it uses, and
+    each core has one compiled variant, shared by int8 and uint8 operands of any rank, by the
+    step kernels and by the program runner (cold start: each variant is 0.2-1 s of compilation)."""
     from nnrt.ops._jit import compiled
 
     device = nnrt.CpuDevice(calibrate=False)
     try:
         rng = np.random.default_rng(4)
-        m = Model()
-        x = m.add_operand(T.TENSOR_FLOAT32, [2, 1, 3, 2, 1])  # a rank no other test uses
-        q = m.add_operand(T.TENSOR_QUANT8_ASYMM, [2, 1, 3, 2, 1], 0.5, 3)
-        y = m.add_operand(T.TENSOR_FLOAT32, [2, 1, 3, 2, 1])
-        m.add_operation(Op.QUANTIZE, [x], [q])
-        m.add_operation(Op.DEQUANTIZE, [q], [y])
-        m.identify_inputs_and_outputs([x], [y])
-        m.finish()
-        device.prepare_model_sync(m)
-        for core, dtype in ((_jit_quant._quantize_q, "float32"), (_jit_quant._dequantize_q, "uint8")):
+        for qtype in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+            m = Model()
+            x = m.add_operand(T.TENSOR_FLOAT32, [2, 1, 3, 2, 1])  # a rank no other test uses
+            q = m.add_operand(qtype, [2, 1, 3, 2, 1], 0.5, 3)
+            y = m.add_operand(T.TENSOR_FLOAT32, [2, 1, 3, 2, 1])
+            m.add_operation(Op.QUANTIZE, [x], [q])
+            m.add_operation(Op.DEQUANTIZE, [q], [y])
+            m.identify_inputs_and_outputs([x], [y])
+            m.finish()
+            prepared = device.prepare_model_sync(m)
+            data = rng.uniform(-3, 3, (2, 1, 3, 2, 1)).astype(np.float32)
+            (got,) = prepared.execute_sync([data]).outputs
+            lo = -128 if qtype == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+            want = (np.clip(np.round(data / 0.5) + 3, lo, lo + 255) - 3) * 0.5  # no .5 ties: data is random
+            np.testing.assert_array_equal(got, want.astype(np.float32))
+        for core in (_jit_quant._quantize_q, _jit_quant._dequantize_q):
             dispatcher = compiled(core)
             assert dispatcher is not None
-            assert any(f"Array({dtype}, 5, 'C'" in str(sig) for sig in dispatcher.signatures), dispatcher.signatures  # type: ignore[attr-defined]
-        wq = rng.integers(-127, 128, (3, 2, 2, 5)).astype(np.int8)
-        conv = _quant_model(Op.CONV_2D, T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 5], (0.1, 3), wq, rng.uniform(0.01, 0.02, 3),
-                            (0.0, 0), np.zeros(3, np.int32), [0, 0, 0, 0, 1, 1, 0, False, 1, 1], (0.05, 9))
-        device.prepare_model_sync(conv)
-        core = compiled(_jit_quant._conv_q)
+            assert len(dispatcher.signatures) == 1, dispatcher.signatures  # type: ignore[attr-defined]
+        for qtype, zero in ((T.TENSOR_QUANT8_ASYMM, 3), (T.TENSOR_QUANT8_ASYMM_SIGNED, -3)):
+            wq = rng.integers(-127, 128, (3, 2, 2, 5)).astype(np.int8)
+            conv = _quant_model(Op.CONV_2D, qtype, [1, 4, 4, 5], (0.1, zero), wq, rng.uniform(0.01, 0.02, 3),
+                                (0.0, 0), np.zeros(3, np.int32), [0, 0, 0, 0, 1, 1, 0, False, 1, 1], (0.05, 9))
+            device.prepare_model_sync(conv)
+        core = compiled(_jit_quant._conv_q_into)
         assert core is not None
-        assert any("Array(uint8, 4, 'C'" in str(sig) for sig in core.signatures)  # type: ignore[attr-defined]
+        assert [str(sig[0]) for sig in core.signatures] == ["array(uint8, 4d, C)"]  # type: ignore[attr-defined]
     finally:
         device.close()
