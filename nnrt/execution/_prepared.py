@@ -262,8 +262,10 @@ class PreparedModel:
         return await self._driver.drive(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
 
     async def _driven(self, args: list[Any], bufs: Any, ctx: ExecContext, measure: bool, t0: int) -> ExecutionResult:
-        """``_drive``, then finish the request."""
-        results, device_ns = await self._drive(args, ctx)
+        """``_drive`` (inlined: one coroutine frame less on every driven call), then finish the request."""
+        self._loop = asyncio._get_running_loop()  # (None on trio)
+        plan = self.plan
+        results, device_ns = await self._driver.drive(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
         return self._finish(results, bufs, args, measure, t0, device_ns)
 
     def _execute_now(
