@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from nnrt.errors import NnrtError
 from nnrt.model import Operand
 from nnrt.ops._common import (
     activation_bounds,
@@ -392,8 +393,10 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
         return g
 
+    shape0, g0 = static_geometry(call, checked)
+
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g = checked((x, w, b, *params))
+        g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
         wmat, scales = mat0 if mat0 is not None else _conv_matrices(call, types, w, b, cached=False)
@@ -414,6 +417,22 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     return compiled_or(call, sig, types, False, checked, run)
+
+
+def static_geometry(call: OpCall, checked: Callable[[tuple[Any, ...]], Geometry]
+                    ) -> tuple[tuple[int, ...] | None, Geometry | None]:
+    """The input shape and geometry of every run, decided at preparation when the input's shape
+    and every other input (filter, bias, scalar parameters) are known; else (None, None), as
+    when they do not fit (the run reports it). A run whose input has that shape skips decoding
+    and validating its parameters again: 5-6 us of a 9 us pointwise CONV_2D on a 1x1 input."""
+    dims = call.inputs[0].dimensions
+    consts = [call.const(i) for i in range(1, len(call.inputs))]
+    if not dims or 0 in dims or any(v is None for v in consts):
+        return None, None
+    try:
+        return tuple(dims), checked((np.broadcast_to(np.float32(0), dims), *consts))
+    except NnrtError:
+        return None, None
 
 
 def compiled_or(call: OpCall, sig: ConvSignature, types: ConvTypes, depthwise: bool,
