@@ -53,7 +53,7 @@ from nnrt.ops._conv_core import (
     padded,
 )
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_conv import IM2COL_ROWS_F32, Im2colConv, im2col_rows_f32
+from nnrt.ops._jit_conv import IM2COL_ROWS_F32, Im2colConv, im2col_rows_f32, winograd
 from nnrt.ops._jit_float import BIAS_ACT_F32, bias_act_f32
 from nnrt.ops._jit_quant import conv_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
@@ -394,6 +394,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         return g
 
     shape0, g0 = static_geometry(call, checked)
+    wino = winograd(const_w, const_b, g0, fused) if mat0 is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
@@ -405,6 +406,9 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             if fused is not None and not g.nchw and w.shape[1] == w.shape[2] == 1:  # bias + activation in one pass
                 lo, hi = activation_bounds(g.act)
                 return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi))[0]
+            if wino is not None and g is g0 and wino.takes(xin):  # Winograd F(2x2, 3x3) (_jit_conv)
+                res = wino(xin, g, *activation_bounds(g.act))
+                return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
             if blocked is not None and w.shape[1] * w.shape[2] > 1:  # compiled im2col in blocks (_jit_conv)
                 res = blocked(xin, wmat, w.shape[1], w.shape[2], g, *activation_bounds(g.act))
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res

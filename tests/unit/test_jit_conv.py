@@ -1,5 +1,5 @@
-"""The compiled float32 CONV_2D (``nnrt/ops/_jit_conv.py``) against the numpy kernel and a float64
-reference.
+"""The compiled float32 CONV_2D (``nnrt/ops/_jit_conv.py``: blocked im2col and Winograd F(2x2, 3x3))
+against the numpy kernel and a float64 reference.
 
 Each model is prepared twice, with numba's kernels and with the numpy ones (what ``NNRT_JIT=0``
 and the CTS run), on edge shapes: one-row and one-column inputs, stride larger than the kernel,
@@ -25,25 +25,50 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops import _jit, _jit_conv, conv
 from nnrt.ops._conv_core import Geometry, im2col, padded
-from nnrt.ops._jit_conv import IM2COL_ROWS_F32, im2col_rows_f32
-from tests.unit.test_jit_float import _count_compiled
+from nnrt.ops._jit_conv import (
+    IM2COL_ROWS_F32,
+    WINO_INPUT_F32,
+    WINO_MIN_CHANNELS,
+    WINO_OUTPUT_F32,
+    WinogradConv,
+    im2col_rows_f32,
+    winograd_input_f32,
+    winograd_output_f32,
+)
 from tests.unit.test_ops_conv import build, ref_conv
 
 numba = pytest.importorskip("numba")
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Calls of the compiled im2col loop by CONV_2D kernels prepared from now on."""
-    return _count_compiled(monkeypatch, conv, im2col_rows_f32)
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the compiled conv loops (im2col, Winograd) called by CONV_2D kernels prepared from now on."""
+    calls: list[str] = []
+    watched = {im2col_rows_f32: "im2col", winograd_input_f32: "winograd"}
+
+    def patched(f: Any, signature: str) -> Any:
+        got = _jit.compiled(f, signature)
+        if f not in watched or got is None:
+            return got
+
+        def counted(*args: Any) -> None:
+            calls.append(watched[f])
+            got(*args)
+
+        return counted
+
+    monkeypatch.setattr(conv, "compiled", patched)
+    monkeypatch.setattr(_jit_conv, "compiled", patched)
+    return calls
 
 
-def _both(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, m: Model, inputs: list[np.ndarray]
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """The first output with the compiled kernels (checked to run the im2col loop) and the numpy ones."""
+def _both(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, m: Model, inputs: list[np.ndarray],
+          path: str = "im2col") -> tuple[np.ndarray, np.ndarray]:
+    """The first output with the compiled kernels (checked to run ``path``: ``im2col``, or
+    ``winograd`` for 3x3 stride-1 filters with many input channels) and with the numpy ones."""
     calls = _counting(monkeypatch)
     with _jit.forced(True):
         fast = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
-    assert calls, "the compiled im2col did not run"
+    assert calls and set(calls) == {path}, f"the compiled {path} did not run alone: {set(calls)}"
     calls.clear()
     with _jit.forced(False):
         ref = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
@@ -81,7 +106,7 @@ EDGE = {
     "first-layer-3x3/2": (1, 33, 31, 3, 16, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1)),
     "first-layer-5x5/2": (1, 24, 24, 3, 8, (5, 5), (1, 2, 1, 2), (2, 2), (1, 1)),
     "one-channel": (1, 10, 10, 1, 2, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1)),
-    "many-channels": (1, 5, 6, 200, 24, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1)),
+    "many-channels": (1, 5, 6, 200, 24, (3, 3), (1, 1, 1, 1), (1, 1), (2, 1)),
     "batch": (3, 7, 8, 16, 12, (3, 3), (1, 1, 1, 1), (2, 1), (1, 1)),
     "temporal-1x256": (1, 1, 576, 1, 9, (1, 256), (0, 0, 0, 0), (128, 1), (1, 1)),
 }
@@ -210,3 +235,113 @@ def test_im2col_rows_match_window_view(compiled: bool, shape: tuple[int, int, in
     for p0 in range(0, want.shape[0], 5):
         fn(x.reshape(n, h, w * c), got[p0 : p0 + 5], p0, c, *k, stride[1], stride[0], dil[1], dil[0], top, left, oh, ow)
     np.testing.assert_array_equal(got, want)
+
+
+# Winograd F(2x2, 3x3): (n, h, w, cin, cout, pads (l, r, t, b)); odd and even output sizes,
+# tiles cut at every edge, one-row and one-column inputs, padding wider than the tile.
+WINO = {
+    "even": (1, 8, 10, WINO_MIN_CHANNELS, 16, (1, 1, 1, 1)),
+    "odd": (1, 7, 9, 64, 8, (1, 1, 1, 1)),
+    "valid": (1, 9, 6, 50, 5, (0, 0, 0, 0)),
+    "asymmetric": (1, 6, 7, 48, 12, (2, 0, 0, 3)),
+    "one-row": (1, 1, 11, 48, 4, (1, 1, 1, 1)),
+    "one-column": (1, 12, 1, 48, 4, (1, 1, 1, 1)),
+    "one-pixel": (1, 1, 1, 48, 3, (1, 1, 1, 1)),
+    "batch": (3, 5, 6, 56, 20, (1, 1, 1, 1)),
+    "many-tile-rows": (2, 40, 33, 96, 24, (1, 1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WINO))
+@pytest.mark.parametrize("act", [0, 1, 2, 3])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_winograd_shapes(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, name: str, act: int,
+                         nchw: bool) -> None:
+    n, h, w, cin, cout, pads = WINO[name]
+    x, f, b = _data(n, h, w, cin, cout, (3, 3), seed=len(name))
+    dims = [n, cin, h, w] if nchw else [n, h, w, cin]
+    xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+    m = build(Op.CONV_2D, dims, [f, b], [*pads, 1, 1, act, nchw])
+    fast, ref = _both(device, monkeypatch, m, [xin], path="winograd")
+    want = np.clip(ref_conv(x, f, b, pads, (1, 1), (1, 1)), *_CLAMP[act]).astype(np.float32)
+    _check(fast, ref, want.transpose(0, 3, 1, 2) if nchw else want)
+
+
+def test_winograd_small_blocks(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One tile row per block."""
+    monkeypatch.setattr(_jit_conv, "WINO_BLOCK_BYTES", 1)
+    x, f, b = _data(2, 9, 8, 48, 6, (3, 3), seed=9)
+    fast, ref = _both(device, monkeypatch, build(Op.CONV_2D, [2, 9, 8, 48], [f, b], [1, 1, 1, 1, 1, 1, 3]), [x],
+                      path="winograd")
+    _check(fast, ref, np.clip(ref_conv(x, f, b, (1, 1, 1, 1), (1, 1), (1, 1)), 0, 6).astype(np.float32))
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf, -np.inf, 3e37])
+def test_winograd_leaves_special_values_to_im2col(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
+                                                  special: float) -> None:
+    """An input with NaN, inf or a huge value runs the im2col path (the same special values as
+    numpy's kernel); the same model takes Winograd on finite inputs."""
+    x, f, b = _data(1, 9, 8, 48, 6, (3, 3), seed=9)
+    m = build(Op.CONV_2D, [1, 9, 8, 48], [f, b], [1, 1, 1, 1, 1, 1, 3])
+    calls = _counting(monkeypatch)
+    with _jit.forced(True):
+        prepared = device.prepare_model_sync(m)
+        prepared.execute_sync([x])
+        assert set(calls) == {"winograd"}
+        calls.clear()
+        x[0, 4, 3, 7] = special
+        fast = prepared.execute_sync([x]).outputs[0]
+        assert set(calls) == {"im2col"}
+    with _jit.forced(False):
+        ref = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("k", "stride", "dil", "cin", "path"), [
+    ((3, 3), (1, 1), (1, 1), WINO_MIN_CHANNELS - 1, "im2col"), ((3, 3), (2, 2), (1, 1), 64, "im2col"),
+    ((3, 3), (1, 1), (2, 2), 64, "im2col"), ((5, 5), (1, 1), (1, 1), 64, "im2col"),
+    ((3, 3), (1, 1), (1, 1), WINO_MIN_CHANNELS, "winograd"),
+])  # fmt: skip
+def test_winograd_only_where_it_pays(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, k: tuple[int, int],
+                                     stride: tuple[int, int], dil: tuple[int, int], cin: int, path: str) -> None:
+    x, f, b = _data(1, 9, 9, cin, 4, k, seed=cin)
+    m = build(Op.CONV_2D, [1, 9, 9, cin], [f, b], [2, 2, 2, 2, *stride, 0, False, *dil])
+    fast, ref = _both(device, monkeypatch, m, [x], path=path)
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+wino_geometry = st.fixed_dictionaries({
+    "n": st.integers(1, 2), "h": st.integers(1, 12), "w": st.integers(1, 12), "cin": st.integers(48, 64),
+    "cout": st.integers(1, 9), "pads": st.tuples(*[st.integers(0, 2)] * 4), "act": st.sampled_from([0, 1, 2, 3]),
+    "seed": st.integers(0, 2**16), "block": st.sampled_from([1, 5000, 1 << 20]),
+})  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(g=wino_geometry)
+def test_winograd_random_geometry(device: nnrt.CpuDevice, g: dict[str, Any]) -> None:
+    left, right, top, bottom = g["pads"]
+    assume(g["h"] + top + bottom > 2 and g["w"] + left + right > 2)
+    x, f, b = _data(g["n"], g["h"], g["w"], g["cin"], g["cout"], (3, 3), g["seed"])
+    m = build(Op.CONV_2D, [g["n"], g["h"], g["w"], g["cin"]], [f, b], [*g["pads"], 1, 1, g["act"]])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_jit_conv, "WINO_BLOCK_BYTES", g["block"])
+        fast, ref = _both(device, mp, m, [x], path="winograd")
+    want = np.clip(ref_conv(x, f, b, g["pads"], (1, 1), (1, 1)), *_CLAMP[g["act"]])
+    _check(fast, ref, want.astype(np.float32))
+
+
+def test_winograd_loops_run_as_plain_python() -> None:
+    """The transforms, uncompiled, give what the compiled ones give (they are valid Python)."""
+    x, f, b = _data(1, 5, 4, 3, 2, (3, 3), seed=4)
+    g = Geometry(1, 1, 1, 1, 1, 1, 1, 1, 5, 4, False, 3, 1)
+    with _jit.forced(True):
+        fin = _jit.compiled(winograd_input_f32, WINO_INPUT_F32)
+        fout = _jit.compiled(winograd_output_f32, WINO_OUTPUT_F32)
+    assert fin is not None and fout is not None
+    lo, hi = np.float32(0), np.float32(6)
+    fast = WinogradConv(f, b, fin, fout)(x, g, lo, hi)
+    slow = WinogradConv(f, b, winograd_input_f32, winograd_output_f32)(x, g, lo, hi)
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_allclose(slow, np.clip(ref_conv(x, f, b, (1, 1, 1, 1), (1, 1), (1, 1)), 0, 6), rtol=1e-5, atol=1e-5)
