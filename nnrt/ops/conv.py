@@ -53,7 +53,14 @@ from nnrt.ops._conv_core import (
     padded,
 )
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_conv import IM2COL_ROWS_F32, Im2colConv, im2col_rows_f32, winograd
+from nnrt.ops._jit_conv import (
+    IM2COL_ROWS_F32,
+    PLANES_ROWS_F32,
+    Im2colConv,
+    im2col_rows_f32,
+    planes_rows_f32,
+    winograd,
+)
 from nnrt.ops._jit_float import BIAS_ACT_F32, bias_act_f32
 from nnrt.ops._jit_quant import conv_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
@@ -384,7 +391,8 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     zero = call.inputs[0].zero_point if types.quantized else 0
     fused = compiled(bias_act_f32, BIAS_ACT_F32) if call.outputs[0].type is T.TENSOR_FLOAT32 else None
     im2col_fn = compiled(im2col_rows_f32, IM2COL_ROWS_F32) if fused is not None and fd[1:3] != (1, 1) else None
-    blocked = Im2colConv(im2col_fn, fused) if fused is not None and im2col_fn is not None else None
+    planes_fn = compiled(planes_rows_f32, PLANES_ROWS_F32) if im2col_fn is not None else None
+    blocked = Im2colConv(im2col_fn, fused, planes_fn) if fused is not None and im2col_fn is not None else None
 
     def checked(args: tuple[Any, ...]) -> Geometry:
         g, cin = run_geometry(call, sig, args)

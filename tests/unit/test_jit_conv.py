@@ -27,11 +27,14 @@ from nnrt.ops import _jit, _jit_conv, conv
 from nnrt.ops._conv_core import Geometry, im2col, padded
 from nnrt.ops._jit_conv import (
     IM2COL_ROWS_F32,
+    PLANES_MAX_CHANNELS,
+    PLANES_ROWS_F32,
     WINO_INPUT_F32,
     WINO_MIN_CHANNELS,
     WINO_OUTPUT_F32,
     WinogradConv,
     im2col_rows_f32,
+    planes_rows_f32,
     winograd_input_f32,
     winograd_output_f32,
 )
@@ -41,9 +44,9 @@ numba = pytest.importorskip("numba")
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the compiled conv loops (im2col, Winograd) called by CONV_2D kernels prepared from now on."""
+    """Names of the compiled conv loops (im2col, planes, Winograd) called by CONV_2D kernels prepared from now on."""
     calls: list[str] = []
-    watched = {im2col_rows_f32: "im2col", winograd_input_f32: "winograd"}
+    watched = {im2col_rows_f32: "im2col", planes_rows_f32: "planes", winograd_input_f32: "winograd"}
 
     def patched(f: Any, signature: str) -> Any:
         got = _jit.compiled(f, signature)
@@ -61,10 +64,17 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
+def _path(cin: int) -> str:
+    """The compiled loop a KxK CONV_2D (not Winograd's) gathers its taps with."""
+    return "planes" if cin <= PLANES_MAX_CHANNELS else "im2col"
+
+
 def _both(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, m: Model, inputs: list[np.ndarray],
-          path: str = "im2col") -> tuple[np.ndarray, np.ndarray]:
-    """The first output with the compiled kernels (checked to run ``path``: ``im2col``, or
-    ``winograd`` for 3x3 stride-1 filters with many input channels) and with the numpy ones."""
+          path: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The first output with the compiled kernels (checked to run ``path``: ``im2col``,
+    ``planes`` or ``winograd``; by default the one ``_path`` gives for the input's channels)
+    and with the numpy ones."""
+    path = path or _path(m.operands[m.operations[0].inputs[1]].dimensions[3])
     calls = _counting(monkeypatch)
     with _jit.forced(True):
         fast = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
@@ -128,13 +138,16 @@ def test_edge_shapes(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, na
 
 
 @pytest.mark.parametrize("block_bytes", [64, 700, 4096])
+@pytest.mark.parametrize("cin", [PLANES_MAX_CHANNELS, PLANES_MAX_CHANNELS + 1])
 def test_blocks_split_rows_and_images(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
-                                      block_bytes: int) -> None:
-    """Blocks of a few rows start and end inside output rows and across images of a batch."""
+                                      block_bytes: int, cin: int) -> None:
+    """Blocks of a few rows (im2col) or pixels (planes) start and end inside output rows and
+    across images of a batch."""
     monkeypatch.setattr(_jit_conv, "BLOCK_BYTES", block_bytes)
     monkeypatch.setattr(_jit_conv, "MIN_ROWS", 3)
-    x, f, b = _data(3, 9, 7, 5, 6, (3, 3), seed=3)
-    m = build(Op.CONV_2D, [3, 9, 7, 5], [f, b], [1, 0, 2, 1, 1, 2, 1])
+    monkeypatch.setattr(_jit_conv, "PLANES_ROWS", block_bytes // 60)
+    x, f, b = _data(3, 9, 7, cin, 6, (3, 3), seed=3)
+    m = build(Op.CONV_2D, [3, 9, 7, cin], [f, b], [1, 0, 2, 1, 1, 2, 1])
     fast, ref = _both(device, monkeypatch, m, [x])
     _check(fast, ref, np.clip(ref_conv(x, f, b, (1, 0, 2, 1), (1, 2), (1, 1)), 0, None).astype(np.float32))
 
@@ -219,8 +232,8 @@ def test_random_geometry(device: nnrt.CpuDevice, g: dict[str, Any]) -> None:
 def test_im2col_rows_match_window_view(compiled: bool, shape: tuple[int, int, int, int], k: tuple[int, int],
                                        pads: tuple[int, int, int, int], stride: tuple[int, int],
                                        dil: tuple[int, int]) -> None:
-    """The loop, compiled or run as plain Python, writes exactly numpy's window-view im2col rows,
-    block by block from any first row."""
+    """The loops, compiled or run as plain Python, write exactly numpy's window-view im2col rows
+    (and their transpose, the planes), block by block from any first row."""
     n, h, w, c = shape
     left, right, top, bottom = pads
     oh = (h + top + bottom - (k[0] - 1) * dil[1] - 1) // stride[1] + 1
@@ -231,9 +244,16 @@ def test_im2col_rows_match_window_view(compiled: bool, shape: tuple[int, int, in
     with _jit.forced(True):
         fn = _jit.compiled(im2col_rows_f32, IM2COL_ROWS_F32) if compiled else im2col_rows_f32
     assert fn is not None
+    with _jit.forced(True):
+        planes = _jit.compiled(planes_rows_f32, PLANES_ROWS_F32) if compiled else planes_rows_f32
+    assert planes is not None
+    args = (c, *k, stride[1], stride[0], dil[1], dil[0], top, left, oh, ow)
     got = np.full_like(want, np.nan)
     for p0 in range(0, want.shape[0], 5):
-        fn(x.reshape(n, h, w * c), got[p0 : p0 + 5], p0, c, *k, stride[1], stride[0], dil[1], dil[0], top, left, oh, ow)
+        fn(x.reshape(n, h, w * c), got[p0 : p0 + 5], p0, *args)
+        block = np.full((want.shape[1], min(5, want.shape[0] - p0)), np.nan, dtype=np.float32)
+        planes(x.reshape(n, h, w * c), block, p0, *args)
+        np.testing.assert_array_equal(block.T, want[p0 : p0 + 5])
     np.testing.assert_array_equal(got, want)
 
 
