@@ -56,6 +56,7 @@ __all__ = [
     "WINO_INPUT_F32",
     "WINO_LIMIT",
     "WINO_MIN_CHANNELS",
+    "WINO_MIN_SIZE",
     "WINO_OUTPUT_F32",
     "Im2colConv",
     "WinogradConv",
@@ -395,6 +396,11 @@ def winograd_output_f32(m: np.ndarray, bias: np.ndarray, out: np.ndarray, tiles_
 #: 1.35-1.8x at 48-96, 1.1x at 192 on 13x13).
 WINO_MIN_CHANNELS = 48
 
+#: Fewest output rows and columns for Winograd: on small outputs its 16 transformed filters
+#: (1.8x the filter's bytes) are read for few tiles, and odd sizes waste part of the edge
+#: tiles (measured: 13x13 1.1-1.6x faster than im2col; 3x40 and 1x40 2-3x slower).
+WINO_MIN_SIZE = 8
+
 #: Largest magnitude of the inputs and filter values Winograd takes: the transforms add up to
 #: 16 values of each, so nothing overflows float32 (3.4e38) on the way.
 WINO_LIMIT = np.float32(1e36)
@@ -456,11 +462,12 @@ def winograd(w: np.ndarray, b: np.ndarray, g: Geometry | None, bias_act: Callabl
              ) -> WinogradConv | None:
     """The Winograd form of a float32 CONV_2D with constant filter ``w`` [Cout, KH, KW, Cin],
     bias ``b`` and geometry ``g`` (None: not constant), when it applies (3x3, stride 1,
-    dilation 1, finite weights below ``WINO_LIMIT``) and pays (``WINO_MIN_CHANNELS``); else
+    dilation 1, finite weights below ``WINO_LIMIT``) and pays (``WINO_MIN_CHANNELS``,
+    ``WINO_MIN_SIZE``); else
     None. ``bias_act`` is the compiled bias pass (None: numba is not in use)."""
     if bias_act is None or g is None or w.shape[1:3] != (3, 3) or w.shape[3] < WINO_MIN_CHANNELS:
         return None
-    if (g.stride_h, g.stride_w, g.dil_h, g.dil_w) != (1, 1, 1, 1):
+    if (g.stride_h, g.stride_w, g.dil_h, g.dil_w) != (1, 1, 1, 1) or min(g.out_h, g.out_w) < WINO_MIN_SIZE:
         return None
     if not (np.abs(w).max() < WINO_LIMIT and np.abs(b).max(initial=0) < WINO_LIMIT):
         return None

@@ -27,7 +27,7 @@ per block (``_jit_conv.Im2colConv``: 1.2-2.5x faster on the real models' shapes)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ from nnrt.ops._common import (
 from nnrt.ops._conv_core import (
     Geometry,
     im2col,
+    live_taps,
     padded,
 )
 from nnrt.ops._jit import compiled
@@ -402,30 +403,42 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         return g
 
     shape0, g0 = static_geometry(call, checked)
-    wino = winograd(const_w, const_b, g0, fused) if mat0 is not None else None
+    # Constant float filter and geometry: drop the filter rows and columns that only ever read
+    # padding (a 3x3 filter over a one-row input is a 1x3 one), exactly; Winograd where it pays.
+    live = live_taps(g0, shape0, const_w.shape) if mat0 is not None and mat0[1] is None and g0 and shape0 else None
+    w_live = const_w[:, live[0] : live[1], live[2] : live[3]] if live is not None else const_w
+    trimmed = None
+    if live is not None and g0 is not None:
+        g_live = replace(g0, top=g0.top - live[0] * g0.dil_h, left=g0.left - live[2] * g0.dil_w)
+        m_live = _conv_matrix(real_filter(w_live, call, types), real_bias(const_b, call, types))
+        trimmed = (m_live, w_live.shape[1], w_live.shape[2], g_live)
+    wino = winograd(w_live, const_b, trimmed[3] if trimmed else g0, fused) if mat0 is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
         wmat, scales = mat0 if mat0 is not None else _conv_matrices(call, types, w, b, cached=False)
+        kh, kw = w.shape[1], w.shape[2]
         if scales is None:
             xin = input_nhwc(call, x, g, types)
-            if fused is not None and not g.nchw and w.shape[1] == w.shape[2] == 1:  # bias + activation in one pass
+            if trimmed is not None and g is g0:
+                wmat, kh, kw, g = trimmed
+            if fused is not None and not g.nchw and kh == kw == 1:  # bias + activation in one pass
                 lo, hi = activation_bounds(g.act)
                 return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi))[0]
-            if wino is not None and g is g0 and wino.takes(xin):  # Winograd F(2x2, 3x3) (_jit_conv)
+            if wino is not None and x.shape == shape0 and wino.takes(xin):  # Winograd F(2x2, 3x3) (_jit_conv)
                 res = wino(xin, g, *activation_bounds(g.act))
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
-            if blocked is not None and w.shape[1] * w.shape[2] > 1:  # compiled im2col in blocks (_jit_conv)
-                res = blocked(xin, wmat, w.shape[1], w.shape[2], g, *activation_bounds(g.act))
+            if blocked is not None and kh * kw > 1:  # compiled im2col in blocks (_jit_conv)
+                res = blocked(xin, wmat, kh, kw, g, *activation_bounds(g.act))
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
-            out, in_layout = conv_nhwc(xin, wmat, w.shape[1], w.shape[2], g, g.nchw)
+            out, in_layout = conv_nhwc(xin, wmat, kh, kw, g, g.nchw)
             return finish_output(call, out, g, in_layout)
         xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
         if zero:
             xc -= wmat.dtype.type(zero)
-        sums = conv_nhwc(xc, wmat, w.shape[1], w.shape[2], g)[0]
+        sums = conv_nhwc(xc, wmat, kh, kw, g)[0]
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     return compiled_or(call, sig, types, False, checked, run)

@@ -228,3 +228,41 @@ def _conv_model(dims: list[int], w: np.ndarray, b: np.ndarray, t: T) -> Model:
     m.identify_inputs_and_outputs([x], [y])
     m.finish()
     return m
+
+
+@pytest.mark.parametrize(("dims", "k", "pads", "stride", "dil", "live"), [
+    ([1, 1, 40, 16], (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), (1, 2, 0, 3)),  # one row: the middle filter row
+    ([1, 9, 1, 8], (3, 5), (2, 2, 1, 1), (1, 1), (1, 1), (0, 3, 2, 3)),  # one column
+    ([1, 2, 7, 4], (5, 3), (1, 1, 4, 0), (1, 2), (1, 1), (4, 5, 0, 3)),  # padding above wider than needed
+    ([1, 1, 12, 4], (3, 3), (0, 0, 2, 2), (1, 1), (1, 2), (1, 2, 0, 3)),  # dilated rows
+    ([1, 6, 6, 4], (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), None),  # every tap reads input
+    ([1, 6, 6, 4], (3, 3), (0, 0, 0, 0), (2, 2), (1, 1), None),
+])  # fmt: skip
+@pytest.mark.parametrize("jit", [False, True])
+def test_conv2d_drops_taps_that_read_only_padding(device: nnrt.CpuDevice, dims: list[int], k: tuple[int, int],
+                                                  pads: tuple[int, int, int, int], stride: tuple[int, int],
+                                                  dil: tuple[int, int], live: tuple[int, int, int, int] | None,
+                                                  jit: bool) -> None:
+    """Filter rows and columns that only ever meet padding are left out at preparation: the
+    same outputs (up to rounding), numpy and compiled kernels alike."""
+    from nnrt.ops import _jit, conv
+    from tests.unit.test_jit_conv import ref_conv
+
+    rng = np.random.default_rng(sum(dims))
+    x = rng.standard_normal(dims).astype(np.float32)
+    w = rng.standard_normal((6, *k, dims[3])).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    m = build(Op.CONV_2D, dims, [w, b], [*pads, *stride, 1, False, *dil])
+    seen: list[Any] = []
+    real = conv.live_taps
+
+    def spy(*args: Any) -> Any:
+        seen.append(real(*args))
+        return seen[-1]
+
+    with pytest.MonkeyPatch.context() as mp, _jit.forced(jit):
+        mp.setattr(conv, "live_taps", spy)
+        out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    assert seen == [live]
+    want = np.maximum(ref_conv(x, w, b, pads, stride, dil), 0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
