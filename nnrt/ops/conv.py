@@ -413,8 +413,13 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         m_live = _conv_matrix(real_filter(w_live, call, types), real_bias(const_b, call, types))
         trimmed = (m_live, w_live.shape[1], w_live.shape[2], g_live)
     wino = winograd(w_live, const_b, trimmed[3] if trimmed else g0, fused) if mat0 is not None else None
+    pointwise = plain_pointwise(mat0[0], const_w, g0, shape0) if fused is not None and mat0 is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+        if pointwise is not None and fused is not None and x.shape == shape0 and x.flags.c_contiguous:
+            pw: np.ndarray = np.matmul(x.reshape(-1, x.shape[3]), pointwise[0])
+            fused(pw, *pointwise[1:])
+            return pw.reshape(*x.shape[:3], pw.shape[1])
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
@@ -442,6 +447,19 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     return compiled_or(call, sig, types, False, checked, run)
+
+
+def plain_pointwise(wmat: np.ndarray, w: np.ndarray, g: Geometry | None, shape: tuple[int, ...] | None
+                    ) -> tuple[np.ndarray, np.ndarray, np.float32, np.float32] | None:
+    """For a constant 1x1 float32 CONV_2D over NHWC without stride or padding: its weights,
+    bias and activation bounds, so that a run is one product and the compiled bias pass, with
+    no geometry or layout work (a squeeze-excitation 1x1 on one pixel: 5.0 -> 2.4 us)."""
+    if g is None or shape is None or w.shape[1:3] != (1, 1) or g.nchw:
+        return None
+    if (g.stride_h, g.stride_w, g.top, g.left, g.out_h, g.out_w) != (1, 1, 0, 0, shape[1], shape[2]):
+        return None
+    k = w.shape[3]
+    return wmat[:k], wmat[k], *activation_bounds(g.act)
 
 
 def static_geometry(call: OpCall, checked: Callable[[tuple[Any, ...]], Geometry]

@@ -376,3 +376,22 @@ def test_winograd_loops_run_as_plain_python() -> None:
     slow = WinogradConv(f, b, winograd_input_f32, winograd_output_f32)(x, g, lo, hi)
     np.testing.assert_array_equal(fast, slow)
     np.testing.assert_allclose(slow, np.clip(ref_conv(x, f, b, (1, 1, 1, 1), (1, 1), (1, 1)), 0, 6), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 50), (2, 3, 5, 16)])
+@pytest.mark.parametrize("act", [0, 3])
+def test_plain_pointwise_matches_numpy(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
+                                       shape: tuple[int, int, int, int], act: int) -> None:
+    """A constant 1x1 CONV_2D without stride or padding runs as one product and the compiled
+    bias pass, prepared once: bit-identical to numpy's kernel."""
+    x, f, b = _data(*shape, 7, (1, 1), seed=shape[3])
+    m = build(Op.CONV_2D, list(shape), [f, b], [0, 0, 0, 0, 1, 1, act])
+    spy: list[Any] = []
+    real = conv.plain_pointwise
+    monkeypatch.setattr(conv, "plain_pointwise", lambda *a: spy.append(real(*a)) or spy[-1])
+    with _jit.forced(True):
+        fast = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    assert spy and spy[-1] is not None
+    with _jit.forced(False):
+        ref = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    np.testing.assert_array_equal(fast, ref)
