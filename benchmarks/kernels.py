@@ -14,7 +14,10 @@ temporal convolution); a 1x256 convolution over a short signal (an STFT as a con
 silero-vad); 3x3 convolutions with few channels; a 1x1 convolution; the CONV_2D shapes that carry
 the real models' time (3x3 over 48-96 channels: Winograd; 3x3 over 12 and strided: blocked im2col;
 a 5x5/2 first layer; 1x1 on 7x7 and on one pixel, as in squeeze-excitation); LOGISTIC x MUL (SiLU);
-PRELU with a constant slope; int8 convolution, depthwise and ADD; max and average pooling.
+PRELU with a constant slope; int8 convolution, depthwise and ADD; max and average pooling;
+and the MediaPipe (TFLite) models' own layers (``mediapipe`` in the name: face landmark's
+[1,96,96,16] depthwise and PRELU, hand recrop's 1x1 depthwise, BlazeFace's channel PAD, the
+2x2/2 max pools, full range face detection's RESIZE_BILINEAR with half-pixel centers).
 
 Run: python benchmarks/kernels.py [--quick] [--only SUBSTRING]
 """
@@ -212,6 +215,43 @@ def prelu_case(shape: tuple[int, int, int, int]) -> Case:
     return Case(f"PRELU {list(shape)} slope [{c}]", g.finish([xi], [y]), x, session, nchw(x))
 
 
+def pad_channels_case(shape: tuple[int, int, int, int], extra: int) -> Case:
+    """A PAD of the last axis only (BlazeFace widens the residual this way before an ADD)."""
+    n, h, w, c = shape
+    g = NnrtGraph()
+    xi = g.tensor(T.TENSOR_FLOAT32, shape)
+    pads = np.array([[0, 0], [0, 0], [0, 0], [0, extra]], dtype=np.int32)
+    y = g.op(Op.PAD, [xi, g.const(T.TENSOR_INT32, pads)], T.TENSOR_FLOAT32, [n, h, w, c + extra])
+    x = _f32(*shape)
+    session = None
+    if ort is not None:
+        inits = {"pads": np.array([0, 0, 0, 0, 0, extra, 0, 0], dtype=np.int64)}
+        session = onnx_session([helper.make_node("Pad", ["x", "pads"], ["y"])], inits, nchw(x).shape, [n, c + extra, h, w])
+    return Case(f"mediapipe PAD channels {list(shape)} +{extra}", g.finish([xi], [y]), x, session, nchw(x))
+
+
+def resize_case(shape: tuple[int, int, int, int], factor: int) -> Case:
+    """RESIZE_BILINEAR with half-pixel centers (TFLite's upsampling in BlazeFace's full range model)."""
+    n, h, w, c = shape
+    g = NnrtGraph()
+    xi = g.tensor(T.TENSOR_FLOAT32, shape)
+    flags = []
+    for v in (False, False, True):  # NHWC, align_corners, half_pixel_centers
+        b = g.m.add_operand(T.BOOL)
+        g.m.set_operand_value(b, v)
+        flags.append(b)
+    y = g.op(Op.RESIZE_BILINEAR, [xi, g.i32(w * factor), g.i32(h * factor), *flags], T.TENSOR_FLOAT32,
+             [n, h * factor, w * factor, c])
+    x = _f32(*shape)
+    session = None
+    if ort is not None:
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear",
+                                coordinate_transformation_mode="half_pixel")
+        inits = {"scales": np.array([1, 1, factor, factor], dtype=np.float32)}
+        session = onnx_session([node], inits, nchw(x).shape, [n, c, h * factor, w * factor])
+    return Case(f"mediapipe RESIZE_BILINEAR {list(shape)} x{factor}", g.finish([xi], [y]), x, session, nchw(x))
+
+
 def pool_case(kind: str, shape: tuple[int, int, int, int], k: int, stride: int) -> Case:
     n, h, w, c = shape
     oh, ow = -(-h // stride), -(-w // stride)
@@ -319,6 +359,18 @@ def cases() -> list[Case]:
         qadd_case((1, 40, 40, 16)),
         pool_case("max", (1, 112, 112, 32), 3, 2),
         pool_case("avg", (1, 56, 56, 64), 2, 2),
+        conv_case("mediapipe depthwise 3x3 [1,96,96,16]", (1, 96, 96, 16), 0, (3, 3), (1, 1), depthwise=True),
+        conv_case("mediapipe depthwise 3x3/2 [1,96,96,16]", (1, 96, 96, 16), 0, (3, 3), (2, 2), depthwise=True,
+                  pads=(0, 1, 0, 1)),
+        conv_case("mediapipe depthwise 3x3 [1,12,12,128]", (1, 12, 12, 128), 0, (3, 3), (1, 1), depthwise=True),
+        conv_case("mediapipe depthwise 1x1 [1,128,128,8]", (1, 128, 128, 8), 0, (1, 1), (1, 1), depthwise=True,
+                  pads=(0, 0, 0, 0)),
+        prelu_case((1, 96, 96, 16)),
+        pad_channels_case((1, 64, 64, 24), 4),
+        pool_case("max", (1, 96, 96, 16), 2, 2),
+        pool_case("max", (1, 128, 128, 8), 2, 2),
+        resize_case((1, 24, 24, 48), 2),
+        resize_case((1, 6, 6, 96), 2),
     ]
 
 

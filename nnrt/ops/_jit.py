@@ -54,8 +54,12 @@ def available() -> bool:
     return _state["numba"] is not None
 
 
-def compiled(fn: Callable[..., Any], signature: str | None = None) -> Callable[..., Any] | None:
+def compiled(fn: Callable[..., Any], signature: str | None = None, fastmath: frozenset[str] = frozenset()
+             ) -> Callable[..., Any] | None:
     """``fn`` compiled by ``numba.njit(cache=True, nogil=True)``, or ``None`` when not available.
+
+    ``fastmath``: numba's fast-math flags for this function (e.g. ``{"contract"}``: fused
+    multiply-adds), only where the kernel's tolerance allows the different rounding.
 
     One dispatcher per function, made on first request. With a ``signature`` (numba's string
     form, e.g. ``"void(float32[:, ::1], int64)"``) the function is compiled for exactly those
@@ -73,18 +77,19 @@ def compiled(fn: Callable[..., Any], signature: str | None = None) -> Callable[.
         return _cache[fn]
     with _lock:
         if fn not in _cache:
-            _cache[fn] = _compile(fn, signature)
+            _cache[fn] = _compile(fn, signature, fastmath)
     return _cache[fn]
 
 
-def _compile(fn: Callable[..., Any], signature: str | None) -> Callable[..., Any] | None:
+def _compile(fn: Callable[..., Any], signature: str | None, fastmath: frozenset[str]) -> Callable[..., Any] | None:
     njit = _state["numba"].njit
     args: tuple[str, ...] = (signature,) if signature is not None else ()
+    flags: dict[str, Any] = {"fastmath": set(fastmath)} if fastmath else {}
     try:
         try:
-            hit: Callable[..., Any] = njit(*args, cache=True, nogil=True)(fn)
+            hit: Callable[..., Any] = njit(*args, cache=True, nogil=True, **flags)(fn)
         except RuntimeError:  # no file to cache beside (a function made at run time)
-            hit = njit(*args, nogil=True)(fn)
+            hit = njit(*args, nogil=True, **flags)(fn)
     except Exception as exc:  # numba's errors have no common public base; the numpy kernel is the fallback
         get_logger("jit").warning("jit.compile_failed", function=fn.__qualname__, error=f"{type(exc).__name__}: {exc}"[:500])
         return None

@@ -8,20 +8,28 @@ each function here has a numpy twin it is tested against (``tests/unit/test_jit_
 How the loops are shaped (``benchmarks/kernels.py`` measures them against numpy and ONNX
 Runtime):
 
-* Inner loops run over one contiguous range of a *slice* (``a[lo:hi]`` indexed from 0). An
-  index such as ``x[k + offset]`` with a possibly negative ``offset`` makes numba check for
-  Python's negative-index wraparound on every element, which stops LLVM from vectorizing
-  (measured 0.76 against 0.063 ns per multiply-add).
-  A multi-dimensional index whose last component is a loop variable counting from 0
-  (``o[ox, k]`` for ``k in range(c)``) vectorizes as well: LLVM proves it non-negative.
+* Inner loops run over one contiguous range of a *slice* (``a[lo:hi]`` indexed from 0), or over
+  a flat array with unsigned (``np.uint64``) offsets. An index such as ``x[k + offset]`` with a
+  possibly negative signed ``offset`` makes numba check for Python's negative-index wraparound
+  on every element, which stops LLVM from vectorizing (measured 0.76 against 0.063 ns per
+  multiply-add). A multi-dimensional index whose last component is a loop variable counting
+  from 0 (``o[ox, k]`` for ``k in range(c)``) vectorizes as well: LLVM proves it non-negative.
 * Depthwise convolution, two loop shapes (the caller picks one per layer at preparation):
   ``depthwise_rows_f32`` (column stride 1) works on NHWC rows flattened to ``[W*C]``: the
   input values one tap multiplies with a whole output row are one contiguous range, so one
-  loop covers many pixels with the weights tiled to a block of whole pixels; best for few
-  channels (C=24: 1.7x faster than the other). ``window_pixels_f32`` loops over output
-  pixels with the channels innermost; best for strides > 1 (56x56x144 3x3/2: 2.7x faster than
-  the row loop on an input split into column phases) and many channels. Both start each
-  output row with the bias and end it with the fused activation while the row is in cache.
+  loop covers many pixels with the weights tiled to a block of whole pixels; taken at column
+  stride 1 whatever the channels (0.65-1.05 of the other's time). ``window_pixels_f32`` loops
+  over output pixels with the channels innermost; taken at strides > 1 (0.5-0.8 of the row
+  loop's time on an input split into column phases, 16-144 channels).
+  Both start each output row with the bias and end it with the fused activation while the
+  row is in cache.
+* numba makes two atomic reference-count updates for each array slice it creates in a loop
+  that it cannot prove short-lived: in the depthwise and window loops that was half the time.
+  They index flat arrays with unsigned offsets instead, and take maxima and clamp with selects
+  rather than branches, so the inner loops vectorize. (Where numba prunes the counts, as in
+  the one-row-slice loops of PRELU, MEAN and the bias pass, flat indexing measured no faster.)
+  A loop that writes an array it also reads through another argument (an in-place variant
+  with ``out`` = ``x``) fails LLVM's run-time overlap check and runs scalar: 10-20x slower.
 * Elementwise functions (HARD_SWISH, PRELU with a per-channel slope) are one pass over the
   input into a fresh array, in the numpy kernel's float32 operations, so the results are
   bit-identical (numpy makes one pass and one temporary per operation: 2.3-3.9x slower).
@@ -29,10 +37,16 @@ Runtime):
   an add pass and a clip pass; 20-30% of a large pointwise convolution), bit-identical.
 * MAX_POOL_2D is the same pixel loop taking maxima instead of products (numpy: one pass per
   window row and column over strided views; 3x slower). Maxima are exact: identical results.
+  AVERAGE_POOL_2D (not global) has its own one-pass loop adding in numpy's order: identical.
 * MEAN over a run of adjacent axes (the global average pool of NHWC: axes 1, 2) sums each
   output's inputs into float64 accumulators in one pass, innermost values contiguous; numpy
   first copies the input to float64 (4-11x slower). The float64 sums round to the same
   float32 means in practice (the order of the additions differs from numpy's pairwise sums).
+* RESIZE_BILINEAR: one pass over the output with the channels innermost, the numpy kernel's
+  float32 operations in its order (numpy: a gather and a product per corner and axis, each a
+  fresh 4-D array: [1,24,24,48] to 48x48 0.9 ms); bit-identical.
+* PAD of the last axis (a channel PAD before a residual ADD, as in BlazeFace): one pass writing
+  each output row in order (numpy: strided fills and a strided copy). Copies: identical.
 """
 
 from __future__ import annotations
@@ -40,17 +54,23 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "AVERAGE_POOL_F32",
     "BIAS_ACT_F32",
+    "BILINEAR_F32",
     "BLOCK",
     "DEPTHWISE_ROWS_F32",
     "MEAN_F32",
+    "PAD_LAST_F32",
     "PRELU_F32",
     "UNARY_F32",
     "WINDOW_PIXELS_F32",
+    "average_pool_f32",
     "bias_act_f32",
+    "bilinear_f32",
     "depthwise_rows_f32",
     "hard_swish_f32",
     "mean_f32",
+    "pad_last_f32",
     "prelu_f32",
     "window_pixels_f32",
 ]
@@ -94,39 +114,62 @@ def depthwise_rows_f32(
     Rows ``iy = oy*stride_h - top + i*dil_h`` outside the input read zero. The fused
     activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. NaN stays NaN (``np.clip``).
     Each output row is done in chunks of ``B*C`` floats with all taps per chunk, so that the
-    chunk, its input ranges and the weights stay in L1.
+    chunk, its input ranges and the weights stay in L1; each pass over a chunk adds the taps
+    of one filter column and up to three filter rows (a load and a store of the chunk per
+    three products, not per product). The arrays are indexed flat with unsigned offsets: no
+    slice objects in the loops (each costs two atomic reference-count updates in numba, which
+    took half the time) and no negative-index checks, so every inner loop vectorizes.
+    Compiled with ``fastmath={"contract"}``: fused multiply-adds, each product not rounded
+    before its sum (within 1e-6 of numpy's sums on the CTS and the tests).
     """
-    n, h = xs.shape[0], xs.shape[1]
+    n, h, row = xs.shape
     kh, kw, block = wt.shape
     oh, length = out.shape[1], out.shape[2]
+    xf, wf, of = xs.reshape(-1), wt.reshape(-1), out.reshape(-1)
+    u = np.uint64
     clamp = lo <= hi
+    step_x, step_w = dil_h * row, kw * block
     for b in range(n):
         for oy in range(oh):
-            o = out[b, oy]
+            obase = (b * oh + oy) * length
+            y0 = oy * stride_h - top
+            i_lo, i_hi = 0, kh  # the filter rows inside the input: a contiguous range
+            while i_lo < kh and y0 + i_lo * dil_h < 0:
+                i_lo += 1
+            while i_hi > i_lo and y0 + (i_hi - 1) * dil_h >= h:
+                i_hi -= 1
             for start in range(0, length, block):
                 seg = min(block, length - start)
-                dst = o[start : start + seg]
-                dst[:] = bt[:seg]
-                for i in range(kh):
-                    iy = oy * stride_h - top + i * dil_h
-                    if iy < 0 or iy >= h:
+                d0 = u(obase + start)
+                for t in range(u(seg)):
+                    of[d0 + t] = bt[t]
+                for j in range(kw):
+                    k0, k1 = max(start, cols[j, 1]), min(start + seg, cols[j, 2])
+                    if k1 <= k0:
                         continue
-                    for j in range(kw):
-                        k0, k1 = max(start, cols[j, 1]), min(start + seg, cols[j, 2])
-                        if k1 <= k0:
-                            continue
-                        src = xs[b, iy, k0 + cols[j, 0] : k1 + cols[j, 0]]
-                        part = o[k0:k1]
-                        ws = wt[i, j, k0 - start : k1 - start]
-                        for t in range(k1 - k0):
-                            part[t] += src[t] * ws[t]
-                if clamp:
-                    for t in range(seg):
-                        v = dst[t]
-                        if v < lo:
-                            dst[t] = lo
-                        elif v > hi:
-                            dst[t] = hi
+                    m, o0 = u(k1 - k0), u(obase + k0)
+                    xrow = (b * h + y0) * row + k0 + cols[j, 0]
+                    wcol = j * block + k0 - start
+                    for i in range(i_lo, i_hi, 3):
+                        xa, wa = u(xrow + i * step_x), u(wcol + i * step_w)
+                        if i + 2 < i_hi:
+                            xb, wb = xa + u(step_x), wa + u(step_w)
+                            xc, wc = xb + u(step_x), wb + u(step_w)
+                            for t in range(m):
+                                of[o0 + t] = (of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
+                                              + xf[xc + t] * wf[wc + t])
+                        elif i + 1 < i_hi:
+                            xb, wb = xa + u(step_x), wa + u(step_w)
+                            for t in range(m):
+                                of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
+                        else:
+                            for t in range(m):
+                                of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t]
+                if clamp:  # selects, not branches: the loop vectorizes
+                    for t in range(u(seg)):
+                        v = of[d0 + t]
+                        v = lo if v < lo else v
+                        of[d0 + t] = hi if v > hi else v
 
 
 #: The one signature ``window_pixels_f32`` is compiled for.
@@ -160,48 +203,91 @@ def window_pixels_f32(
     ``take_max``, takes the maximum (MAX_POOL_2D, ``init`` = -inf: exact, NaN propagating as
     with ``np.maximum``; ``w`` only gives the window's size). ``top``/``left``: padding before
     the first row and column; positions outside the input take no part. Last, the fused
-    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none.
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. Indexed flat, maxima and
+    clamps as selects (see ``depthwise_rows_f32``).
     """
     n, h, wd, c = x.shape
     kh, kw = w.shape[0], w.shape[1]
     oh, ow = out.shape[1], out.shape[2]
+    xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
+    u, uc = np.uint64, np.uint64(c)
     clamp = lo <= hi
     for b in range(n):
         for oy in range(oh):
-            o = out[b, oy]
+            o0 = (b * oh + oy) * ow * c
             for ox in range(ow):
-                for k in range(c):
-                    o[ox, k] = init[k]
+                d = u(o0 + ox * c)
+                for k in range(uc):
+                    of[d + k] = init[k]
             for i in range(kh):
                 iy = oy * stride_h - top + i * dil_h
                 if iy < 0 or iy >= h:
                     continue
-                xr = x[b, iy]
+                xr = (b * h + iy) * wd * c
                 for j in range(kw):
                     off = j * dil_w - left
                     ox0 = 0 if off >= 0 else (stride_w - 1 - off) // stride_w
                     ox1 = min(ow, (wd - 1 - off) // stride_w + 1)
-                    if take_max:
-                        for ox in range(ox0, ox1):
-                            ix = ox * stride_w + off
-                            for k in range(c):
-                                v = xr[ix, k]
-                                if v > o[ox, k] or v != v:
-                                    o[ox, k] = v
-                    else:
-                        wr = w[i, j]
-                        for ox in range(ox0, ox1):
-                            ix = ox * stride_w + off
-                            for k in range(c):
-                                o[ox, k] += xr[ix, k] * wr[k]
+                    wr = u((i * kw + j) * c)
+                    for ox in range(ox0, ox1):
+                        s0, d = u(xr + (ox * stride_w + off) * c), u(o0 + ox * c)
+                        if take_max:  # selects, not branches: vectorized
+                            for k in range(uc):
+                                v, cur = xf[s0 + k], of[d + k]
+                                of[d + k] = v if v > cur or v != v else cur
+                        else:
+                            for k in range(uc):
+                                of[d + k] = of[d + k] + xf[s0 + k] * wf[wr + k]
             if clamp:
-                for ox in range(ow):
-                    for k in range(c):
-                        v = o[ox, k]
-                        if v < lo:
-                            o[ox, k] = lo
-                        elif v > hi:
-                            o[ox, k] = hi
+                for t in range(u(o0), u(o0 + ow * c)):
+                    v = of[t]
+                    v = lo if v < lo else v
+                    of[t] = hi if v > hi else v
+
+
+#: The one signature ``average_pool_f32`` is compiled for.
+AVERAGE_POOL_F32 = (
+    "void(Array(float32, 4, 'C', readonly=True), float32[:, :, :, ::1], int64, int64, int64, int64, int64, int64,"
+    " float32, float32)"
+)
+
+
+def average_pool_f32(x: np.ndarray, out: np.ndarray, k_h: int, k_w: int, stride_h: int, stride_w: int, top: int,
+                     left: int, lo: np.float32, hi: np.float32) -> None:
+    """AVERAGE_POOL_2D of float32 NHWC ``x`` into ``out`` [N, OH, OW, C]: each window's real
+    (unpadded) inputs summed in the numpy kernel's order (``pooling``: down each window column,
+    then across the column sums, from 0), divided by their count, then the fused activation
+    clamps to [``lo``, ``hi``] (``lo > hi``: none). One pass, channels innermost, indexed flat;
+    the same values as numpy's separable passes up to the sign of a zero sum."""
+    n, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    xf, of = x.reshape(-1), out.reshape(-1)
+    u, uc = np.uint64, np.uint64(c)
+    col = np.empty(c, dtype=np.float32)
+    acc = np.empty(c, dtype=np.float32)
+    clamp = lo <= hi
+    for b in range(n):
+        for oy in range(oh):
+            i0, i1 = max(0, oy * stride_h - top), min(h, oy * stride_h - top + k_h)
+            for ox in range(ow):
+                j0, j1 = max(0, ox * stride_w - left), min(w, ox * stride_w - left + k_w)
+                acc[:] = 0
+                for j in range(j0, j1):
+                    col[:] = 0
+                    for i in range(i0, i1):
+                        src = u(((b * h + i) * w + j) * c)
+                        for k in range(uc):
+                            col[k] = col[k] + xf[src + k]
+                    for k in range(uc):
+                        acc[k] = acc[k] + col[k]
+                count = np.float32(max((i1 - i0) * (j1 - j0), 1))
+                dst = u(((b * oh + oy) * ow + ox) * c)
+                for k in range(uc):
+                    v = acc[k] / count
+                    if clamp:
+                        v = lo if v < lo else v
+                        v = hi if v > hi else v
+                    of[dst + k] = v
 
 
 #: The signature of the compiled elementwise functions: flat input, flat output of its size.
@@ -273,3 +359,59 @@ def bias_act_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float
                 elif v > hi:
                     v = hi
             o[c] = v
+
+
+#: The one signature ``bilinear_f32`` is compiled for.
+BILINEAR_F32 = (
+    "void(Array(float32, 4, 'C', readonly=True), Array(int64, 1, 'C', readonly=True),"
+    " Array(int64, 1, 'C', readonly=True), Array(float32, 1, 'C', readonly=True),"
+    " Array(int64, 1, 'C', readonly=True), Array(int64, 1, 'C', readonly=True),"
+    " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1])"
+)
+
+
+def bilinear_f32(x: np.ndarray, y0: np.ndarray, y1: np.ndarray, dy: np.ndarray, x0: np.ndarray, x1: np.ndarray,
+                 dx: np.ndarray, out: np.ndarray) -> None:
+    """RESIZE_BILINEAR of float32 NHWC ``x`` into ``out`` [N, OH, OW, C], given per output row
+    its two source rows and the upper one's weight (``y0``, ``y1``, ``dy``) and the same per
+    output column. Each value is ``(a*(1-dx) + b*dx)*(1-dy) + (c*(1-dx) + d*dx)*dy`` in
+    float32, the numpy kernel's operations in its order (``resize._bilinear``): bit-identical."""
+    one = np.float32(1)
+    n, c = x.shape[0], x.shape[3]
+    oh, ow = out.shape[1], out.shape[2]
+    for b in range(n):
+        for oy in range(oh):
+            top, bottom, o = x[b, y0[oy]], x[b, y1[oy]], out[b, oy]
+            wy = dy[oy]
+            vy = one - wy
+            for ox in range(ow):
+                wx = dx[ox]
+                vx = one - wx
+                ta, tb, ba, bb, dst = top[x0[ox]], top[x1[ox]], bottom[x0[ox]], bottom[x1[ox]], o[ox]
+                for k in range(c):
+                    t = ta[k] * vx + tb[k] * wx
+                    u = ba[k] * vx + bb[k] * wx
+                    dst[k] = t * vy + u * wy
+
+
+#: The one signature ``pad_last_f32`` is compiled for.
+PAD_LAST_F32 = "void(Array(float32, 2, 'C', readonly=True), float32[:, ::1], int64, float32)"
+
+
+def pad_last_f32(x: np.ndarray, out: np.ndarray, lo: int, fill: np.float32) -> None:
+    """PAD of the last axis only: ``out[p] = [fill]*lo + x[p] + [fill]*rest`` for float32 ``x``
+    [P, C] and ``out`` [P, C + lo + rest], one pass (numpy: a strided fill per side, then a
+    strided copy: 2.5-3x slower on a channel PAD before a residual ADD). Indexed flat: with a
+    slice per row (few channels, many rows) the loop took 1.3x numpy's time."""
+    c, width = x.shape[1], out.shape[1]
+    xf, of = x.reshape(-1), out.reshape(-1)
+    u = np.uint64
+    for p in range(x.shape[0]):
+        src, dst = u(p * c), u(p * width)
+        for k in range(u(lo)):
+            of[dst + k] = fill
+        body = dst + u(lo)
+        for k in range(u(c)):
+            of[body + k] = xf[src + k]
+        for k in range(u(lo + c), u(width)):
+            of[dst + k] = fill

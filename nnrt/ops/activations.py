@@ -222,13 +222,20 @@ def _prelu_const(call: OpCall, slope: np.ndarray) -> Kernel:
     per_channel = slope.size == 1 or slope.size == slope.shape[-1]
     fast = compiled(prelu_f32, PRELU_F32) if per_channel else None
 
+    valid: set[tuple[int, ...]] = set()  # input shapes already checked against the slope's
+    rows_of: dict[int, np.ndarray] = {}  # channels -> the slope as one contiguous row
+
     def run_const(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-        if x.ndim and alpha.ndim:
+        if x.ndim and alpha.ndim and (alpha.shape != slope.shape or x.shape not in valid):
             broadcast_shape(call, x.shape, alpha.shape)
+            if alpha.shape == slope.shape and len(valid) < 8:
+                valid.add(x.shape)
         if fast is not None and x.size and slope.ndim <= x.ndim and slope.size in (1, x.shape[-1]):
             c = x.shape[-1]
+            a = rows_of.get(c)
+            if a is None:
+                a = rows_of[c] = np.ascontiguousarray(np.broadcast_to(slope.reshape(-1), (c,)), dtype=np.float32)
             res = np.empty(x.shape, dtype=np.float32)
-            a = np.ascontiguousarray(np.broadcast_to(slope.reshape(-1), (c,)), dtype=np.float32)
             fast(np.ascontiguousarray(x, dtype=np.float32).reshape(-1, c), a, res.reshape(-1, c))
             return res
         views = rows.views(x) if rows is not None else None

@@ -64,7 +64,18 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
     stride_w = call.const(sig.stride)
     jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
 
+    seen: dict[tuple[Any, ...], Geometry] = {}
+
     def checked(args: tuple[Any, ...]) -> Geometry:
+        """The run's geometry, validated; remembered per shapes and parameters (a few kinds per
+        layer), as decoding it costs about as much as a small layer's loop."""
+        try:
+            key = (args[0].shape, args[1].shape, args[2].shape, *args[3:])
+            hit = seen.get(key)
+        except (AttributeError, TypeError):  # not arrays, or an unhashable parameter: decode it
+            key, hit = None, None
+        if hit is not None:
+            return hit
         g, cin = run_geometry(call, sig, args)
         w, b = args[1], args[2]
         if w.shape[0] != 1 or w.shape[3] != cin * g.extra or b.shape != (w.shape[3],):
@@ -72,6 +83,8 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
                 f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels "
                 f"x depth multiplier {g.extra}"
             )
+        if key is not None and len(seen) < 8:
+            seen[key] = g
         return g
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:

@@ -32,6 +32,8 @@ from nnrt.ops._common import (
     requantize,
     to_nchw,
 )
+from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import PAD_LAST_F32, pad_last_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.shape import (
     DATA_INT_TYPES,
@@ -234,13 +236,20 @@ def prepare_pad(call: OpCall) -> Kernel:
     # PAD pads with a real 0: the output's zero point when quantized.
     default = dst.zero_point if t.is_quantized else 0
     qmin, qmax = quant_range(ACT_NONE, dst.scale, dst.zero_point, t) if t.is_quantized else (0, 0)
+    last = compiled(pad_last_f32, PAD_LAST_F32) if t is T.TENSOR_FLOAT32 else None
 
     def run(x: np.ndarray, paddings: np.ndarray, value: Any = None) -> np.ndarray:
         pads = _pad_plan(call, x.shape, paddings)
-        check_result_size(call, [d + lo + hi for d, (lo, hi) in zip(x.shape, pads)], dst.type.dtype)
+        shape = [d + lo + hi for d, (lo, hi) in zip(x.shape, pads)]
+        check_result_size(call, shape, dst.type.dtype)
         fill = default if value is None else value
         if t.is_quantized and not qmin <= int(fill) <= qmax:
             call.fail(f"input 2: pad value {fill} is out of range for {t.name}")
+        if last is not None and x.ndim and x.size and not any(lo or hi for lo, hi in pads[:-1]):
+            out = np.empty(shape, np.float32)
+            last(np.ascontiguousarray(x).reshape(-1, x.shape[-1]), out.reshape(-1, shape[-1]), pads[-1][0],
+                 np.float32(fill))
+            return out
         return pad_copy(output_values(x, src, dst), pads, fill)
 
     return run

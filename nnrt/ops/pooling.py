@@ -9,7 +9,9 @@ numbers (float32 for float types, float64 for quantized ones, requantized by ``f
 All three reductions are separable: the window is reduced along the height first (whole rows,
 contiguous, and the data shrinks by the stride), then along the width, so a KHxKW window costs
 KH+KW passes instead of KH*KW. With numba, float32 MAX_POOL_2D runs a compiled loop instead
-(``_jit_float.window_pixels_f32`` taking maxima: one pass, activation included, identical).
+(``_jit_float.window_pixels_f32`` taking maxima: one pass, activation included, identical), and
+so does a float32 AVERAGE_POOL_2D that is not global (``average_pool_f32``: numpy's order of
+additions, identical values up to the sign of a zero sum; a global one stays a BLAS gemv).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from nnrt.ops._common import (
     to_real,
 )
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_float import WINDOW_PIXELS_F32, window_pixels_f32
+from nnrt.ops._jit_float import AVERAGE_POOL_F32, WINDOW_PIXELS_F32, average_pool_f32, window_pixels_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -197,6 +199,7 @@ def prepare_pool2d(call: OpCall) -> Kernel:
         reduce_fn = window_sum
 
     fast = compiled(window_pixels_f32, WINDOW_PIXELS_F32) if kind is Op.MAX_POOL_2D and t is T.TENSOR_FLOAT32 else None
+    average = compiled(average_pool_f32, AVERAGE_POOL_F32) if kind is Op.AVERAGE_POOL_2D and t is T.TENSOR_FLOAT32 else None
 
     def run(x: np.ndarray, *params: Any) -> np.ndarray:
         args = (x, *params)
@@ -215,6 +218,11 @@ def prepare_pool2d(call: OpCall) -> Kernel:
             lo, hi = activation_bounds(g.act)
             window, start = np.empty((g.k_h, g.k_w, 0), np.float32), np.full(c, -np.inf, np.float32)
             fast(np.ascontiguousarray(xr), window, start, res, g.stride_h, g.stride_w, 1, 1, g.top, g.left, lo, hi, True)
+            return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
+        if average is not None and not _is_global(xr, g):  # global: BLAS's gemv is faster
+            res = np.empty((nb, g.out_h, g.out_w, c), dtype=np.float32)
+            lo, hi = activation_bounds(g.act)
+            average(np.ascontiguousarray(xr), res, g.k_h, g.k_w, g.stride_h, g.stride_w, g.top, g.left, lo, hi)
             return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         out = reduce_fn(xr, g)
         if t is T.TENSOR_FLOAT32:

@@ -103,10 +103,12 @@ def prepare_reduce(call: OpCall) -> Kernel:
         keep = bool(keep_dims)
         if call.type is Op.MEAN and any(x.shape[a] == 0 for a in ax):
             call.fail(f"input 0 has shape {list(x.shape)}: the mean over an empty axis has no value")
-        if fast is not None and ax and ax[-1] - ax[0] == len(ax) - 1 and math.prod(x.shape[ax[-1] + 1:]) > 1:
-            # adjacent axes with values after them: one compiled pass (over the innermost values
-            # the compiled float64 sum is one serial chain, 3x slower than numpy's pairwise sum:
-            # [1, 262144] 597 vs 209 us; those take the numpy path)
+        if (fast is not None and ax and ax[-1] - ax[0] == len(ax) - 1
+                and (math.prod(x.shape[ax[-1] + 1:]) > 1 or math.prod(x.shape[ax[0]:]) <= _SERIAL_MAX)):
+            # adjacent axes with values after them: one compiled pass (over many innermost
+            # values the compiled float64 sum is one serial chain, 3x slower than numpy's
+            # pairwise sum: [1, 262144] 597 vs 209 us; those take the numpy path; a few, as
+            # openWakeWord's [1, 128] means, take the loop: 1-2 us against np.mean's 6-9)
             return _at_least_1d(_mean_adjacent(fast, x, ax, keep))
         if t.is_quantized:
             if not accumulate and unchanged:  # MAX/MIN of the stored values
@@ -122,6 +124,10 @@ def prepare_reduce(call: OpCall) -> Kernel:
         return _at_least_1d(np.asarray(reducer(x, axis=ax, keepdims=keep)))
 
     return run
+
+
+#: Innermost values up to which a MEAN over the last axes takes the compiled loop.
+_SERIAL_MAX = 4096
 
 
 def _mean_adjacent(fn: Callable[..., None], x: np.ndarray, ax: tuple[int, ...], keep: bool) -> np.ndarray:

@@ -10,6 +10,7 @@ activations, NaN; HARD_SWISH bit for bit. ``NNRT_JIT=0`` must select the numpy k
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -194,7 +195,8 @@ def test_forced_overrides_the_environment() -> None:
 
 
 @pytest.mark.parametrize(("stride", "channels", "loop"), [
-    (1, 24, "rows"), (1, 63, "rows"), (1, 64, "pixels"), (2, 8, "pixels"), (None, 8, "pixels"), (1, None, "pixels"),
+    (1, 24, "rows"), (1, 64, "rows"), (1, None, "rows"), (2, 8, "pixels"), (2, 64, "pixels"), (3, None, "pixels"),
+    (None, 8, "pixels"),
 ])  # fmt: skip
 def test_loop_choice(stride: int | None, channels: int | None, loop: str) -> None:
     with _jit.forced(True):
@@ -202,16 +204,16 @@ def test_loop_choice(stride: int | None, channels: int | None, loop: str) -> Non
     assert isinstance(run, partial) and run.func.__name__ == f"_depthwise_{loop}"
 
 
-@pytest.mark.parametrize("loop", ["rows", "pixels"])
-def test_compiled_matches_uncompiled_python(loop: str) -> None:
+@pytest.mark.parametrize(("loop", "stride_w", "channels"), [("rows", 1, 3), ("rows", 1, 70), ("pixels", 2, 3),
+                                                        ("pixels", 3, 70)])
+def test_compiled_matches_uncompiled_python(loop: str, stride_w: int, channels: int) -> None:
     """The same loop run by the Python interpreter (slowly) agrees with its compiled form."""
-    x, f, b = _case(2, 5, 6, 3, (3, 2))
-    stride_w = 1 if loop == "rows" else 2
+    x, f, b = _case(2, 5, 6, channels, (3, 2))
     g = Geometry(top=1, bottom=0, left=0, right=1, stride_h=2, stride_w=stride_w, dil_h=1, dil_w=2, out_h=3,
-                 out_w=5 if loop == "rows" else 3, nchw=False, act=3, extra=1)
+                 out_w=4 // stride_w + 1, nchw=False, act=3, extra=1)
     with _jit.forced(True):
-        run = compiled_depthwise(stride_w, 3)
-    assert isinstance(run, partial)
+        run = compiled_depthwise(stride_w, channels)
+    assert isinstance(run, partial) and run.func.__name__ == f"_depthwise_{loop}"
     python = partial(run.func, depthwise_rows_f32 if loop == "rows" else window_pixels_f32)
     taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
     outs = [r(x, taps, bias, 2, g) for r in (run, python)]
@@ -319,10 +321,14 @@ def _not_compilable(n: int) -> int:
     return len({object(): n})
 
 
-# the innermost axis alone stays numpy: a serial float64 sum there is 3x slower than numpy's pairwise one
-@pytest.mark.parametrize(("axes", "compiled_loop"), [([1, 2], True), ([2], True), ([3], False), ([2, 3], False), ([1, 3], False)])
+# many innermost values stay numpy: a serial float64 sum there is 3x slower than numpy's pairwise one
+@pytest.mark.parametrize(("shape", "axes", "compiled_loop"), [
+    ((2, 3, 4, 5), [1, 2], True), ((2, 3, 4, 5), [2], True), ((2, 3, 4, 5), [3], True), ((2, 3, 4, 5), [2, 3], True),
+    ((2, 3, 4, 5), [1, 3], False), ((1, 2, 5000), [2], False), ((1, 2, 5000), [1], True), ((1, 128), [1], True),
+])  # fmt: skip
 def test_mean_takes_the_compiled_loop_for_adjacent_axes(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
-                                                         axes: list[int], compiled_loop: bool) -> None:
+                                                         shape: tuple[int, ...], axes: list[int],
+                                                         compiled_loop: bool) -> None:
     calls: list[bool] = []
     real = reduce._mean_adjacent
 
@@ -331,11 +337,11 @@ def test_mean_takes_the_compiled_loop_for_adjacent_axes(device: nnrt.CpuDevice, 
         return real(*args)
 
     monkeypatch.setattr(reduce, "_mean_adjacent", spy)
-    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    x = (np.arange(math.prod(shape), dtype=np.float32) % 97).reshape(shape)
     with _jit.forced(True):
-        out = device.prepare_model_sync(_mean_model([2, 3, 4, 5], axes, 0)).execute_sync([x]).outputs[0]
+        out = device.prepare_model_sync(_mean_model(list(shape), axes, 0)).execute_sync([x]).outputs[0]
     assert bool(calls) is compiled_loop
-    np.testing.assert_array_equal(out, x.mean(axis=tuple(axes)))
+    np.testing.assert_allclose(out, x.mean(axis=tuple(axes)), rtol=2e-7, atol=0)
 
 
 def _count_compiled(monkeypatch: pytest.MonkeyPatch, module: Any, fn: Any) -> list[bool]:
@@ -418,7 +424,7 @@ def test_pointwise_conv_bias_and_activation(device: nnrt.CpuDevice, monkeypatch:
     np.testing.assert_array_equal(fast, ref)
 
 
-def _pool_model(dims: list[int], scalars: list[Any]) -> Model:
+def _pool_model(dims: list[int], scalars: list[Any], op: Op = Op.MAX_POOL_2D) -> Model:
     m = Model()
     x = m.add_operand(T.TENSOR_FLOAT32, dims)
     ins = [x]
@@ -427,17 +433,20 @@ def _pool_model(dims: list[int], scalars: list[Any]) -> Model:
         m.set_operand_value(i, v)
         ins.append(i)
     y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
-    m.add_operation(Op.MAX_POOL_2D, ins, [y])
+    m.add_operation(op, ins, [y])
     m.identify_inputs_and_outputs([x], [y])
     m.finish()
     return m
 
 
-@pytest.mark.parametrize(("shape", "pads", "stride", "k", "nchw"), [
+POOL_GEOMETRIES = [
     ((1, 112, 112, 32), (0, 1, 0, 1), (2, 2), (3, 3), False), ((2, 7, 9, 5), (2, 2, 1, 1), (1, 1), (3, 5), False),
     ((1, 1, 10, 3), (0, 0, 0, 0), (3, 1), (4, 1), False), ((1, 4, 4, 2), (3, 3, 3, 3), (2, 2), (2, 2), False),
     ((1, 6, 6, 4), (0, 0, 0, 0), (1, 1), (6, 6), False), ((1, 9, 8, 3), (1, 0, 1, 0), (2, 3), (3, 3), True),
-])  # fmt: skip
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "pads", "stride", "k", "nchw"), POOL_GEOMETRIES)
 @pytest.mark.parametrize("act", [0, 1, 3])
 def test_max_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...],
                             pads: tuple[int, int, int, int], stride: tuple[int, int], k: tuple[int, int], nchw: bool,
@@ -455,3 +464,39 @@ def test_max_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPa
     assert calls
     assert fast.shape == ref.shape
     np.testing.assert_array_equal(fast, ref)
+
+
+def test_depthwise_remembered_geometry_per_shape(device: nnrt.CpuDevice) -> None:
+    """A layer run on inputs of different sizes (an input of unknown dimensions) decodes each
+    size's geometry once and keeps them apart; a filter that does not fit still fails after a
+    good run."""
+    _, f, b = _case(1, 9, 7, 6, (3, 3))
+    m = _depthwise([0, 0, 0, 0], f, b, (1, 1, 1, 1), (2, 1), 1, 3, False, (1, 1))
+    prepared = device.prepare_model_sync(m)
+    with _jit.forced(False):
+        reference = device.prepare_model_sync(m)
+    for shape in [(1, 9, 7, 6), (1, 4, 11, 6), (1, 9, 7, 6), (2, 1, 1, 6)]:
+        xs = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        got, want = (p.execute_sync([xs]).outputs[0] for p in (prepared, reference))
+        assert got.shape == want.shape == (shape[0], shape[1], (shape[2] + 1) // 2, 6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(nnrt.InvalidArgumentError, match="input channels"):
+        prepared.execute_sync([np.zeros((1, 9, 7, 5), np.float32)])
+
+
+def test_prelu_remembered_shapes_still_checked(device: nnrt.CpuDevice) -> None:
+    m = Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    a = m.add_operand(T.TENSOR_FLOAT32, [1, 1, 3])
+    m.set_operand_value(a, np.array([[[0.5, -2.0, 0.25]]], dtype=np.float32))
+    y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    m.add_operation(Op.PRELU, [x, a], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    prepared = device.prepare_model_sync(m)
+    for shape in [(1, 2, 2, 3), (2, 5, 1, 3), (1, 2, 2, 3)]:
+        xs = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        out = prepared.execute_sync([xs]).outputs[0]
+        np.testing.assert_array_equal(out, np.where(xs >= 0, xs, xs * np.array([0.5, -2.0, 0.25], np.float32)))
+    with pytest.raises(nnrt.InvalidArgumentError):
+        prepared.execute_sync([np.zeros((1, 2, 2, 4), np.float32)])
