@@ -53,6 +53,7 @@ __all__ = [
     "PLANES_MAX_CHANNELS",
     "PLANES_ROWS",
     "PLANES_ROWS_F32",
+    "SCRATCH_MAX",
     "WINO_INPUT_F32",
     "WINO_LIMIT",
     "WINO_MIN_CHANNELS",
@@ -218,6 +219,11 @@ def planes_rows_f32(
 
 
 _local = threading.local()
+
+#: Largest padded input (float32 elements: 16 MB) that Winograd copies into the thread's
+#: scratch buffer; a larger one gets a buffer of its own, so no thread keeps one huge input's
+#: worth of memory for its life (the other scratch uses are bounded by the block sizes).
+SCRATCH_MAX = 4 << 20
 
 
 def _scratch(size: int) -> np.ndarray:
@@ -439,14 +445,16 @@ class WinogradConv:
         hp, wp = 2 * th + 2, 2 * tw + 2
         rows = max(1, min(th, WINO_BLOCK_BYTES // (64 * n * tw * (c + cout))))
         tiles = n * rows * tw
-        buf = _scratch(n * hp * wp * c + 16 * tiles * (c + cout))
-        xp = buf[: n * hp * wp * c].reshape(n, hp, wp, c)
+        size = n * hp * wp * c
+        own = size > SCRATCH_MAX  # a padded copy this large is not kept for the thread's life
+        buf = _scratch(16 * tiles * (c + cout) + (0 if own else size))
+        xp = (np.empty(size, dtype=np.float32) if own else buf[-size:]).reshape(n, hp, wp, c)
         xp.fill(0.0)
         hh, ww = min(h, hp - g.top), min(w, wp - g.left)
         xp[:, g.top : g.top + hh, g.left : g.left + ww] = x[:, :hh, :ww]
         xf = xp.reshape(n, hp, wp * c)
-        v = buf[n * hp * wp * c : n * hp * wp * c + 16 * tiles * c]
-        m = buf[n * hp * wp * c + 16 * tiles * c :]
+        v = buf[: 16 * tiles * c]
+        m = buf[16 * tiles * c : 16 * tiles * (c + cout)]
         out = np.empty((n, g.out_h, g.out_w, cout), dtype=np.float32)
         for ty0 in range(0, th, rows):
             ty1 = min(th, ty0 + rows)

@@ -287,9 +287,12 @@ def test_winograd_shapes(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch
     _check(fast, ref, want.transpose(0, 3, 1, 2) if nchw else want)
 
 
-def test_winograd_small_blocks(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One tile row per block."""
+@pytest.mark.parametrize("own_copy", [False, True])
+def test_winograd_small_blocks(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, own_copy: bool) -> None:
+    """One tile row per block; the padded input in the thread's scratch or (large) its own buffer."""
     monkeypatch.setattr(_jit_conv, "WINO_BLOCK_BYTES", 1)
+    if own_copy:
+        monkeypatch.setattr(_jit_conv, "SCRATCH_MAX", 0)
     x, f, b = _data(2, 9, 8, 48, 6, (3, 3), seed=9)
     fast, ref = _both(device, monkeypatch, build(Op.CONV_2D, [2, 9, 8, 48], [f, b], [1, 1, 1, 1, 1, 1, 3]), [x],
                       path="winograd")
