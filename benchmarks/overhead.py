@@ -3,7 +3,9 @@
 (a) one ADD on [1, 4] float32: ``await execute`` (asyncio and uvloop), ``execute_sync``, the bare
     numpy call, and ORT ``session.run`` (intra_op_num_threads=1) when onnxruntime is installed;
 (b) a chain of 50 ADDs: nnrt's overhead per operation over the bare kernels;
-(c) the MobileNet-style block (zoo.mobilenet_block) against the same block in ORT;
+(c) the MobileNet-style block (zoo.mobilenet_block) against the same block in ORT, and
+    ``await execute`` on the loop thread in slices (the default on an idle device) against the
+    worker thread (``loop_slice_ns=0``): the hand-off's cost, batches interleaved;
 (d) peak memory of one block execution against the sum of its intermediate tensors plus
     inputs and outputs (tracemalloc, which numpy reports to).
 
@@ -27,7 +29,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import _common
 import numpy as np
-from _common import atimed, bench, report
+from _common import atimed, atimed_pair, bench, report
 
 import nnrt
 from nnrt import zoo
@@ -165,9 +167,16 @@ def main() -> None:
     block = device.prepare_model_sync(block_model)
     img = zoo.example_inputs(block_model)[0]
     t_block_sync = bench(lambda: block.execute_sync([img]), n(30), repeat=5)
-    t_block = abench(lambda: block.execute([img]), n(30), repeat=5)
+    on_worker = nnrt.CpuDevice(loop_slice_ns=0)
+    block_worker = on_worker.prepare_model_sync(block_model)
+    t_worker, t_block = asyncio.run(
+        atimed_pair(lambda: block_worker.execute([img]), lambda: block.execute([img]), n(30), repeat=7)
+    )
+    on_worker.close()
     line("nnrt execute_sync", t_block_sync / 1e3, "ms")
-    line("nnrt await execute (worker thread)", t_block / 1e3, "ms")
+    line("nnrt await execute (loop slices)", t_block / 1e3, "ms")
+    line("nnrt await execute (worker thread, slices off)", t_worker / 1e3, "ms")
+    ratio("await execute, loop slices / worker thread", t_block / t_worker)
     if ort is not None:
         sess = ort_block(block_model)
         img_nchw = np.ascontiguousarray(img.transpose(0, 3, 1, 2))

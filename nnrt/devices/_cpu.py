@@ -7,6 +7,21 @@ control flow (whose cost is unbounded), continues on the device's worker threads
 compute unit. Preparation compiles the plan in a thread, then calibrates it: one run on zero
 inputs measures each step, and those measurements replace the first estimates.
 
+When nothing else is admitted on the device, larger plans without control flow
+(``Plan.sliced``) also run on the loop thread, saving two thread hand-offs that gain nobody
+anything: at once when the whole plan fits one loop slice (1 ms of estimated kernel time,
+``LOOP_SLICE_NS``), the loop getting a turn first when such executions back to back would hold
+it for longer than a slice; otherwise admitted as usual and run one slice at a time, letting
+the loop serve its other tasks, timers and I/O at each slice boundary. That boundary is a
+checkpoint: an execution that arrived meanwhile is admitted there, and preempts or aborts the
+running one as on a worker. A step longer than the slice sends the rest of the plan to a
+worker, so the loop never stalls for longer than one slice. A plan whose cost calibration
+cannot know (inputs of unknown dimensions, IF; never WHILE) runs there (at once, on an idle
+device) only once its measured compute time, per shape class, is within the inline limit or
+one slice (``_at_once_ns``). On the reference
+machine, waking a worker and then the loop again cost 0.15-0.3 ms per execution
+(``benchmarks/latency.py``), a tenth of a 2 ms model; on a loaded machine, milliseconds.
+
 NNAPI priority can also reach the operating system (``low_priority_nice``, off by default,
 Linux): LOW executions then run on worker threads of their own with a lower OS priority. It
 is a trade-off, measured on the reference machine (2 vCPUs under KVM, two compute units;
@@ -38,13 +53,12 @@ import weakref
 from collections.abc import Generator, Hashable, Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
-
-from nnrt._aio import to_thread, wait_future
+from nnrt._aio import checkpoint, to_thread, wait_future
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.cache import cache_key, check_cache_args, load_from_cache, prepare_with_cache
 from nnrt.clock import Clock, check_deadline, default_clock, perf_ns
 from nnrt.devices._budget import MemoryLedger, model_footprint
+from nnrt.devices._calibrate import calibrate as _calibrate
 from nnrt.devices._device import (
     Device,
     DeviceType,
@@ -55,11 +69,12 @@ from nnrt.devices._device import (
     feature_level_reason,
 )
 from nnrt.devices._options import check_app, check_cpu_options
+from nnrt.devices._tuning import init_low_worker, init_worker, pin_blas, tune_allocator
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
-from nnrt.execution import OFFLOAD, ExecContext, Plan, PreparedModel, compile_plan, run_plan
-from nnrt.execution._cost import CostModel
+from nnrt.execution import OFFLOAD, SLICE, ExecContext, Plan, PreparedModel, compile_plan
+from nnrt.execution._cost import ESTABLISHED, CostModel
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
-from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS
+from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS, LOOP_SLICE_NS
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, allocate_buffer
 from nnrt.model import Model
 from nnrt.sched import Action, Job, Scheduler, SchedulerStatistics
@@ -74,21 +89,6 @@ _Gen = Generator[int, None, list[Any]]
 VERSION = "0.1.0"
 #: The GIL switch interval ``tune_process=True`` sets (the interpreter's default is 5 ms).
 LATENCY_SWITCH_INTERVAL_S = 0.0005
-
-
-def _init_worker() -> None:
-    np.seterr(all="ignore")
-
-
-def _init_low_worker(nice: int) -> None:
-    """A LOW-priority worker: lower this thread's OS priority by ``nice`` (Linux, where
-    ``setpriority`` on a thread id applies to that thread only)."""
-    _init_worker()
-    tid = threading.get_native_id()
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-    except OSError as err:  # e.g. a sandbox forbidding it: the thread keeps its priority
-        _log.warning("driver.nice_failed", nice=nice, error=str(err))
 
 
 def _resume(gen: _Gen) -> tuple[bool, Any, int]:
@@ -116,6 +116,7 @@ class CpuDevice(Device):
         compute_units: int | None = None,
         blas_threads: int | None = None,
         inline_limit_ns: float = DEFAULT_INLINE_LIMIT_NS,
+        loop_slice_ns: float = LOOP_SLICE_NS,
         calibrate: bool = True,
         fairness: Literal["round_robin", "weighted"] = "weighted",
         app_weights: Mapping[Hashable, float] | None = None,
@@ -132,6 +133,10 @@ class CpuDevice(Device):
         """Create a CPU device; it starts its worker threads on first use (``close()`` stops them).
 
         ``compute_units`` (default: CPUs - 1, 1 to 4) bounds concurrent executions;
+        ``inline_limit_ns`` is the estimated cost up to which a plan runs on the event loop
+        thread, ``loop_slice_ns`` the longest the loop thread runs a larger plan's kernels at a
+        time when nothing else is admitted (see the module docstring; 0 or at most the inline
+        limit: never);
         ``fairness``/``app_weights`` share the device across apps; ``aging_s`` is how long a
         waiting class takes to climb one priority level; ``max_queued_per_app`` bounds each
         app's queue (RESOURCE_EXHAUSTED_TRANSIENT beyond); ``memory_budget`` and
@@ -146,8 +151,9 @@ class CpuDevice(Device):
         ``InvalidArgumentError``.
         """
         check_cpu_options(name=name, compute_units=compute_units, blas_threads=blas_threads, inline_limit_ns=inline_limit_ns,
-                          fairness=fairness, app_weights=app_weights, aging_s=aging_s, max_queued_per_app=max_queued_per_app,
-                          memory_budget=memory_budget, app_memory_limit=app_memory_limit, switch_interval_s=switch_interval_s)
+                          loop_slice_ns=loop_slice_ns, fairness=fairness, app_weights=app_weights, aging_s=aging_s,
+                          max_queued_per_app=max_queued_per_app, memory_budget=memory_budget,
+                          app_memory_limit=app_memory_limit, switch_interval_s=switch_interval_s)
         if tune_process:
             blas_threads = 1 if blas_threads is None else blas_threads
             switch_interval_s = LATENCY_SWITCH_INTERVAL_S if switch_interval_s is None else switch_interval_s
@@ -160,6 +166,11 @@ class CpuDevice(Device):
         cpus = os.cpu_count() or 1
         self.compute_units = compute_units or max(1, min(cpus - 1, 4))
         self.inline_limit_ns = inline_limit_ns
+        #: The loop slice (``nnrt.execution._plan.LOOP_SLICE_NS``; 0: plans above the inline
+        #: limit always run on a worker).
+        self.loop_slice_ns = loop_slice_ns
+        # Estimated compute time run at once on the loop thread since its last turn there.
+        self._loop_debt_ns = 0.0
         self.calibrate = calibrate
         if low_priority_nice is not None and (
             isinstance(low_priority_nice, bool) or not isinstance(low_priority_nice, int) or not 0 <= low_priority_nice <= 19
@@ -186,9 +197,9 @@ class CpuDevice(Device):
         #: Memory reserved by prepared models (RESOURCE_EXHAUSTED_* when over a limit).
         self.memory = MemoryLedger(memory_budget, app_memory_limit)
         if blas_threads is not None:
-            _pin_blas(blas_threads)
+            pin_blas(blas_threads)
         if tune_malloc:
-            _tune_malloc()
+            tune_allocator()
         if switch_interval_s is not None and sys.getswitchinterval() > switch_interval_s:
             # While a worker runs Python-level kernel code, the event loop thread waits for the
             # GIL up to the switch interval (5 ms by default): too long for timers, hand-offs
@@ -207,7 +218,7 @@ class CpuDevice(Device):
         with self._pool_lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self.compute_units, thread_name_prefix=f"{self.name}-worker", initializer=_init_worker
+                    max_workers=self.compute_units, thread_name_prefix=f"{self.name}-worker", initializer=init_worker
                 )
             return self._pool
 
@@ -222,7 +233,7 @@ class CpuDevice(Device):
             if self._low_pool is None:
                 self._low_pool = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self.compute_units, thread_name_prefix=f"{self.name}-low",
-                    initializer=_init_low_worker, initargs=(nice,),
+                    initializer=init_low_worker, initargs=(nice,),
                 )
             return self._low_pool
 
@@ -300,6 +311,7 @@ class CpuDevice(Device):
                 model, plan = await to_thread(
                     prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
                 )
+                self._place(plan)
         except BaseException:
             self.memory.release(app, nbytes)
             raise
@@ -338,6 +350,7 @@ class CpuDevice(Device):
         pref, prio = check_preference_priority(preference, priority)
         where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
         model, plan = await to_thread(load_from_cache, where, key, meta, self.inline_limit_ns)
+        self._place(plan)
         nbytes = self._reserve(model, app)
         return self._held(PreparedModel(self, model, plan, preference=pref, priority=prio, app=app), nbytes)
 
@@ -381,16 +394,51 @@ class CpuDevice(Device):
         plan = compile_plan(model)
         if self.calibrate:
             _calibrate(plan)
-        plan.set_inline_limit(self.inline_limit_ns)
+        self._place(plan)
         if vlog_enabled("compilation"):
             _log.debug("compilation.done", model=model.name, steps=len(plan.steps), cost_us=plan.cost_ns / 1e3,
                        took_us=(perf_ns() - t) / 1e3)
         return plan
 
+    def _place(self, plan: Plan) -> None:
+        """Settle where ``plan``'s steps run with this device's inline limit and loop slice."""
+        plan.set_inline_limit(self.inline_limit_ns, slice_ns=self.loop_slice_ns)
+
     # -- Driver protocol ----------------------------------------------------------------------
 
     def runs_inline(self, plan: Plan) -> bool:
         return plan.inline
+
+    def runs_sliced(self, plan: Plan, job: Job) -> bool:
+        """True when ``job``, just granted a unit, runs its sliced plan on the loop thread (see
+        the module docstring): no other execution is admitted, and it is not a LOW execution
+        meant for the niced threads (``low_priority_nice``)."""
+        return (plan.sliced and self.scheduler.alone()
+                and (job.priority is not Priority.LOW or self.low_priority_nice is None))
+
+    def _at_once_ns(self, plan: Plan, cost: CostModel | None) -> float | None:
+        """The compute time a request would hold the loop thread for, when it may run there at
+        once on an idle device (else None): a plan within one loop slice (``Plan.idle_inline``),
+        or, for a plan without WHILE whose cost calibration cannot know (inputs of unknown
+        dimensions: per shape class; IF), a compute time measured on this machine
+        (``CostModel.work_ns``, over ``ESTABLISHED`` executions or more) within the inline
+        limit or one slice. Not admission's estimate, which counts the hand-offs and their
+        jitter: on a loaded machine silero VAD's 0.5 ms step had a service time of 1.4-2.2 ms
+        on the worker (estimates of 4-8 ms), which would have kept it there. (An IF branch
+        never measured may take longer than those that were.)"""
+        if plan.idle_inline:
+            return plan.cost_ns
+        if plan.has_loop or not (plan.dynamic or plan.has_control_flow):
+            return None
+        cost = cost or plan.cost
+        if cost.observations < ESTABLISHED:
+            return None
+        return cost.work_ns if cost.work_ns <= self._loop_bound_ns() else None
+
+    def _loop_bound_ns(self) -> float:
+        """The longest the loop thread runs kernels between two turns of the loop."""
+        limit = self.inline_limit_ns
+        return self.loop_slice_ns if 0 < limit < self.loop_slice_ns else limit
 
     def can_run_now(self, plan: Plan) -> bool:
         """True when ``plan`` may run inline right now, bypassing the queue (the device is idle)."""
@@ -439,8 +487,18 @@ class CpuDevice(Device):
         self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable = "default", priority: Priority = Priority.MEDIUM
     ) -> tuple[list[Any], int]:
         sched = self.scheduler
-        if self.runs_inline(plan) and sched.idle():
+        if self.can_run_now(plan):
             return self.run_now(gen, ctx, plan, app, priority)
+        if sched.idle() and (at_once := self._at_once_ns(plan, ctx.cost)) is not None:
+            # Within one loop slice: at once, as the fast path. An execution there never
+            # suspends, so the loop gets a turn first when the ones run back to back since its
+            # last turn here would hold it for longer than a slice (estimated, as the slices).
+            if self._loop_debt_ns + at_once > self._loop_bound_ns():
+                self._loop_debt_ns = 0.0
+                await checkpoint()
+            if sched.idle():  # (else something arrived meanwhile: through the scheduler)
+                self._loop_debt_ns += at_once
+                return self.run_now(gen, ctx, plan, app, priority)
         cost = ctx.cost or plan.cost
         cost_s = cost.estimate_ns / 1e9
         # On the loop thread nothing can interrupt it; on a worker it yields between steps.
@@ -467,7 +525,7 @@ class CpuDevice(Device):
             raise error_for(status, "the execution completed after its deadline")
         # The cost model learns the service time (holding a unit, hand-offs included), which is
         # what admission must predict; kernel time alone underestimates it.
-        cost.observe(held_ns)
+        cost.observe(held_ns, device_ns)
         return results, device_ns
 
     async def _run_admitted(
@@ -477,10 +535,10 @@ class CpuDevice(Device):
         Returns (outputs, ns computing, ns holding the unit)."""
         sched = self.scheduler
         device_ns = held_ns = 0
-        on_loop = self.runs_inline(plan)
+        on_loop = self.runs_inline(plan) or self.runs_sliced(plan, job)
         if vlog_enabled("cpuexe"):
-            _log.debug("cpuexe.start", device=self.name, job=job.id, app=job.app, where="loop" if on_loop else "worker",
-                       cost_us=job.cost * 1e6)
+            where = ("slices" if plan.sliced else "loop") if on_loop else "worker"
+            _log.debug("cpuexe.start", device=self.name, job=job.id, app=job.app, where=where, cost_us=job.cost * 1e6)
         while True:
             if on_loop:
                 ctx.on_loop = True
@@ -490,6 +548,8 @@ class CpuDevice(Device):
                     reason = next(gen)
                 except StopIteration as stop:
                     end = perf_ns()
+                    if plan.sliced:  # its last slice counts towards the next at-once run's
+                        self._loop_debt_ns = self._loop_bound_ns()
                     return stop.value, device_ns + end - t, held_ns + end - granted
                 finally:
                     fp_errors_restored(token)
@@ -509,7 +569,17 @@ class CpuDevice(Device):
                 if done:
                     return value, device_ns, held_ns + perf_ns() - granted
                 reason = value
-            if reason == OFFLOAD:
+            if reason == SLICE:
+                # A loop slice ended: the loop serves its other work (an arrival is admitted
+                # there), then the plan goes on here, unless that raised its interrupt flag.
+                try:
+                    await checkpoint()
+                except BaseException:  # cancelled
+                    gen.close()
+                    raise
+                if not ctx.interrupt:
+                    continue
+            elif reason == OFFLOAD:
                 on_loop = False
                 if vlog_enabled("cpuexe"):
                     _log.debug("cpuexe.offload", device=self.name, job=job.id, app=job.app)
@@ -534,82 +604,3 @@ class CpuDevice(Device):
             return stop.value, perf_ns() - t
         finally:
             fp_errors_restored(token)
-
-
-def _calibrate(plan: Plan) -> None:
-    """Measure each top-level step once on zero inputs; keep the estimates where that fails."""
-    if plan.has_control_flow:
-        return
-    args: list[Any] = []
-    for i in plan.inputs:
-        op = plan.model.operands[i]
-        if not op.fully_specified:
-            return
-        args.append(op.type.dtype.type(0).item() if op.type.is_scalar else np.zeros(op.dimensions, op.type.dtype))
-    # The first run is cold (allocator, caches, lazy imports, compiled kernels compiling or
-    # loading): it counts for neither the estimates nor the time spent. Keep the best of the
-    # later ones; cheap plans get more runs, since a noisy measurement decides where they run.
-    best: dict[int, float] = {}
-    runs, spent = 0, 0
-    while runs < 2 or (runs < 6 and spent < 2_000_000):
-        profile: dict[int, int] = {}
-        token = fp_errors_ignored()
-        try:
-            for _ in run_plan(plan, args, ExecContext(profile=profile)):
-                pass
-        except NnrtError:
-            return
-        finally:
-            fp_errors_restored(token)
-        runs += 1
-        if runs > 1:
-            spent += sum(profile.values())
-            for key, ns in profile.items():
-                best[key] = min(best.get(key, float("inf")), float(ns))
-    for step in plan.steps:
-        if id(step) in best:
-            step.cost_ns = best[id(step)]
-
-
-_blas_limiter: Any = None
-
-
-def _pin_blas(threads: int) -> None:
-    """Limit BLAS to ``threads`` threads for the process (once)."""
-    global _blas_limiter
-    if _blas_limiter is not None:
-        return
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        return
-    _blas_limiter = threadpool_limits(limits=threads, user_api="blas")
-
-
-_malloc_tuned = False
-
-# glibc mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def _tune_malloc() -> None:
-    """Keep freed multi-MB blocks for reuse (glibc only, once per process).
-
-    An execution allocates its intermediate tensors afresh. glibc serves large blocks with
-    mmap and returns them at free, so every execution pays page faults on first touch: about
-    a quarter of the MobileNet-style block's time. Raising the mmap threshold to glibc's
-    maximum (32 MiB) and the trim threshold keeps that memory mapped for the next execution.
-    """
-    global _malloc_tuned
-    if _malloc_tuned or not sys.platform.startswith("linux"):
-        return
-    _malloc_tuned = True
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)
-        libc.mallopt(_M_TRIM_THRESHOLD, 256 * 1024 * 1024)
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
-

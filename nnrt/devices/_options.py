@@ -34,6 +34,7 @@ def check_cpu_options(
     compute_units: object,
     blas_threads: object,
     inline_limit_ns: object,
+    loop_slice_ns: object,
     fairness: object,
     app_weights: object,
     aging_s: object,
@@ -52,6 +53,8 @@ def check_cpu_options(
             raise _bad(key, f"None or an int >= {low}", value)
     if not _is_real(inline_limit_ns) or inline_limit_ns < 0:  # type: ignore[operator]
         raise _bad("inline_limit_ns", "a finite number >= 0", inline_limit_ns)
+    if not _is_real(loop_slice_ns) or loop_slice_ns < 0:  # type: ignore[operator]
+        raise _bad("loop_slice_ns", "a finite number >= 0", loop_slice_ns)
     if not _is_real(aging_s) or not aging_s > 0:  # type: ignore[operator]
         raise _bad("aging_s", "a finite number of seconds > 0", aging_s)
     if switch_interval_s is not None and (not _is_real(switch_interval_s) or not switch_interval_s > 0):  # type: ignore[operator]

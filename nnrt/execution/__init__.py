@@ -6,7 +6,7 @@ drives the interpreter (inline, on a worker thread, under a scheduler) through t
 """
 
 from nnrt.execution._fenced import FencedExecutionCallback, FencedExecutionInfo
-from nnrt.execution._interpreter import DELEGATE, INTERRUPTED, OFFLOAD, ExecContext, run_plan
+from nnrt.execution._interpreter import DELEGATE, INTERRUPTED, OFFLOAD, SLICE, ExecContext, run_plan
 from nnrt.execution._plan import DELEGATED, Plan, Step, compile_plan
 from nnrt.execution._prepared import Driver, ExecutionResult, PreparedModel, resolve_loop_timeout, set_burst_factory
 
@@ -15,6 +15,7 @@ __all__ = [
     "DELEGATED",
     "INTERRUPTED",
     "OFFLOAD",
+    "SLICE",
     "Driver",
     "ExecContext",
     "ExecutionResult",

@@ -27,7 +27,9 @@ is a floor under it.
 Plans with inputs of unknown dimensions get one model per *shape class* (``Plan.cost_for``:
 the inputs' total element count, by power of two), since a batch of 4096 costs what a batch
 of 1 does not; until a class is measured its prior is the largest cost measured for a smaller
-class, scaled by size, and such plans never run on the event loop thread.
+class, scaled by size. Their steps never run on the event loop thread on an estimate; a
+request whose class has a measured history that fits the inline limit (or one loop slice) runs
+there at once when the device is idle (``CpuDevice``), like a cheap plan of known shapes.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ ESTABLISHED = 8
 class CostModel:
     """Service time of one plan's executions (or one shape class of them); see the module doc."""
 
-    __slots__ = ("_early", "dev_ns", "mean_ns", "observations", "prior_ns", "refusals")
+    __slots__ = ("_early", "dev_ns", "mean_ns", "observations", "prior_ns", "refusals", "work_ns")
 
     def __init__(self, prior_ns: float) -> None:
         #: What the estimate is before any measurement (the calibrated cost).
@@ -56,9 +58,15 @@ class CostModel:
         #: Refusals in a row because the estimate alone did not fit (see ``refused``).
         self.refusals = 0
         self._early: list[float] = []
+        #: A moving average of the executions' compute time (their kernels and interpreter,
+        #: without waiting and hand-offs): how long one would hold the event loop thread.
+        self.work_ns = 0.0
 
-    def observe(self, service_ns: float) -> None:
-        """Learn one execution's service time."""
+    def observe(self, service_ns: float, work_ns: float | None = None) -> None:
+        """Learn one execution's service time, and its compute time (``work_ns``; the service
+        time when not given: the execution did nothing else)."""
+        work = float(service_ns if work_ns is None else work_ns)
+        self.work_ns = work if not self.observations else 0.8 * self.work_ns + 0.2 * work
         if self.refusals >= STALE_AFTER_REFUSALS:  # a stale history: start again from this one
             self._early.clear()
             self.observations = 0

@@ -32,14 +32,15 @@ from nnrt.clock import Clock, MonotonicClock, perf_ns
 from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError, ResourceExhaustedError
 from nnrt.execution._control import while_counts
 from nnrt.execution._cost import CostModel
-from nnrt.execution._plan import IF, KERNEL, WHILE, Plan, Step
+from nnrt.execution._plan import IF, KERNEL, OFFLOAD, SLICE, WHILE, Plan, Step
 from nnrt.types import ErrorStatus
 
 __all__ = [
-    "DELEGATE", "INTERRUPTED", "OFFLOAD", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_kernels", "run_plan",
+    "DELEGATE", "INTERRUPTED", "OFFLOAD", "SLICE", "ExecContext", "fp_errors_ignored", "fp_errors_restored", "run_kernels",
+    "run_plan",
 ]
 
-INTERRUPTED, OFFLOAD, DELEGATE = 1, 2, 3
+INTERRUPTED, DELEGATE = 1, 3  # (OFFLOAD = 2 and SLICE = 4 are the plan's marks)
 
 DEFAULT_LOOP_TIMEOUT_S = 2.0
 MAX_LOOP_TIMEOUT_S = 15.0
@@ -118,8 +119,8 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
             yield INTERRUPTED
         if deadline is not None and now() >= deadline:
             raise MissedDeadlineError(f"deadline passed before {step.label}", status=ErrorStatus.MISSED_DEADLINE_TRANSIENT)
-        if step.heavy and ctx.on_loop:
-            yield OFFLOAD
+        if step.stop and ctx.on_loop:
+            yield step.stop
         # ``_kernel`` and ``_store`` inlined: two calls per step cost 50-90 ns, 10% of a chain
         # of 50 ADDs (measured); ``run_kernels`` calls them.
         if step.kind == KERNEL:

@@ -7,6 +7,15 @@ knows which slots it reads (through a precomputed getter), writes, and may free 
 (temporaries are released after their last reader), and every step carries a cost estimate
 that decides whether it may run on the event loop thread. IF and WHILE become steps that run
 sub-plans, compiled once with their parent.
+
+Where a plan runs is settled from those costs once, after calibration (``set_inline_limit``):
+a plan within the inline limit runs whole on the loop thread; a larger plan without control
+flow is *sliced*: its steps are cut into segments of at most the loop slice (``LOOP_SLICE_NS``),
+each step that starts a segment marked ``SLICE``. When nothing else is admitted on the device,
+its driver runs such a plan on the loop thread too, at once if it fits one slice
+(``idle_inline``), else letting the loop serve its other work at each ``SLICE`` mark, instead of
+paying two thread hand-offs (``nnrt.devices._cpu``). A step costlier than the slice is marked
+``OFFLOAD``: the rest of the plan runs on a worker.
 """
 
 from __future__ import annotations
@@ -24,7 +33,10 @@ from nnrt.ops import OpCall, prepare_function
 from nnrt.ops._registry import Kernel
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
-__all__ = ["DELEGATED", "FAST_SAMPLE_EVERY", "IF", "KERNEL", "WHILE", "Plan", "Step", "compile_plan"]
+__all__ = [
+    "DELEGATED", "FAST_SAMPLE_EVERY", "IF", "KERNEL", "LOOP_SLICE_NS", "OFFLOAD", "SLICE", "WHILE", "Plan", "Step",
+    "compile_plan",
+]
 
 #: Step kinds. A DELEGATED step is run by the plan's driver, not by a kernel: the interpreter
 #: hands it over at a checkpoint (``nnrt.execution._interpreter``); a partitioned model's plan
@@ -33,6 +45,17 @@ KERNEL, IF, WHILE, DELEGATED = 0, 1, 2, 3
 
 #: A step whose estimated cost exceeds this runs on the device's worker thread.
 DEFAULT_INLINE_LIMIT_NS = 100_000
+
+#: The loop slice, unless given (``Plan.set_inline_limit``): the longest an event loop thread
+#: with nothing else admitted runs a plan's kernels between two visits to its other work (a
+#: thread hand-off there and back costs 0.15-0.3 ms on the reference machine). It applies when
+#: the inline limit lies between 0 and it: a limit of 0 keeps every kernel off the loop thread.
+LOOP_SLICE_NS = 1_000_000
+
+#: What the interpreter yields before a step marked so (``Step.stop``) when it runs on the event
+#: loop thread: OFFLOAD, continue on a worker thread; SLICE, a segment boundary of a sliced plan,
+#: where the driver lets the loop run its other work (or moves the plan to a worker).
+OFFLOAD, SLICE = 2, 4
 
 #: The fast path measures one execution in this many (``Plan.sample_fast``): learning costs
 #: about 0.2 us, too much for every 5 us execution, and a few samples suffice.
@@ -62,11 +85,17 @@ class Step:
     out: int = -1
     free: tuple[int, ...] = ()
     cost_ns: float = 0.0
-    heavy: bool = False
+    #: What the interpreter yields before this step on the loop thread: 0, OFFLOAD or SLICE.
+    stop: int = 0
     #: IF: (then, else); WHILE: (condition, body).
     branches: tuple[Plan, ...] = ()
     #: DELEGATED: what the driver runs for the step (opaque to the interpreter).
     target: Any = None
+
+    @property
+    def heavy(self) -> bool:
+        """Too costly for the event loop thread: the plan continues on a worker before it."""
+        return self.stop == OFFLOAD
 
 
 @dataclass(slots=True, eq=False)
@@ -77,8 +106,16 @@ class Plan:
     outputs: tuple[int, ...]
     steps: list[Step]
     has_control_flow: bool = False
+    #: A WHILE somewhere in the plan or its sub-plans: its cost has no bound.
+    has_loop: bool = False
     #: Set by ``set_inline_limit``: the whole plan may run on the event loop thread.
     inline: bool = False
+    #: Set by ``set_inline_limit``: the plan is cut into loop slices (``SLICE`` marks), so an
+    #: idle device may run it on the event loop thread, segment by segment.
+    sliced: bool = False
+    #: Set by ``set_inline_limit``: the whole plan may run on the event loop thread when nothing
+    #: else is admitted on the device (``inline``, or a sliced plan within one slice).
+    idle_inline: bool = False
     #: Some input has unknown dimensions: the cost depends on the request (one cost model per
     #: shape class, ``cost_for``), and the plan never runs on the event loop thread.
     dynamic: bool = False
@@ -144,33 +181,66 @@ class Plan:
         return sum(s.cost_ns for s in self.steps)
 
     def step_share(self) -> float:
-        """The longest kernel step's share of the plan's cost (0..1): the part of an execution
-        that runs without a checkpoint (control-flow steps have checkpoints inside). Worked
-        out once per ``set_inline_limit`` (after calibration)."""
+        """The share of the plan's cost (0..1) that runs without a checkpoint another execution
+        could act at: the longest kernel step (on a worker, control-flow steps have checkpoints
+        inside), or for a sliced plan the longest segment (on the loop thread, an arrival is
+        admitted only at a ``SLICE`` mark). Worked out once per ``set_inline_limit``."""
         share = self._step_share
         if share < 0:
             total = self.cost_ns
             longest = max((s.cost_ns for s in self.steps if s.kind == KERNEL), default=0.0)
+            if self.sliced:
+                longest = max(longest, max(_segments(self.steps), default=0.0))
             share = self._step_share = 1.0 if total <= 0 else min(1.0, longest / total)
         return share
 
-    def set_inline_limit(self, limit_ns: float, _seen: dict[int, bool] | None = None) -> None:
-        """Decide, from the step costs, what may run on the event loop thread: each step
-        (``heavy``), and the whole plan (``inline``: cheap and without control flow). Nothing
-        of a dynamic plan does: its costs are unknown until a request tells its sizes.
-        Each sub-plan is visited once per value of its ``dynamic`` flag: IF levels sharing a
-        branch make a DAG with exponentially many paths."""
+    def set_inline_limit(
+        self, limit_ns: float, _seen: dict[int, bool] | None = None, *, slice_ns: float | None = None
+    ) -> None:
+        """Decide, from the step costs, what may run on the event loop thread: the whole plan
+        (``inline``: cheap and without control flow), or else, without control flow, its
+        segments of at most ``slice_ns`` (``sliced``, when the limit is positive and below the
+        slice, default ``LOOP_SLICE_NS``; ``idle_inline`` when the plan fits one segment); and
+        before which steps the interpreter stops on the loop thread (``Step.stop``: OFFLOAD
+        before a step above the limit, or above the slice in a sliced plan; SLICE where a
+        segment begins). Nothing of a dynamic plan runs there: its costs are unknown until a
+        request tells its sizes. Each sub-plan is visited once per value of its ``dynamic``
+        flag: IF levels sharing a branch make a DAG with exponentially many paths."""
         seen: dict[int, bool] = {} if _seen is None else _seen
         if seen.get(id(self)) is self.dynamic:
             return
         seen[id(self)] = self.dynamic
+        slice_ns = LOOP_SLICE_NS if slice_ns is None else slice_ns
         self.inline = not self.has_control_flow and not self.dynamic and self.cost_ns <= limit_ns
+        self.sliced = not (self.inline or self.has_control_flow or self.dynamic) and 0 < limit_ns < slice_ns
+        self.idle_inline = self.inline or (self.sliced and self.cost_ns <= slice_ns)
         self._step_share = -1.0
+        run = 0.0  # the cost of the segment so far (sliced plans)
         for step in self.steps:
-            step.heavy = self.dynamic or step.cost_ns > limit_ns
+            cost = step.cost_ns
+            if not self.sliced:
+                step.stop = OFFLOAD if self.dynamic or cost > limit_ns else 0
+            elif cost > slice_ns:
+                step.stop, run = OFFLOAD, 0.0
+            elif run and run + cost > slice_ns:
+                step.stop, run = SLICE, cost
+            else:
+                step.stop, run = 0, run + cost
             for sub in step.branches:
                 sub.dynamic = sub.dynamic or self.dynamic
-                sub.set_inline_limit(limit_ns, seen)
+                sub.set_inline_limit(limit_ns, seen, slice_ns=slice_ns)
+
+
+def _segments(steps: list[Step]) -> list[float]:
+    """The cost of each segment a sliced plan's steps run in on the loop thread (``SLICE`` and
+    ``OFFLOAD`` marks end one)."""
+    costs = [0.0]
+    for step in steps:
+        if step.stop:
+            costs.append(0.0)
+        if step.stop != OFFLOAD:
+            costs[-1] += step.cost_ns
+    return costs
 
 
 def _estimate_ns(operation_outputs: list[Operand]) -> float:
@@ -221,6 +291,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
     steps = fuse_steps(model, steps, _fetcher, folder.operands)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
+    plan.has_loop = any(s.kind == WHILE or any(b.has_loop for b in s.branches) for s in steps)
     plan.dynamic = not all(ops[i].fully_specified for i in model.input_indexes)
     plan.set_inline_limit(DEFAULT_INLINE_LIMIT_NS)
     cache[id(model)] = plan

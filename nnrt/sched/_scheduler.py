@@ -85,6 +85,10 @@ class Scheduler:
         """True when no job is admitted: a cheap execution may run at once, inline."""
         return self._active == 0
 
+    def alone(self) -> bool:
+        """True when exactly one job is admitted: the caller's own, nothing else waits or runs."""
+        return self._active == 1
+
     def ran_fast(self, app: Hashable, priority: Priority) -> None:
         """Count an execution that ran on the idle fast path (it never needed the policy)."""
         self._fast[app, priority] += 1

@@ -6,6 +6,7 @@ per shape class for plans with inputs of unknown dimensions."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from nnrt import zoo
 from nnrt.execution import compile_plan
@@ -138,3 +139,16 @@ def test_dynamic_plans_have_a_cost_model_per_shape_class() -> None:
 def test_cost_model_repr_and_prior() -> None:
     model = CostModel(42 * US)
     assert model.estimate_ns == 42 * US and "n=0" in repr(model)
+
+
+def test_the_compute_time_is_learnt_apart_from_the_service_time() -> None:
+    """``work_ns`` (what an execution would hold the loop thread for) follows the compute time
+    given beside the service time, or the service time alone when none is given."""
+    model = CostModel(100 * US)
+    for _ in range(30):
+        model.observe(2000 * US, 300 * US)  # on a worker: hand-offs and waiting around 0.3 ms of work
+    assert model.work_ns == pytest.approx(300 * US)
+    assert model.estimate_ns > 1900 * US  # admission still plans for the service time
+    for _ in range(30):
+        model.observe(250 * US)  # the fast path: the service time is the compute time
+    assert 250 * US <= model.work_ns < 252 * US
