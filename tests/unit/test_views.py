@@ -224,3 +224,81 @@ def test_view_kernel_falls_back_on_what_it_did_not_see() -> None:
     run(x.astype(np.float64), shape)  # another dtype: the kernel, never remembered
     run(x.astype(np.float64), shape)
     assert calls == [(2, 3), (2, 3), (2, 3)]
+
+
+def _layout_chain(dims: list[int], also_output: bool = False, second_reader: bool = False) -> Callable[[], Model]:
+    """openWakeWord's melspectrogram: conv result [1,1,T,257] -> SQUEEZE 1 -> TRANSPOSE (0,2,1) ->
+    EXPAND_DIMS 1 -> TRANSPOSE (0,1,3,2) -> MUL: the four layout steps give back the same order."""
+
+    def build() -> Model:
+        g = Graph()
+        x = g.t(dims)
+        a = g.op(Op.ADD, [x, g.const(np.ones(257, F32)), g.act(0)], dims)
+        s = g.op(Op.SQUEEZE, [a, g.const(_ints([1]), T.TENSOR_INT32)], [0, 0, 257])
+        t = g.op(Op.TRANSPOSE, [s, g.const(_ints([0, 2, 1]), T.TENSOR_INT32)], [0, 257, 0])
+        e = g.op(Op.EXPAND_DIMS, [t, g.const(1, T.INT32)], [0, 1, 257, 0])
+        b = g.op(Op.TRANSPOSE, [e, g.const(_ints([0, 1, 3, 2]), T.TENSOR_INT32)], [0, 1, 0, 257])
+        y = g.op(Op.MUL, [b, b, g.act(0)], [0, 1, 0, 257])
+        outs = [y, t] if also_output else [y]
+        if second_reader:
+            outs.append(g.op(Op.ADD, [t, t, g.act(0)], [0, 257, 0]))
+        return g.done([x], outs)
+
+    return build
+
+
+@pytest.mark.parametrize("dims", [[1, 1, 5, 257], [0, 1, 0, 257]])
+def test_a_layout_chain_keeping_the_order_is_one_view(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
+                                                      dims: list[int]) -> None:
+    build = _layout_chain(dims)
+    steps = compile_plan(build()).steps
+    assert [s.type for s in steps] == [Op.ADD, Op.TRANSPOSE, Op.MUL]
+    assert "SQUEEZE" in steps[1].label and steps[1].ins == steps[0].outs
+    for shape in [(1, 1, 5, 257), (2, 1, 3, 257), (1, 1, 5, 257), (1, 1, 0, 257)]:
+        x = np.random.default_rng(3).standard_normal(shape).astype(F32)
+        if dims[0] and shape != tuple(dims):
+            continue
+        (y,) = _compare(device, build, [x], monkeypatch)
+        np.testing.assert_array_equal(y, np.square(x + np.float32(1)))
+    assert steps[1].fn is not None
+    a = np.ones((2, 1, 3, 257), F32)
+    steps[1].fn(a)
+    assert np.shares_memory(steps[1].fn(a), a)  # a view from the second call on that shape
+
+
+def test_a_layout_chain_changing_the_order_runs_its_links(device: nnrt.CpuDevice,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def build() -> Model:
+        g = Graph()
+        x = g.t([0, 0])
+        r = g.op(Op.RESHAPE, [x, g.const(_ints([-1, 2]), T.TENSOR_INT32)], [0, 2])
+        t = g.op(Op.TRANSPOSE, [r, g.const(_ints([1, 0]), T.TENSOR_INT32)], [2, 0])
+        return g.done([x], [g.op(Op.ADD, [t, g.const(np.array([0.5], F32)), g.act(0)], [2, 0])])
+
+    assert [s.type for s in compile_plan(build()).steps] == [Op.TRANSPOSE, Op.ADD]
+    for shape in [(2, 3), (1, 2), (2, 3), (4, 1)]:  # (1, 2) keeps the order: a view; (2, 3) does not
+        x = np.arange(np.prod(shape), dtype=F32).reshape(shape)
+        (y,) = _compare(device, build, [x], monkeypatch)
+        np.testing.assert_array_equal(y, x.reshape(-1, 2).T + np.float32(0.5))
+    prepared = device.prepare_model_sync(build())
+    for shape in [(2, 3), (1, 2), (2, 3), (1, 2)]:  # the second call per shape takes the remembered path
+        x = np.arange(np.prod(shape), dtype=F32).reshape(shape)
+        (y,) = prepared.execute_sync([x]).outputs
+        np.testing.assert_array_equal(y, x.reshape(-1, 2).T + np.float32(0.5))
+    with pytest.raises(nnrt.NnrtError, match=r"RESHAPE.*input 1.*does not fit") as err:
+        prepared.execute_sync([np.ones((1, 3), F32)])
+    assert err.value.status is nnrt.ErrorStatus.INVALID_ARGUMENT
+
+
+def test_layout_chains_stop_at_outputs_and_shared_values(device: nnrt.CpuDevice,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    x = np.random.default_rng(4).standard_normal((1, 1, 5, 257)).astype(F32)
+    t_want = (x + np.float32(1)).reshape(1, 5, 257).transpose(0, 2, 1)
+    for build, factor in ((_layout_chain([1, 1, 5, 257], also_output=True), 1),
+                          (_layout_chain([1, 1, 5, 257], second_reader=True), 2)):
+        steps = compile_plan(build()).steps
+        # SQUEEZE + TRANSPOSE merged (t is read outside), EXPAND_DIMS + TRANSPOSE merged
+        assert [s.label.count("+") for s in steps if s.type is Op.TRANSPOSE] == [1, 1]
+        y, t = _compare(device, build, [x], monkeypatch)
+        np.testing.assert_array_equal(t, t_want * np.float32(factor))
+        np.testing.assert_array_equal(y, np.square(x + np.float32(1)))
