@@ -109,6 +109,32 @@ def test_resize_bilinear_random_geometry(device: nnrt.CpuDevice, n: int, h: int,
     np.testing.assert_array_equal(fast, ref)
 
 
+@pytest.mark.parametrize("op", [Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR])
+@pytest.mark.parametrize("on", [True, False])
+def test_resize_of_an_image_without_rows_or_columns_is_rejected(device: nnrt.CpuDevice, op: Op, on: bool) -> None:
+    """A dynamic input with no rows or no columns (NHWC or NCHW) has no pixel to sample: INVALID_ARGUMENT
+    naming the operation, not the compiled loop reading past the input (an output of garbage that looked
+    valid) nor numpy's IndexError as GENERAL_FAILURE. An empty batch or channel axis still resizes."""
+    for nchw in (False, True):
+        m = _resize_model([0, 0, 0, 0], (4, 3), (nchw,))
+        if op is Op.RESIZE_NEAREST_NEIGHBOR:
+            m = Model()
+            x = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+            ins = [x, _scalar(m, T.INT32, 4), _scalar(m, T.INT32, 3), _scalar(m, T.BOOL, nchw)]
+            y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+            m.add_operation(op, ins, [y])
+            m.identify_inputs_and_outputs([x], [y])
+            m.finish()
+        with _jit.forced(on):
+            prepared = device.prepare_model_sync(m)
+        for shape in ([1, 0, 5, 3], [1, 5, 0, 3], [2, 0, 0, 1]):
+            dims = [shape[0], shape[3], shape[1], shape[2]] if nchw else shape
+            with pytest.raises(nnrt.InvalidArgumentError, match=f"{op.name}.*without rows or columns"):
+                prepared.execute_sync([np.zeros(dims, np.float32)])
+        empty = [0, 3, 5, 5] if nchw else [0, 5, 5, 3]
+        assert prepared.execute_sync([np.zeros(empty, np.float32)]).outputs[0].size == 0
+
+
 def test_resize_bilinear_takes_the_compiled_loop(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
     def numpy_path(*args: Any) -> np.ndarray:
         raise AssertionError("the numpy bilinear ran")
