@@ -11,7 +11,9 @@ Compare the ratios, not the times: the machine is shared.
 
 Cases: depthwise 3x3 on [1,128,128,24]; a single-row depthwise ([1,K,1,C] -> [1,1,1,C], a
 temporal convolution); a 1x256 convolution over a short signal (an STFT as a conv, as in
-silero-vad); 3x3 convolutions with few channels; a 1x1 convolution; LOGISTIC x MUL (SiLU);
+silero-vad); 3x3 convolutions with few channels; a 1x1 convolution; the CONV_2D shapes that carry
+the real models' time (3x3 over 48-96 channels: Winograd; 3x3 over 12 and strided: blocked im2col;
+a 5x5/2 first layer; 1x1 on 7x7 and on one pixel, as in squeeze-excitation); LOGISTIC x MUL (SiLU);
 PRELU with a constant slope; int8 convolution, depthwise and ADD; max and average pooling;
 and the MediaPipe (TFLite) models' own layers (``mediapipe`` in the name: face landmark's
 [1,96,96,16] depthwise and PRELU, hand recrop's 1x1 depthwise, BlazeFace's channel PAD, the
@@ -337,6 +339,15 @@ def cases() -> list[Case]:
         conv_case("3x3 conv 32->32 [1,40,40,32]", (1, 40, 40, 32), 32, (3, 3), (1, 1), act=1),
         conv_case("1x1 conv 32->64 [1,112,112,32]", (1, 112, 112, 32), 64, (1, 1), (1, 1), act=3),
         conv_case("1x1 conv 96->24 [1,40,40,96]", (1, 40, 40, 96), 24, (1, 1), (1, 1)),
+        # CONV_2D shapes that carry the time of the real models (the per-shape table of issue 14)
+        conv_case("3x3 conv 96->96 [1,52,52,96] (Winograd)", (1, 52, 52, 96), 96, (3, 3), (1, 1)),
+        conv_case("3x3 conv 96->24 +RELU [1,80,80,96] (Winograd)", (1, 80, 80, 96), 24, (3, 3), (1, 1), act=1),
+        conv_case("3x3 conv 48->48 [1,52,52,48] (Winograd)", (1, 52, 52, 48), 48, (3, 3), (1, 1)),
+        conv_case("3x3 conv 12->24 [1,208,208,12]", (1, 208, 208, 12), 24, (3, 3), (1, 1)),
+        conv_case("3x3/2 conv 48->96 [1,104,104,48]", (1, 104, 104, 48), 96, (3, 3), (2, 2), pads=(1, 1, 1, 1)),
+        conv_case("5x5/2 conv 3->32 [1,192,192,3]", (1, 192, 192, 3), 32, (5, 5), (2, 2)),
+        conv_case("1x1 conv 1152->192 [1,7,7,1152]", (1, 7, 7, 1152), 192, (1, 1), (1, 1)),
+        conv_case("1x1 conv 50->200 [1,1,1,50] (SE block)", (1, 1, 1, 50), 200, (1, 1), (1, 1)),
         silu_case((1, 40, 40, 64)),
         hard_swish_case((1, 112, 112, 16)),
         mean_case((1, 20, 20, 192)),

@@ -3,8 +3,8 @@ in one run:
 (a) one-ADD round trip ([1, 4] float32): p50 and p99 of ``await execute`` through the service
     on its shared-memory rings, next to the same on an in-process ``CpuDevice`` and through a
     service over the socket (``ring_bytes=0``: the transport before the rings), interleaved,
-    with this process's CPU time per call (targets on an idle machine: p50 <= 40 us,
-    p99 <= 200 us);
+    with the CPU time per call of this process and of the service (polling included; targets on
+    an idle machine: p50 <= 40 us, p99 <= 200 us);
 (b) what an input's size costs: a MEAN over a [1, n] float32 input (the output is [1, 1], so
     only the input's transport differs), 1 KB and 1 MB, passed as a location in a shared
     ``Memory`` (sent by name) and as a plain array (pickled over the socket at 1 KB, copied
@@ -18,7 +18,9 @@ in one run:
     operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
     requests alternating; on the rings, and over the socket as before them) against one
     in-process ``CpuDevice`` (target: >= 1.6x; needs two
-    idle cores; the 200-op chain runs in about 0.1 ms in process, less than a round trip);
+    idle cores; the 200-op chain runs in about 0.1 ms in process, less than a round trip),
+    with the CPU time per execution of the app and of the two services (load-robust: the
+    throughput ratio needs app + service overhead <= ~25 us per call);
 (d) ``kill -9`` of the service during a stream (64 executions in flight): time from the kill to
     the last in-flight call failing with DEAD_OBJECT (target < 100 ms), and time for
     ``restart()`` (the model re-prepared from a warm compilation cache) to the stream's next
@@ -64,6 +66,11 @@ def mean_model(n: int) -> Model:
     return m
 
 
+def service_cpu_ns(dev: nnrt.ProcessDevice) -> int:
+    """The service process's CPU time so far (its ``_rings`` hook: polling counts, as it should)."""
+    return int(dev._test_call("_rings")[-1])
+
+
 def percentiles(samples: list[float]) -> tuple[float, float]:
     s = sorted(samples)
     return s[len(s) // 2], s[min(len(s) - 1, int(len(s) * 0.99))]
@@ -99,21 +106,29 @@ async def round_trip(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
         targets = {"in-process execute": await cpu.prepare_model(model),
                    "through the service (rings)": await proc.prepare_model(model),
                    "through the service (socket, before the rings)": await old.prepare_model(model)}
+        devices = {"through the service (rings)": proc, "through the service (socket, before the rings)": old}
         samples: dict[str, list[float]] = {k: [] for k in targets}
         cpu_us: dict[str, float] = dict.fromkeys(targets, 0.0)
+        svc_us: dict[str, float] = dict.fromkeys(devices, 0.0)
         for p in targets.values():
             await p.execute([x, x])
         for _ in range(5):  # interleaved rounds: drift in the machine's load hits all alike
             for label, p in targets.items():
+                dev = devices.get(label)
+                s = service_cpu_ns(dev) if dev is not None else 0
                 c = time.process_time()
                 samples[label] += await latencies(p, [x, x], number // 5)
                 cpu_us[label] += (time.process_time() - c) * 1e6
+                if dev is not None:
+                    svc_us[label] += (service_cpu_ns(dev) - s) / 1e3
     for label, lat in samples.items():
         p50, p99 = percentiles(lat)
         target = " (target <= 40 / 200 us idle)" if "rings" in label else ""
         report(f"{label} p50{target}", p50)
         report(f"{label} p99", p99)
         report(f"{label} app CPU per call", cpu_us[label] / len(lat))
+        if label in svc_us:
+            report(f"{label} service CPU per call", svc_us[label] / len(lat))
     base = percentiles(samples["in-process execute"])[0]
     ratio("service (rings) / in-process p50", percentiles(samples["through the service (rings)"])[0] / base)
     ratio("socket / rings p50", percentiles(samples["through the service (socket, before the rings)"])[0]
@@ -198,27 +213,40 @@ async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
         remotes = [await d1.prepare_model(model), await d2.prepare_model(model)]
         sockets = [await s1.prepare_model(model), await s2.prepare_model(model)]
 
-        async def stream(targets: list[nnrt.PreparedModel]) -> float:
+        cpu = {"local": 0.0, "rings": 0.0, "services": 0.0}
+
+        async def stream(targets: list[nnrt.PreparedModel], label: str = "") -> float:
             sem = asyncio.Semaphore(8)
 
             async def one(k: int) -> None:
                 async with sem:
                     await targets[k % len(targets)].execute([x])
 
-            t = time.perf_counter()
+            s = sum(service_cpu_ns(d) for d in (d1, d2)) if label == "rings" else 0
+            c, t = time.process_time(), time.perf_counter()
             await asyncio.gather(*(one(k) for k in range(total)))
-            return total / (time.perf_counter() - t)
+            rate = total / (time.perf_counter() - t)
+            if label:
+                cpu[label] += (time.process_time() - c) * 1e6 / total
+            if label == "rings":
+                cpu["services"] += (sum(service_cpu_ns(d) for d in (d1, d2)) - s) / 1e3 / total
+            return rate
 
         await stream([local])
         await stream(remotes)
         await stream(sockets)
         a, b, c = [], [], []
-        for _ in range(3):
-            a.append(await stream([local]))
-            b.append(await stream(remotes))
+        rounds = 3
+        for _ in range(rounds):
+            a.append(await stream([local], "local"))
+            b.append(await stream(remotes, "rings"))
             c.append(await stream(sockets))
+        print(f"  (load average {os.getloadavg()[0]:.2f})")
         report("in-process CpuDevice throughput", statistics.median(a), "exec/s")
+        report("in-process CPU per execution", cpu["local"] / rounds)
         report("two services throughput (rings)", statistics.median(b), "exec/s")
+        report("two services (rings): app CPU per execution", cpu["rings"] / rounds)
+        report("two services (rings): services' CPU per execution", cpu["services"] / rounds)
         report("two services throughput (socket, before the rings)", statistics.median(c), "exec/s")
         ratio("two services (rings) / in-process", statistics.median(b) / statistics.median(a), 1.6, at_least=True)
         ratio("two services (socket) / in-process", statistics.median(c) / statistics.median(a))

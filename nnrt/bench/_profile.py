@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nnrt.execution._compiled_plan import SEGMENT_LABEL, SEGMENT_TYPE
 from nnrt.execution._interpreter import ExecContext, fp_errors_ignored, fp_errors_restored, run_plan
 from nnrt.execution._plan import KERNEL, Plan, Step
 
@@ -112,8 +113,8 @@ def profile_plan(plan: Plan, args: Sequence[Any], *, runs: int, warmup: int = 1,
     def median_ms(samples: list[int]) -> float:
         return float(statistics.median(samples + [0] * (n - len(samples)))) / 1e6
 
-    timed = [StepTime(s.label, s.type.name, median_ms(per_step[id(s)])) for s in steps
-             if s.kind == KERNEL and id(s) in per_step]
+    timed = [StepTime(s.label, SEGMENT_TYPE if s.label.startswith(SEGMENT_LABEL) else s.type.name,
+                      median_ms(per_step[id(s)])) for s in steps if s.kind == KERNEL and id(s) in per_step]
     kernels_ms = sum(s.ms for s in timed)
     by_type: dict[str, list[StepTime]] = {}
     for s in timed:

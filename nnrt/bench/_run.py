@@ -1,8 +1,9 @@
 """The benchmark itself (MLTS-style): load, prepare, run in every mode, compare with the reference.
 
-``run_bench`` opens the model, makes seeded inputs, prepares it on a fresh ``CpuDevice``, and
-times ``runs`` executions (after ``warmup``) in each mode: ``await prepared.execute``,
-``execute_fenced`` followed by ``await fence``, and ``burst.execute`` in one burst. With the
+``run_bench`` opens the model, makes seeded inputs, prepares it on a fresh ``CpuDevice`` (BLAS on
+one thread, as the references run), and times ``runs`` executions (after ``warmup``) in each
+mode: ``await prepared.execute``, ``execute_fenced`` followed by ``await fence``, and
+``burst.execute`` in one burst. With the
 reference runtime installed it runs the reference on the same inputs: its first run (fresh
 state, for streaming models) is compared with nnrt's first execution, and in ``execute`` mode
 its runs are interleaved one for one with nnrt's, so drift in the shared machine's load
@@ -234,7 +235,10 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
         report.reference_note = "an nnrt model file has no reference runtime"
     else:
         ref = _open_reference(report, model, path, specs, inputs, _fixed_feeds(opts))
-    device = CpuDevice()
+    # One thread each: the references run on one thread, so BLAS is pinned to one here too
+    # (unpinned, OpenBLAS took both cores of an idle machine and every core of a busy one), and
+    # glibc keeps freed multi-MB blocks mapped as an app's latency settings would.
+    device = CpuDevice(blas_threads=1, tune_malloc=True)
     try:
         t = time.perf_counter()
         prepared = await device.prepare_model(model)

@@ -77,6 +77,7 @@ __all__ = [
     "request_datums",
     "result_datums",
     "pack_request",
+    "seconds_to_ns",
     "pack_result",
     "packet_id",
     "RingRequest",
@@ -226,14 +227,22 @@ def client_times(deadline: Any, loop_timeout: Any) -> None:
 RawLocation = tuple[int, int, int, "tuple[int, ...] | None"]
 
 
-def _to_ns(seconds: float | None) -> int:
-    return -1 if seconds is None else round(seconds * 1e9)
+#: Seconds from which a deadline or timeout no longer fits in an int64 of nanoseconds: it is
+#: "never" (``+inf`` included), the datum's -1.
+_NEVER_S = ((1 << 63) - 1) / 1e9
+
+
+def seconds_to_ns(seconds: float | None) -> int:
+    """A deadline or loop timeout as a datum: nanoseconds, or -1 for None and for times too far
+    to count in an int64 (``+inf``: never)."""
+    return -1 if seconds is None or seconds >= _NEVER_S else round(seconds * 1e9)
 
 
 def request_datums(inputs: Sequence[RawLocation | None], outputs: Sequence[RawLocation], measure_timing: bool,
                    deadline: float | None, loop_timeout: float | None) -> list[int]:
     """The flat datum form from raw locations (no checks: for a client that built them)."""
-    body: list[int] = [0, len(inputs), len(outputs), int(measure_timing), _to_ns(deadline), _to_ns(loop_timeout)]
+    body: list[int] = [0, len(inputs), len(outputs), int(measure_timing), seconds_to_ns(deadline),
+                       seconds_to_ns(loop_timeout)]
     for loc in (*inputs, *outputs):
         if loc is None:
             body.extend((0, 0, 0, 0, 0))

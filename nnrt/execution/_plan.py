@@ -6,7 +6,8 @@ operand's index), constants are pre-filled in a template the execution copies, e
 knows which slots it reads (through a precomputed getter), writes, and may free afterwards
 (temporaries are released after their last reader), and every step carries a cost estimate
 that decides whether it may run on the event loop thread. IF and WHILE become steps that run
-sub-plans, compiled once with their parent.
+sub-plans, compiled once with their parent. After the fusions, runs of steps that compiled
+cores can do are merged into one compiled step each (``_compiled_plan``).
 
 Where a plan runs is settled from those costs once, after calibration (``set_inline_limit``):
 a plan within the inline limit runs whole on the loop thread; a larger plan without control
@@ -26,6 +27,7 @@ from operator import itemgetter
 from typing import Any
 
 from nnrt.errors import InvalidArgumentError
+from nnrt.execution._compiled_plan import compile_segments
 from nnrt.execution._cost import ESTABLISHED, CostModel
 from nnrt.execution._fuse import ConstantFolder, fuse_steps
 from nnrt.model import Model, Operand, dims_product
@@ -91,6 +93,9 @@ class Step:
     branches: tuple[Plan, ...] = ()
     #: DELEGATED: what the driver runs for the step (opaque to the interpreter).
     target: Any = None
+    #: The kernel's results are arrays nothing else holds, none sharing memory with another
+    #: (a compiled segment's, ``_compiled_plan``): handed out as outputs without a copy.
+    fresh: bool = False
 
     @property
     def heavy(self) -> bool:
@@ -290,6 +295,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
             continue
         steps.append(step)
     steps = fuse_steps(model, steps, _fetcher, folder.operands)
+    steps = compile_segments(model, steps, _fetcher, folder.operands)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
     plan.has_loop = any(s.kind == WHILE or any(b.has_loop for b in s.branches) for s in steps)

@@ -154,6 +154,11 @@ class PreparedModel:
         # What the output checks read, per output, in one tuple each (the hot path's loops).
         self._out_checks = tuple(zip(self._out_dtypes, self._out_min_size))
         self._out_dims = tuple(op.dimensions for op in self._outputs)
+        # Per output: made by a step whose results are known fresh (``Step.fresh``): no copy.
+        last = {i: s for s in plan.steps for i in s.outs}
+        self._fresh_outputs = tuple(i in last and last[i].fresh and i not in model.input_indexes
+                                    and model.output_indexes.count(i) == 1 for i in model.output_indexes)
+        self._all_fresh = bool(self._fresh_outputs) and all(self._fresh_outputs)
         #: Outputs whose size only the run tells (fenced executions need a buffer for them).
         self._unsized_outputs = [j for j, op in enumerate(self._outputs) if not op.fully_specified]
         self._n_executions = 0
@@ -556,9 +561,20 @@ class PreparedModel:
 
     def _finish_fast(self, results: list[Any], args: list[Any]) -> ExecutionResult:
         """``_finish`` for the common request: no output buffers, no timing."""
+        if self._all_fresh:  # a compiled plan's outputs: the results list itself (the interpreter's own)
+            self._n_executions += 1
+            if vlog_enabled("execution"):
+                _log.debug("execution.completed", app=self.app, priority=self.priority.name, status="NONE",
+                           outputs=len(results))
+            return ExecutionResult(results, self._exact_shapes)
         outs: list[np.ndarray] = []
         shapes: list[OutputShape] = []
-        for j, (op, value, exact) in enumerate(zip(self._outputs, results, self._exact_shapes)):
+        for j, (op, value, exact, fresh) in enumerate(zip(self._outputs, results, self._exact_shapes,
+                                                          self._fresh_outputs)):
+            if fresh:
+                outs.append(value)
+                shapes.append(exact)
+                continue
             if type(value) is np.ndarray and value.shape == op.dimensions and value.dtype == op.type.dtype:
                 arr, shape = value, exact
             else:

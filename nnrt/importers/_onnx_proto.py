@@ -8,8 +8,9 @@ Other fields are skipped, as a protobuf reader must. Repeated scalars are accept
 and unpacked.
 
 Tensor data stays in the loaded buffer: ``tensor_array`` returns a read-only numpy view of
-``raw_data`` (little-endian, as ONNX stores it) without copying; only the typed fields, which
-protobuf encodes as varints, are decoded into new arrays. Tensors stored outside the file
+``raw_data`` (little-endian, as ONNX stores it) without copying (slid back over its field
+header to a 4-byte boundary if misaligned, copied only where it cannot be); only the typed
+fields, which protobuf encodes as varints, are decoded into new arrays. Tensors stored outside the file
 (``data_location = EXTERNAL``) are read from the named file beside the model, when the model
 was loaded from a path, and must stay inside that directory.
 """
@@ -193,6 +194,27 @@ def _floats(value: int | memoryview, where: str, out: list[float]) -> None:
         out.append(_float_bits(value, where))
 
 
+def _aligned_in_place(raw: memoryview) -> memoryview:
+    """``raw_data`` moved back over its own field key and length, to a 4-byte boundary.
+
+    Protobuf places ``raw_data`` at any byte offset, and numpy runs a misaligned float32 array
+    through its slow generic loops: ``matmul`` cannot hand it to BLAS (an LSTM's 512x2048
+    weights were 10x slower). The key and length just before the data (at least 3 bytes when
+    the data is 128 bytes or more) are parsed already, so in a writable buffer the data can
+    slide back over them: aligned without a second copy. Smaller or read-only data stays where
+    it is (``tensor_array`` copies it if it is misaligned for its type).
+    """
+    if raw.readonly or len(raw) < 128 or not isinstance(raw.obj, bytearray):
+        return raw
+    shift = np.frombuffer(raw, np.uint8).ctypes.data % 4
+    if not shift:
+        return raw
+    root = memoryview(raw.obj)
+    start = np.frombuffer(raw, np.uint8).ctypes.data - np.frombuffer(root, np.uint8).ctypes.data
+    root[start - shift:start - shift + len(raw)] = raw  # memmove: the ranges overlap
+    return root[start - shift:start - shift + len(raw)]
+
+
 def _tensor(buf: memoryview, ctx: _Ctx, where: str) -> TensorProto:
     t = TensorProto(base_dir=ctx.base_dir)
     dims: list[int] = []
@@ -210,7 +232,7 @@ def _tensor(buf: memoryview, ctx: _Ctx, where: str) -> TensorProto:
         elif num == 9:
             if not isinstance(v, memoryview):
                 raise ProtobufError(f"load: {where}: raw_data is not bytes")
-            t.raw = v
+            t.raw = _aligned_in_place(v)
         elif num in (5, 7, 11):  # int32_data, int64_data, uint64_data (varints)
             if isinstance(v, memoryview):
                 ints.extend(packed_varints(v, w))
@@ -440,6 +462,8 @@ def tensor_array(t: TensorProto, where: str) -> np.ndarray:
             arr = np.array([signed64(v) for v in ints], dtype=np.int64).astype(dtype)
     if arr.size != count:
         raise ProtobufError(f"load: {where} {t.name!r}: {arr.size} values for dims {list(t.dims)}")
+    if not arr.flags.aligned:  # a small tensor or 8-byte values (see _aligned_in_place)
+        arr = arr.copy()
     arr = arr.reshape(t.dims)
     arr.flags.writeable = False
     return arr

@@ -50,6 +50,7 @@ __all__ = [
     "depthwise_sums",
     "exact_in_float32",
     "im2col",
+    "live_taps",
     "padded",
     "window_view",
 ]
@@ -281,3 +282,25 @@ def _row_layout(w: int, c: int, k_w: int, g: Geometry) -> tuple[int, np.ndarray,
         cols[j] = off * c, max(0, -off) * c, max(0, min(g.out_w, w - off)) * c
     cols.flags.writeable = False
     return max(1, min(g.out_w, -(-BLOCK // c))), cols, *activation_bounds(g.act)
+
+
+def live_taps(g: Geometry | None, shape: tuple[int, ...] | None, filter_shape: tuple[int, ...]
+              ) -> tuple[int, int, int, int] | None:
+    """``(i0, i1, j0, j1)``: the filter rows ``i0..i1`` and columns ``j0..j1`` (exclusive ends)
+    outside which every tap reads padding only, for every output; None when that is the whole
+    filter, when the geometry is not constant, or when dropping the leading taps would leave a
+    negative padding. (PP-OCRv3's recognizer runs 3x3 filters over 1024 channels on a one-row
+    input: two thirds of their products are with padding; ONNX Runtime skips them.)"""
+    if g is None or shape is None:
+        return None
+    in_h, in_w = (shape[2], shape[3]) if g.nchw else (shape[1], shape[2])
+
+    def span(k: int, out: int, stride: int, before: int, dil: int, size: int) -> tuple[int, int]:
+        used = [i for i in range(k) if any(0 <= o * stride - before + i * dil < size for o in range(out))]
+        return (used[0], used[-1] + 1) if used else (0, k)
+
+    i0, i1 = span(filter_shape[1], g.out_h, g.stride_h, g.top, g.dil_h, in_h)
+    j0, j1 = span(filter_shape[2], g.out_w, g.stride_w, g.left, g.dil_w, in_w)
+    if (i0, i1, j0, j1) == (0, filter_shape[1], 0, filter_shape[2]) or i0 * g.dil_h > g.top or j0 * g.dil_w > g.left:
+        return None
+    return i0, i1, j0, j1

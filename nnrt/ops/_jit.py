@@ -13,6 +13,11 @@ no lookup and a model prepared without numba simply runs the numpy path.
 
 Compiled functions are cached on disk by numba (``cache=True``: next to the module's
 ``__pycache__``, or under ``NUMBA_CACHE_DIR``), so only the first run on a machine compiles.
+
+A kernel whose whole run, for one static geometry, is a single call of a compiled core says so
+with ``set_core_call`` (a ``CoreCall``: the core and its arguments); the plan compiler then calls
+that core from one compiled function per plan instead of from Python
+(``nnrt.execution._compiled_plan``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from nnrt._log import get_logger
 
-__all__ = ["available", "compiled", "forced"]
+__all__ = ["Arg", "CoreCall", "available", "compiled", "core_call_of", "forced", "set_core_call"]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -94,6 +100,43 @@ def _compile(fn: Callable[..., Any], signature: str | None, fastmath: frozenset[
         get_logger("jit").warning("jit.compile_failed", function=fn.__qualname__, error=f"{type(exc).__name__}: {exc}"[:500])
         return None
     return hit
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """In a ``CoreCall``: the kernel's input ``index``, C-contiguous, reshaped to ``shape``."""
+
+    index: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CoreCall:
+    """A kernel's run as one call of a compiled core: ``core(*args)``, where an ``Arg`` stands
+    for one of the kernel's inputs and anything else is a constant (an array, read only, or a
+    numpy or Python scalar). The result, reshaped to the output operand's dimensions, is the
+    kernel's result bit for bit."""
+
+    core: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+#: What ``set_core_call`` attaches: the kernel's arguments (tensors not known before the run
+#: given as zeros of their static shape and type) -> its ``CoreCall``, or None when that run
+#: does not take a single core.
+CorePlanner = Callable[[tuple[Any, ...]], "CoreCall | None"]
+
+_CORE_CALL = "_nnrt_core_call"
+
+
+def set_core_call(kernel: Callable[..., Any], planner: CorePlanner) -> None:
+    """Declare that ``kernel`` runs as ``planner(args)`` describes (``CoreCall``)."""
+    setattr(kernel, _CORE_CALL, planner)
+
+
+def core_call_of(kernel: Callable[..., Any] | None) -> CorePlanner | None:
+    """The planner ``set_core_call`` attached to ``kernel``, or None."""
+    return getattr(kernel, _CORE_CALL, None)
 
 
 @contextmanager

@@ -35,10 +35,13 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops import _common
-from nnrt.ops._jit import compiled
+from nnrt.ops._jit import Arg, CoreCall, compiled, set_core_call
 from nnrt.ops._registry import Kernel, KernelResult, OpCall
 
-__all__ = ["conv_runner", "dequantize_runner", "fc_runner", "table_lookups", "quantize_runner"]
+__all__ = [
+    "OP_COPY", "OP_COPY_CONST", "OP_GATHER", "PROGRAM_WIDTH", "ProgramConstants", "conv_runner", "dequantize_runner",
+    "encode_core_call", "fc_runner", "program_runner", "quantize_runner", "set_lookup_call", "table_lookups",
+]
 
 #: CONV_2D runs (and FULLY_CONNECTED) of up to this many multiply-adds take the compiled core;
 #: larger ones the numpy kernel, whose float GEMM (BLAS) outruns the core's loops: int8 3x3
@@ -56,11 +59,19 @@ _G_BIAS = 13
 
 
 def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
+    """``_conv_q_into`` a fresh [N, OH, OW, Cout] array of ``x``'s dtype, returned."""
+    out = np.empty((x.shape[0], geo[_G_OH], geo[_G_OW], w.shape[3]), x.dtype)
+    _CORE_CONV_INTO(x, w, geo, scales, out)
+    return out
+
+
+def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
     """CONV_2D of NHWC 8-bit ``x`` with the centred int32 filter ``w`` [KH, KW, Cin, Cout]; when
     ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D with ``w`` [KH, KW, 1, Cout] (Cout = Cin x multiplier).
-    ``scales`` holds each output channel's real scale, then the output's scale. Returns a fresh
-    [N, OH, OW, Cout] array of ``x``'s dtype. Sums are int32 (the caller checks they fit); the
-    innermost loop runs along Cout, contiguous in ``w`` and in the accumulator (it vectorizes)."""
+    ``scales`` holds each output channel's real scale, then the output's scale. Writes ``out``
+    [N, OH, OW, Cout] (``x``'s dtype: a program passes its arena). Sums are int32 (the caller
+    checks they fit); the innermost loop runs along Cout, contiguous in ``w`` and in the
+    accumulator (it vectorizes)."""
     n, h, wd, cin = x.shape
     kh, kw, cout = w.shape[0], w.shape[1], w.shape[3]
     depthwise = geo[_G_DEPTHWISE] != 0
@@ -72,7 +83,6 @@ def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
     # (integer bounds: truncating then clipping is clipping then truncating)
     lo, hi = float(qmin - zout), float(qmax - zout)
     bias = geo[_G_BIAS:]
-    out = np.empty((n, oh, ow, cout), x.dtype)
     acc = np.empty(cout, np.int32)
     real = np.empty(cout, np.float64)
     xc = np.empty(cout if depthwise else cin, np.int32)
@@ -109,7 +119,6 @@ def _conv_q(x: Any, w: Any, geo: Any, scales: Any) -> Any:
                     real[c] = min(max(q, lo), hi)
                 for c in range(cout):
                     out[b, oy, ox, c] = int(real[c]) + zout
-    return out
 
 
 def _warm_input(dims: tuple[int, ...] | list[int], dtype: Any) -> np.ndarray:
@@ -188,6 +197,22 @@ def table_lookups(src: Operand, dst: Operand) -> tuple[Callable[[np.ndarray, np.
     return lookup_unary, lookup_binary
 
 
+def set_lookup_call(kernel: Kernel, table: np.ndarray, binary: bool = False) -> None:
+    """Declare (``set_core_call``) that ``kernel`` returns ``table`` at its input's bytes (or, with
+    ``binary``, at its two same-shaped inputs' byte pairs), as ``table_lookups``' compiled pass does."""
+    core = compiled(_lookup_q)
+    if core is None:
+        return
+
+    def planner(args: tuple[Any, ...]) -> CoreCall | None:
+        a, b = args[0], args[1] if binary else args[0]
+        if a.shape != b.shape:
+            return None
+        return CoreCall(core, (table, Arg(0, a.shape), Arg(1 if binary else 0, b.shape), binary))
+
+    set_core_call(kernel, planner)
+
+
 def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
     """The compiled QUANTIZE of a float32 input to an 8-bit type, or None (numpy kernel)."""
     core = compiled(_quantize_q)
@@ -205,6 +230,7 @@ def quantize_runner(call: OpCall, qrange: tuple[int, int]) -> Kernel | None:
         result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), scale, params, like)
         return result
 
+    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), scale, params, like)))
     return run
 
 
@@ -223,6 +249,7 @@ def dequantize_runner(call: OpCall) -> Kernel | None:
         result: np.ndarray = core(x if x.flags.c_contiguous else np.ascontiguousarray(x), zero, scale)
         return result
 
+    set_core_call(run, lambda args: CoreCall(core, (Arg(0, args[0].shape), zero, scale)))
     return run
 
 
@@ -253,9 +280,14 @@ class _Prepared:
         return geo
 
 
+_CORE_CONV_INTO: Any = None
+
+
 def _core() -> Callable[..., np.ndarray] | None:
     """The compiled ``_conv_q``, or None when compiled kernels are not in use."""
-    return compiled(_conv_q)
+    global _CORE_CONV_INTO
+    _CORE_CONV_INTO = compiled(_conv_q_into)  # what ``_conv_q`` calls (bound before it compiles)
+    return None if _CORE_CONV_INTO is None else compiled(_conv_q)
 
 
 def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray | float, qrange: tuple[int, int],
@@ -309,6 +341,11 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
             return fallback(x, *rest)
         return core(x if x.flags.c_contiguous else np.ascontiguousarray(x), wc, geo, scales_)
 
+    def core_call(args: tuple[Any, ...]) -> CoreCall | None:
+        geo = plan(args)
+        return None if geo is None else CoreCall(core, (Arg(0, args[0].shape), wc, geo, scales_))
+
+    set_core_call(run, core_call)
     return run
 
 
@@ -342,4 +379,222 @@ def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrang
         out: np.ndarray = core(np.ascontiguousarray(x.reshape(rows, 1, 1, size)), wc, geo, scales_)
         return out.reshape(rows, units)
 
+    def core_call(args: tuple[Any, ...]) -> CoreCall | None:
+        x = args[0]
+        rows = x.size // check(x, args[1], args[2])
+        if rows * wc.size > CONV_MAX_MACS:
+            return None
+        return CoreCall(core, (Arg(0, (rows, 1, 1, x.size // rows)), wc, geo, scales_))
+
+    set_core_call(run, core_call)
     return run
+
+
+# -- programs: a plan segment's cores run by one compiled loop ----------------------------------
+#
+# ``nnrt.execution._compiled_plan`` lowers a run of plan steps to a program: rows of int64
+# (``PROGRAM_WIDTH`` wide) that ``_run_program`` executes over one fresh byte arena holding
+# every value of the segment at a fixed offset, the segment's inputs first (given as one bytes
+# object). Constants live in four buffers (bytes, int32, int64, float64: ``ProgramConstants``).
+# The loop has one signature whatever the model, so it is compiled once per machine (cached by
+# numba like the cores; in this file, so that a change of a core invalidates it too): preparing
+# a new model compiles nothing. (A function generated per model and calling the cores would
+# recompile them all into its own machine code: 5-7 s per model, measured.)
+
+PROGRAM_WIDTH = 20
+OP_COPY, OP_COPY_CONST, OP_GATHER, OP_CONV, OP_QUANTIZE, OP_DEQUANTIZE, OP_LOOKUP = range(7)
+
+def _put(arena: Any, at: Any, result: Any) -> None:
+    flat = result.reshape(-1).view(np.uint8)
+    arena[at:at + flat.size] = flat
+
+
+def _run_program(prog: Any, inputs: Any, size: Any, kb: Any, ki32: Any, ki64: Any, kf64: Any) -> Any:
+    """A fresh arena of ``size`` bytes starting with ``inputs``, after running ``prog`` over it
+    (see above); each row: opcode, then its operands. Each kind of row is a function of its own:
+    the views a row makes then live in one straight block, where numba drops their reference
+    counts (made in this loop, they cost two atomic updates each: about 1 us a program)."""
+    arena = np.empty(size, np.uint8)
+    for i in range(len(inputs)):
+        arena[i] = inputs[i]
+    for r in range(prog.shape[0]):
+        op = prog[r, 0]
+        if op == OP_COPY:
+            _ROW_COPY(prog, r, arena, arena)
+        elif op == OP_COPY_CONST:
+            _ROW_COPY(prog, r, arena, kb)
+        elif op == OP_GATHER:
+            _ROW_GATHER(prog, r, arena, ki64)
+        elif op == OP_CONV:
+            _ROW_CONV(prog, r, arena, ki32, ki64, kf64)
+        elif op == OP_QUANTIZE:
+            _ROW_QUANTIZE(prog, r, arena, ki64, kf64)
+        elif op == OP_DEQUANTIZE:
+            _ROW_DEQUANTIZE(prog, r, arena, kf64)
+        elif op == OP_LOOKUP:
+            _ROW_LOOKUP(prog, r, arena, kb)
+    return arena
+
+
+def _row_copy(prog: Any, r: Any, arena: Any, source: Any) -> None:
+    """dst, src (in ``source``), bytes; never overlapping. A loop over two views: 30 ns a copy,
+    where slice assignment (which checks for overlap) takes 100 and a loop indexing the arena
+    twice 160 (not vectorized)."""
+    n = prog[r, 3]
+    dst, src = arena[prog[r, 1]:prog[r, 1] + n], source[prog[r, 2]:prog[r, 2] + n]
+    for i in range(n):
+        dst[i] = src[i]
+
+
+def _row_gather(prog: Any, r: Any, arena: Any, ki64: Any) -> None:
+    """dst, src, item bytes, count, index map (in ``ki64``)."""
+    d, s, size, count, m = prog[r, 1], prog[r, 2], prog[r, 3], prog[r, 4], prog[r, 5]
+    for i in range(count):
+        at = s + ki64[m + i] * size
+        for k in range(size):
+            arena[d + i * size + k] = arena[at + k]
+
+
+def _row_conv(prog: Any, r: Any, arena: Any, ki32: Any, ki64: Any, kf64: Any) -> None:
+    """signed, x, n, h, w, c, filter (ki32), kh, kw, ci, co, geo, its length, scales, their length, out."""
+    p = prog[r]
+    x, n, h, w, c = p[2], p[3], p[4], p[5], p[6]
+    wt = ki32[p[7]:p[7] + p[8] * p[9] * p[10] * p[11]].reshape((p[8], p[9], p[10], p[11]))
+    geo, scales = ki64[p[12]:p[12] + p[13]], kf64[p[14]:p[14] + p[15]]
+    src = arena[x:x + n * h * w * c]
+    dst = arena[p[16]:p[16] + n * geo[_G_OH] * geo[_G_OW] * p[11]]
+    shape = (n, geo[_G_OH], geo[_G_OW], p[11])
+    if p[1]:
+        _CORE_CONV(src.view(np.int8).reshape((n, h, w, c)), wt, geo, scales, dst.view(np.int8).reshape(shape))
+    else:
+        _CORE_CONV(src.reshape((n, h, w, c)), wt, geo, scales, dst.reshape(shape))
+
+
+def _row_quantize(prog: Any, r: Any, arena: Any, ki64: Any, kf64: Any) -> None:
+    """signed out, x (float32), count, scale (kf64), params (ki64, 4), out."""
+    p = prog[r]
+    src = arena[p[2]:p[2] + 4 * p[3]].view(np.float32)
+    scale, params = np.float32(kf64[p[4]]), ki64[p[5]:p[5] + 4]
+    # into bytes whatever the output's signedness (an int8 value stored as uint8 keeps its bits):
+    # one compiled variant of the core, not two
+    _CORE_PUT(arena, p[6], _CORE_QUANTIZE(src, scale, params, np.empty(0, np.uint8)))
+
+
+def _row_dequantize(prog: Any, r: Any, arena: Any, kf64: Any) -> None:
+    """signed in, x, count, zero point (kf64), scale (kf64), out."""
+    p = prog[r]
+    src = arena[p[2]:p[2] + p[3]]
+    zero, scale = np.float32(kf64[p[4]]), np.float32(kf64[p[5]])
+    if p[1]:
+        _CORE_PUT(arena, p[6], _CORE_DEQUANTIZE(src.view(np.int8), zero, scale))
+    else:
+        _CORE_PUT(arena, p[6], _CORE_DEQUANTIZE(src, zero, scale))
+
+
+def _row_lookup(prog: Any, r: Any, arena: Any, kb: Any) -> None:
+    """signed table, a, b, count, table (kb), table length, pairs, out."""
+    p = prog[r]
+    first, second = arena[p[2]:p[2] + p[4]], arena[p[3]:p[3] + p[4]]
+    table = kb[p[5]:p[5] + p[6]]
+    _CORE_PUT(arena, p[8], _CORE_LOOKUP(table, first, second, p[7] != 0))  # the table's bytes, as bytes
+
+
+_CORE_CONV: Any = None
+_CORE_QUANTIZE: Any = None
+_CORE_DEQUANTIZE: Any = None
+_CORE_LOOKUP: Any = None
+_CORE_PUT: Any = None
+_ROW_COPY: Any = None
+_ROW_GATHER: Any = None
+_ROW_CONV: Any = None
+_ROW_QUANTIZE: Any = None
+_ROW_DEQUANTIZE: Any = None
+_ROW_LOOKUP: Any = None
+
+
+def program_runner() -> Callable[..., Any] | None:
+    """The compiled ``_run_program`` (its cores and rows bound), or None when compiled kernels are not in use."""
+    global _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT
+    global _ROW_COPY, _ROW_GATHER, _ROW_CONV, _ROW_QUANTIZE, _ROW_DEQUANTIZE, _ROW_LOOKUP
+    cores = (_core() and compiled(_conv_q_into), compiled(_quantize_q), compiled(_dequantize_q), compiled(_lookup_q),
+             compiled(_put))
+    rows = (compiled(_row_copy), compiled(_row_gather), compiled(_row_conv), compiled(_row_quantize),
+            compiled(_row_dequantize), compiled(_row_lookup))
+    if any(c is None for c in cores + rows):
+        return None
+    _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP, _CORE_PUT = cores
+    _ROW_COPY, _ROW_GATHER, _ROW_CONV, _ROW_QUANTIZE, _ROW_DEQUANTIZE, _ROW_LOOKUP = rows
+    return compiled(_run_program)
+
+
+class ProgramConstants:
+    """The constant buffers of a program: bytes, int32, int64 and float64 (each array once)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {"uint8": [], "int32": [], "int64": [], "float64": []}
+        self.sizes = dict.fromkeys(self.parts, 0)
+        self._seen: dict[tuple[int, str], int] = {}
+        self._alive: list[Any] = []  # what ``_seen`` keys on, kept alive so that no id is reused
+
+    def add(self, value: Any, kind: str) -> int:
+        """Offset (in items of ``kind``) of ``value``'s items converted exactly to ``kind``."""
+        key = (id(value), kind)
+        if key in self._seen:
+            return self._seen[key]
+        arr = np.ascontiguousarray(value).reshape(-1)
+        if kind == "uint8":
+            arr = arr.view(np.uint8)
+        else:
+            conv = arr.astype(kind)
+            if not np.array_equal(conv, arr):
+                raise ValueError(f"constant of {arr.dtype} does not convert exactly to {kind}")
+            arr = conv
+        at = self._seen[key] = self.sizes[kind]
+        self._alive.append(value)
+        self.parts[kind].append(arr)
+        self.sizes[kind] += arr.size
+        return at
+
+    def buffers(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.concatenate(p) if p else np.zeros(1, k) for k, p in self.parts.items())
+
+
+def encode_core_call(call: CoreCall, ins: list[tuple[int, np.dtype[Any]]], out: int,
+                     consts: ProgramConstants) -> list[int] | None:
+    """The program row running ``call``, its ``Arg`` inputs at the arena offsets ``ins`` (offset
+    and dtype, in ``Arg`` order) and its result at offset ``out``; None when the program does not
+    run this call."""
+    fn, args = getattr(call.core, "py_func", None), call.args
+    eight = (np.dtype(np.int8), np.dtype(np.uint8))
+    shapes = [a.shape for a in args if isinstance(a, Arg)]
+    if any(dt not in eight and dt != np.float32 for _, dt in ins):
+        return None
+    if fn is _conv_q:
+        _, w, geo, scales = args
+        if len(shapes[0]) != 4 or ins[0][1] not in eight:
+            return None
+        return [OP_CONV, _signed(ins[0][1]), ins[0][0], *shapes[0], consts.add(w, "int32"), *w.shape,
+                consts.add(geo, "int64"), geo.size, consts.add(scales, "float64"), scales.size, out]
+    if fn is _quantize_q:
+        _, scale, params, like = args
+        if like.dtype not in eight or ins[0][1] != np.float32:
+            return None
+        return [OP_QUANTIZE, _signed(like.dtype), ins[0][0], math.prod(shapes[0]),
+                consts.add(np.array([scale], np.float64), "float64"), consts.add(params, "int64"), out]
+    if fn is _dequantize_q:
+        _, zero, scale = args
+        if ins[0][1] not in eight:
+            return None
+        return [OP_DEQUANTIZE, _signed(ins[0][1]), ins[0][0], math.prod(shapes[0]),
+                consts.add(np.array([zero], np.float64), "float64"), consts.add(np.array([scale], np.float64), "float64"), out]
+    if fn is _lookup_q:
+        table, _, _, pairs = args
+        if table.dtype not in eight or any(dt not in eight for _, dt in ins):
+            return None
+        return [OP_LOOKUP, _signed(table.dtype), ins[0][0], ins[1][0], math.prod(shapes[0]),
+                consts.add(table, "uint8"), table.size, int(pairs), out]
+    return None
+
+
+def _signed(dtype: Any) -> int:
+    return int(np.dtype(dtype) == np.int8)

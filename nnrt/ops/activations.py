@@ -29,7 +29,7 @@ from nnrt.ops._common import (
 )
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_float import PRELU_F32, UNARY_F32, hard_swish_f32, prelu_f32
-from nnrt.ops._jit_quant import table_lookups
+from nnrt.ops._jit_quant import set_lookup_call, table_lookups
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -73,6 +73,7 @@ def _elementwise(in_op: Operand, out_op: Operand, fn: RealFn) -> Kernel:
         def run_quant(x: np.ndarray) -> np.ndarray:
             return lookup(table, x)
 
+        set_lookup_call(run_quant, table)
         return run_quant
 
     def run(x: np.ndarray) -> np.ndarray:

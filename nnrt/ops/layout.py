@@ -17,6 +17,7 @@ and again at run time.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from nnrt.ops.shape import (
     DATA_INT_TYPES,
     DATA_TYPES,
     all_const,
+    by_shape,
     int_list,
     known_dims,
     same_io,
@@ -273,6 +275,17 @@ def pad_copy(x: np.ndarray, pads: Sequence[tuple[int, int]], fill: Any) -> np.nd
 _MIRROR_MODES = {0: ("reflect", 1), 1: ("symmetric", 0)}
 
 
+@functools.lru_cache(maxsize=256)
+def _mirror_index(size: int, lo: int, hi: int, symmetric: bool) -> np.ndarray:
+    """Source positions of one mirror-padded axis: ``lo`` mirrored before the ``size`` values,
+    ``hi`` after (REFLECT leaves the edge value out of the mirror, SYMMETRIC repeats it)."""
+    i = np.arange(-lo, size + hi)
+    edge = 1 if symmetric else 0
+    idx = np.where(i < 0, -i - edge, np.where(i >= size, 2 * size - 2 + edge - i, i))
+    idx.flags.writeable = False
+    return idx
+
+
 @kernel(Op.MIRROR_PAD)
 def prepare_mirror_pad(call: OpCall) -> Kernel:
     call.expect_counts(3, 1)
@@ -283,21 +296,31 @@ def prepare_mirror_pad(call: OpCall) -> Kernel:
     call.expect_type(2, T.INT32)
     src, dst = call.inputs[0], call.outputs[0]
 
-    def plan(shape: Sequence[int], paddings: Any, mode: Any) -> tuple[list[tuple[int, int]], str]:
+    def plan(shape: Sequence[int], paddings: Any, mode: Any) -> list[tuple[int, np.ndarray]]:
+        """(axis, source positions) of each padded axis, after the checks."""
         if int(mode) not in _MIRROR_MODES:
             call.fail(f"input 2: mode {mode} is not REFLECT (0) or SYMMETRIC (1)")
         name, limit = _MIRROR_MODES[int(mode)]
-        return _pad_plan(call, shape, paddings, limit), name
+        pads = _pad_plan(call, shape, paddings, limit)
+        check_result_size(call, [d + lo + hi for d, (lo, hi) in zip(shape, pads)], dst.type.dtype)
+        return [(axis, _mirror_index(shape[axis], lo, hi, name == "symmetric"))
+                for axis, (lo, hi) in enumerate(pads) if lo or hi]
 
     dims = known_dims(src)
-    if dims is not None and all_const(call, 1, 2):
-        plan(dims, call.const(1), call.const(2))
+    fixed = None
+    if all_const(call, 1, 2):
+        if dims is not None:
+            plan(dims, call.const(1), call.const(2))
+        fixed = by_shape(lambda shape: plan(shape, call.const(1), call.const(2)))
 
     def run(x: np.ndarray, paddings: np.ndarray, mode: int) -> np.ndarray:
-        pads, name = plan(x.shape, paddings, mode)
-        check_result_size(call, [d + lo + hi for d, (lo, hi) in zip(x.shape, pads)], dst.type.dtype)
+        gathers = fixed(x.shape) if fixed is not None else plan(x.shape, paddings, mode)
         y = output_values(x, src, dst)
-        return np.pad(y, pads, mode="reflect") if name == "reflect" else np.pad(y, pads, mode="symmetric")
+        # One gather per padded axis, as np.pad mirrors axis by axis (its generic path took
+        # 30-40 us for silero's [1, 1, 512] input).
+        for axis, idx in gathers:
+            y = np.take(y, idx, axis=axis)
+        return y if y is not x else y.copy()
 
     return run
 

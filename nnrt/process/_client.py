@@ -68,8 +68,8 @@ import nnrt
 from nnrt._log import get_logger
 from nnrt.burst._packet import MalformedPacketError, packet_id
 from nnrt.errors import DeadObjectError, GeneralFailureError, NnrtError
-from nnrt.process._fmq import Channel, Poller
-from nnrt.process._transport import decode_outputs
+from nnrt.process._fmq import Channel, Poller, Ring
+from nnrt.process._transport import Expect, read_result
 from nnrt.process._wire import encode_frame, error_from, recv_frame, send_frame, write_frame
 
 __all__ = ["ServiceProcess"]
@@ -101,13 +101,15 @@ class ServiceProcess:
                  on_death: Callable[[str], None] | None = None, ring_bytes: int = 0, poll_us: float = 0.0) -> None:
         self.hang_timeout = hang_timeout
         self.poller = Poller(poll_us * 1e-6)
-        self._ring_ids: dict[int, Any] = {}  # request id -> output dtypes, for executions on the rings
+        self._ring_ids: dict[int, Expect] = {}  # request id -> what its result is read with, for executions on the rings
         self._consumer: Any = None  # who reads the result ring now: an event loop, a thread id, or None
         self._attached = False  # the consumer loop watches the doorbell with add_reader
         self._drain_lock = threading.Lock()
         self._last_drain = time.monotonic()
         #: Executions sent on the rings and over the socket; drains the reader thread had to do.
         self.ring_sent = self.socket_sent = self.rescues = 0
+        self.bells_batched = 0  # doorbells rung once for several requests (``_ring_later``)
+        self._bell_due: asyncio.AbstractEventLoop | None = None  # the loop a batched ring is due on
         self._on_death = on_death
         self._pending: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
@@ -215,41 +217,72 @@ class ServiceProcess:
     def new_id(self) -> int:
         return next(self._ids)
 
-    def _ring_submit(self, waiter: _Waiter, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> bool:
-        """Put a request on the request ring; False (nothing sent) when it does not fit now."""
+    def _ring_submit(self, waiter: _Waiter, rid: int, write: Callable[[Ring], bool], expect: Expect,
+                     loop: asyncio.AbstractEventLoop | None = None) -> bool | None:
+        """Put a request on the request ring (``write`` writes it, under the producer's lock);
+        None (nothing sent) when it does not fit now, else whether the service was awake (it
+        polls or runs: no doorbell was needed). From an event loop with other requests
+        outstanding, the doorbell is rung once for all the requests this pass of the loop
+        makes (``_ring_later``): each ring of a sleeping service costs the app tens of
+        microseconds (the kernel wakes it on the caller's time)."""
         ch = self.channel
         with self._lock:
             if self.dead_reason or self._closing:
                 raise DeadObjectError(self._dead_message())
-            if ch is None or nbytes > ch.requests.max_packet:
-                return False
+            if ch is None or ch.closed:
+                return None
             self._pending[rid] = waiter
-            self._ring_ids[rid] = dtypes
-            if ch.closed or not ch.requests.try_write(parts, nbytes):  # under the lock: one producer at a time
+            self._ring_ids[rid] = expect
+            try:
+                written = write(ch.requests)  # under the lock: one producer at a time
+            except BaseException:  # nothing was published: nobody will answer it
                 del self._pending[rid], self._ring_ids[rid]
-                return False
+                raise
+            if not written:
+                del self._pending[rid], self._ring_ids[rid]
+                return None
             self.ring_sent += 1
-        ch.request_bell.ring(ch.requests)
+            later = loop is not None and len(self._ring_ids) > 1
+            if later:  # (a ring due on another loop may never run: that loop may have closed)
+                due, self._bell_due = self._bell_due is loop, loop
+        if later:
+            if not due:
+                loop.call_soon(self._ring_later)  # type: ignore[union-attr]
+            awake = False
+        else:
+            awake = not ch.request_bell.ring(ch.requests)
         if self._releases:
             self._flush_releases()
-        return True
+        return awake
 
-    async def ring_call(self, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> tuple[bool, Any]:
+    def _ring_later(self) -> None:
+        """Ring the request doorbell for the requests a pass of the event loop made."""
+        self._bell_due = None
+        ch = self.channel
+        if ch is not None and not ch.closed:
+            self.bells_batched += 1
+            ch.request_bell.ring(ch.requests)
+
+    async def ring_call(self, rid: int, write: Callable[[Ring], bool], expect: Expect) -> tuple[bool, Any]:
         """Execute through the rings: ``(True, (outputs, device_ns))``, or ``(False, None)``
         when the request did not fit (send it over the socket). Never blocks the loop beyond
         the polling window."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        if not self._ring_submit((loop, fut), rid, parts, nbytes, dtypes):
+        awake = self._ring_submit((loop, fut), rid, write, expect, loop)
+        if awake is None:
             return False, None
-        with self._lock:
-            if self._consumer is not loop and self._claimable():
-                self._claim(loop)
-            mine = self._consumer is loop
-            alone = mine and len(self._ring_ids) == 1
+        if self._consumer is not loop:  # (the loop keeps the role: usually no lock needed here)
+            with self._lock:
+                if self._consumer is not loop and self._claimable():
+                    self._claim(loop)
+        mine = self._consumer is loop
+        alone = mine and len(self._ring_ids) == 1
         try:
-            if alone and self.poller.should():
-                self._spin(lambda: fut.done())
+            if alone:  # the only request outstanding: its answer is all this loop waits for
+                window = self.poller.should(awake)
+                if window:
+                    self._spin(fut.done, window)
             if mine and not fut.done():
                 self._settle(loop)
                 if self.channel is not None and self.channel.results.readable():
@@ -278,13 +311,13 @@ class ServiceProcess:
                 old.remove_reader(ch.res_fd)
         ch.results.set_sleeping(True)  # whatever the last consumer left: ring the new one
 
-    def _spin(self, done: Callable[[], bool]) -> None:
-        """The consumer polls the result ring for the window (the service need not ring)."""
+    def _spin(self, done: Callable[[], bool], window: float) -> None:
+        """The consumer polls the result ring for ``window`` seconds (the service need not ring)."""
         ch = self.channel
         assert ch is not None
         ring = ch.results
         ring.set_sleeping(False)
-        end = time.perf_counter() + self.poller.window
+        end = time.perf_counter() + window
         while not done() and time.perf_counter() < end:
             if ring.readable():
                 self._drain()
@@ -324,10 +357,11 @@ class ServiceProcess:
             self._drain()
             loop.call_soon(self._doze, loop)
 
-    def ring_call_sync(self, rid: int, parts: list[Any], nbytes: int, dtypes: Any) -> tuple[bool, Any]:
+    def ring_call_sync(self, rid: int, write: Callable[[Ring], bool], expect: Expect) -> tuple[bool, Any]:
         """``ring_call`` for a thread that may block (``execute_sync``)."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if not self._ring_submit(fut, rid, parts, nbytes, dtypes):
+        awake = self._ring_submit(fut, rid, write, expect)
+        if awake is None:
             return False, None
         me = threading.get_ident()
         ch = self.channel
@@ -338,14 +372,14 @@ class ServiceProcess:
                     self._claim(me)
                 own_loop = self._consumer is not None and self._consumer is asyncio._get_running_loop()
             if own_loop:  # called from the consumer loop's own thread: it cannot drain while we block it
-                self._consume(ch, fut)
+                self._consume(ch, fut, awake)
                 continue
             if self._consumer != me:
                 with contextlib.suppress(concurrent.futures.TimeoutError):
                     fut.result(timeout=0.01)  # another consumer drains; look at the role again soon
                 continue
             try:
-                self._consume(ch, fut)
+                self._consume(ch, fut, awake)
             finally:
                 with self._lock:
                     if self._consumer == me:
@@ -360,11 +394,12 @@ class ServiceProcess:
             raise payload if isinstance(payload, NnrtError) else error_from(payload)
         return True, payload
 
-    def _consume(self, ch: Channel, fut: concurrent.futures.Future[Any]) -> None:
+    def _consume(self, ch: Channel, fut: concurrent.futures.Future[Any], awake: bool) -> None:
         """Drain the result ring until ``fut`` is done: poll, then block on the doorbell
         (bounded waits: a death or a closed channel ends it)."""
-        if self.poller.should():
-            self._spin(fut.done)
+        window = self.poller.should(awake) if len(self._ring_ids) == 1 else 0.0
+        if window:
+            self._spin(fut.done, window)
         while not fut.done() and not ch.closed:
             if not ch.results.set_sleeping(True):
                 ch.result_bell.wait(0.05)
@@ -412,10 +447,9 @@ class ServiceProcess:
                     break
                 rid = packet_id(pkt)
                 try:
-                    with self._lock:
-                        dtypes = self._ring_ids.get(rid)
-                    if dtypes is not None:
-                        done.append(decode_outputs(pkt, dtypes))
+                    expect = self._ring_ids.get(rid)  # one dict read: atomic, no lock needed
+                    if expect is not None:
+                        done.append(read_result(pkt, expect))
                 except MalformedPacketError as err:
                     done.append((rid, False, err))
                 finally:

@@ -69,7 +69,6 @@ from nnrt.process._arena import Arena
 from nnrt.process._buffers import RemoteBuffer
 from nnrt.process._client import ServiceProcess
 from nnrt.process._driver import RemoteDriver, service_plan
-from nnrt.process._transport import io_dtypes
 from nnrt.process._wire import (
     model_from_wire,
     model_to_wire,
@@ -380,7 +379,6 @@ class ProcessDevice(Device):
         service when collected, re-prepared by a restart."""
         self._drivers.add(driver)
         driver.set_outputs(model)
-        driver.dtypes = io_dtypes(model)
         prepared = PreparedModel(driver, model, service_plan(model, driver), preference=pref, priority=prio, app=driver.app)
         weakref.finalize(prepared, driver.release)
         return prepared

@@ -13,7 +13,7 @@ the calling thread (``execute_sync`` outside a loop).
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Hashable
+from collections.abc import Callable, Generator, Hashable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +23,8 @@ from nnrt.execution import DELEGATE, DELEGATED, ExecContext, Plan, Step
 from nnrt.execution._plan import _fetcher
 from nnrt.model import Model
 from nnrt.process._client import ServiceProcess
-from nnrt.process._transport import encode_execute
+from nnrt.process._fmq import Ring
+from nnrt.process._transport import Expect, RequestForm, ResultForm, encode_execute, io_dtypes, request_form
 from nnrt.process._wire import ARENA_MIN_BYTES, InPlace, PoolRef, encode_args, encode_outputs
 from nnrt.types import OperationType, Priority
 
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["RemoteDriver", "service_plan"]
 
 _Gen = Generator[int, None, list[Any]]
+#: Request forms a prepared model keeps (one per input shapes seen; cleared when full).
+MAX_FORMS = 16
 
 
 def service_plan(model: Model, driver: RemoteDriver) -> Plan:
@@ -62,6 +65,9 @@ class RemoteDriver:
         self.buffer_domain = device  # its prepared models take the device's buffers (``domain_of``)
         self.out_specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
         self.dtypes: tuple[list[Any], list[Any]] = ([], [])
+        #: The result form of a success when every output's shape is known (``set_outputs``).
+        self.result_form: ResultForm | None = None
+        self._forms: dict[tuple[Any, ...], RequestForm | None] = {}  # (app, *input shapes) -> form
 
     def __repr__(self) -> str:
         return f"<RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -70,11 +76,13 @@ class RemoteDriver:
         """Prepare the model on ``service`` (the first time)."""
         self.handle, self.cost_ns = await service.call("prepare", self.app, self.wire, self.options)
         self.service = service
+        self._forms.clear()  # they carry the handle
 
     def reprepare_sync(self, service: ServiceProcess) -> None:
         """Prepare the model again on a new ``service`` (after a restart; blocking)."""
         self.handle, self.cost_ns = service.call_sync("prepare", self.app, self.wire, self.options)
         self.service = service
+        self._forms.clear()  # they carry the handle
 
     def release(self) -> None:
         service = self.service
@@ -96,8 +104,13 @@ class RemoteDriver:
         return False
 
     def set_outputs(self, model: Model) -> None:
-        """Which outputs may come back through the arena: (dtype, dims) of each output of a
-        known size of at least ``ARENA_MIN_BYTES``, else None."""
+        """The model's input and output dtypes, the result form of a success when every output's
+        shape is known, and which outputs may come back through the arena: (dtype, dims) of
+        each output of a known size of at least ``ARENA_MIN_BYTES``, else None."""
+        self.dtypes = io_dtypes(model)
+        outs = [model.operands[i] for i in model.output_indexes]
+        if all(op.fully_specified for op in outs):
+            self.result_form = ResultForm([op.dimensions for op in outs], self.dtypes[1])
         specs: list[tuple[np.dtype[Any], tuple[int, ...]] | None] = []
         for i in model.output_indexes:
             op = model.operands[i]
@@ -113,17 +126,51 @@ class RemoteDriver:
         _step, args = ctx.handoff
         return list(args)
 
-    def _packet(self, service: ServiceProcess, args: list[Any], ctx: ExecContext,
-                app: Hashable) -> tuple[int, list[Any], int, list[tuple[int, int]]] | None:
-        """The request as a ring packet (``nnrt.process._transport``), or None: the socket
-        (outputs the service writes in place, into the caller's pool or the arena, travel as
-        the socket's ``PoolRef``/``BufRef``: not on the rings)."""
-        if service.channel is None or type(app) is not str or self.out_specs or encode_outputs(ctx.outputs) is not None:
+    def _packet(self, service: ServiceProcess, args: list[Any], ctx: ExecContext, app: Hashable
+                ) -> tuple[int, Callable[[Ring], bool], Expect, list[tuple[int, int]]] | None:
+        """The request as a ring packet (``nnrt.process._transport``): its id, what writes it
+        into the ring, what reads its result, and the arena blocks it holds; or None: the socket
+        (outputs that come back through the arena, or that go into device buffers or mapped
+        files, travel as the socket's ``PoolRef``/``BufRef``). Plain small inputs take the
+        request's form (built once per input shapes), written in place; others are packed in
+        full, outputs the service writes into shared-memory segments as pool locations."""
+        if service.channel is None or type(app) is not str or self.out_specs:
             return None
         rid = service.new_id()
-        packed = encode_execute(rid, self.handle, app, args, ctx.deadline, ctx.loop_timeout, self.dtypes[0],
-                                len(self.dtypes[1]), self.arena)
-        return None if packed is None else (rid, *packed)
+        deadline, loop_timeout = ctx.deadline, ctx.loop_timeout
+        refs = encode_outputs(ctx.outputs)
+        if refs is None:
+            form = self._form(args, app)
+            if form is not None:
+                into = ctx.outputs
+                expect = form.expect if into is None else form.expect._replace(into=into)
+                return rid, lambda ring: form.write(ring, rid, args, deadline, loop_timeout), expect, []
+        packed = encode_execute(rid, self.handle, app, args, deadline, loop_timeout, self.dtypes[0],
+                                len(self.dtypes[1]), self.arena, refs)
+        if packed is None:
+            return None
+        parts, nbytes, blocks = packed
+        in_place = None if refs is None else [r is not None for r in refs]
+        return rid, lambda ring: ring.try_write(parts, nbytes), Expect(self.dtypes[1], in_place=in_place), blocks
+
+    def _form(self, args: list[Any], app: str) -> RequestForm | None:
+        """The request form for these values' shapes (made on first use), or None."""
+        key: list[Any] = [app]
+        for v in args:
+            if v is None:
+                key.append(None)
+            elif type(v) is np.ndarray:
+                key.append(v.shape)
+            else:
+                return None
+        sig = tuple(key)
+        form = self._forms.get(sig)
+        if form is None and sig not in self._forms:
+            if len(self._forms) >= MAX_FORMS:
+                self._forms.clear()
+            form = self._forms[sig] = request_form(self.handle, app, args, self.dtypes[0], self.dtypes[1],
+                                                   self.result_form)
+        return form
 
     def _request(self, args: list[Any], ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]
                  ) -> tuple[tuple[Any, ...], list[tuple[int, int]]]:
@@ -161,8 +208,8 @@ class RemoteDriver:
             values = self._args(gen, ctx)
             packet = self._packet(service, values, ctx, app)
             if packet is not None:
-                rid, parts, nbytes, blocks = packet
-                sent, reply = service.ring_call_sync(rid, parts, nbytes, self.dtypes[1])
+                rid, write, expect, blocks = packet
+                sent, reply = service.ring_call_sync(rid, write, expect)
                 if sent:
                     ring_outputs, ring_ns = reply
                     return _finish(gen, ctx, ring_outputs, ring_ns, staged)
@@ -183,8 +230,8 @@ class RemoteDriver:
             values = self._args(gen, ctx)
             packet = self._packet(service, values, ctx, app)
             if packet is not None:
-                rid, parts, nbytes, blocks = packet
-                sent, reply = await service.ring_call(rid, parts, nbytes, self.dtypes[1])
+                rid, write, expect, blocks = packet
+                sent, reply = await service.ring_call(rid, write, expect)
                 if sent:
                     ring_outputs, ring_ns = reply
                     return _finish(gen, ctx, ring_outputs, ring_ns, staged)

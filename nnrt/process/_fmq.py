@@ -81,28 +81,46 @@ def full_fence() -> None:
 
 
 class Poller:
-    """Whether polling a ring pays, learnt from how it went (as an adaptive mutex spins).
+    """How long to poll a ring now, learnt from how it went (as an adaptive mutex spins).
 
     A poll *pays* when the awaited packet came within the window: the peer ran on another core
     meanwhile. On a machine whose cores are all busy it does not (the spinner takes the core its
     peer needs: ``benchmarks/fmq.py``, p99 in milliseconds) and sleeping on the doorbell is
-    better. ``should()`` says poll while the recent hit rate (a moving average) is at least a
-    half, and otherwise one time in 16, to notice when cores come free again. The machine's
-    load average cannot decide this: the two processes' own polling counts in it.
+    better. ``should(peer_awake)`` answers the window to poll (0: do not): the whole window
+    while the recent hit rate (a moving average) is at least a half, or at least ``AWAKE_SCORE``
+    when the peer is awake now (its ring's *sleeping* word is clear: it is running or polling,
+    so an answer is near); otherwise one time in ``PROBE_EVERY`` a probe of ``PROBE`` windows, to
+    notice when cores come free again (rarely: on a saturated machine a probe is CPU burnt,
+    ~3 us per call on average at 1 in 64). A probe is longer than a window because when both sides slept, the
+    answer it waits for includes waking the peer (~45 us on this VM): a probe of one window
+    could never hit, and both sides would sleep for good. The machine's load average cannot
+    decide any of this: the two processes' own polling counts in it.
     """
+
+    AWAKE_SCORE = 0.2
+    PROBE = 4
+    PROBE_EVERY = 64
 
     def __init__(self, window: float) -> None:
         self.window = window if STRONGLY_ORDERED else 0.0
         self._score = 1.0
         self._count = 0
+        #: Polls made (probes included) and polls that paid.
+        self.polls = self.hits = 0
 
-    def should(self) -> bool:
+    def should(self, peer_awake: bool = False) -> float:
+        """Seconds to poll now (0.0: sleep on the doorbell at once)."""
         if self.window <= 0:
-            return False
+            return 0.0
+        score = self._score
+        if score >= 0.5 or (peer_awake and score >= self.AWAKE_SCORE):
+            return self.window
         self._count += 1
-        return self._score >= 0.5 or self._count % 16 == 0
+        return self.window * self.PROBE if self._count % self.PROBE_EVERY == 0 else 0.0
 
     def record(self, hit: bool) -> None:
+        self.polls += 1
+        self.hits += hit
         self._score = 0.75 * self._score + (0.25 if hit else 0.0)
 
 
@@ -123,42 +141,57 @@ class Ring:
         self.capacity = capacity
         self.max_packet = capacity // 2 - _HEADER
         self._ctl = buf[:CONTROL_BYTES].cast("Q")
-        self._data = buf[CONTROL_BYTES : CONTROL_BYTES + capacity]
-        self._words = self._data.cast("Q")
+        #: The data area (a producer writes a packet's bytes here at ``begin_write``'s offset).
+        self.data = buf[CONTROL_BYTES : CONTROL_BYTES + capacity]
+        self._words = self.data.cast("Q")
         self._mask = capacity - 1
         self._next = 0  # the consumer's read position after the packet ``peek`` returned
+        self._pending = 0  # the producer's write position after the packet ``begin_write`` reserved
 
     def release(self) -> None:
         """Drop the views (so the mapping can be closed)."""
         self._ctl.release()
         self._words.release()
-        self._data.release()
+        self.data.release()
 
     # -- producer ---------------------------------------------------------------------------
 
-    def try_write(self, parts: Sequence[Any], nbytes: int) -> bool:
-        """Write one packet made of ``parts`` (bytes-like, ``nbytes`` in all) and publish it;
-        False (nothing written) when the ring has no room now or the packet is too large."""
+    def begin_write(self, nbytes: int) -> int:
+        """Reserve room for one packet of ``nbytes``: the offset in ``data`` where its bytes go
+        (write them there, then ``commit_write``), or -1 when the ring has no room now or the
+        packet is too large (libfmq's ``beginWrite``: the packet is built in place, no copy)."""
         if nbytes > self.max_packet:
-            return False
+            return -1
         ctl = self._ctl
         write = ctl[_WRITE]
         off = write & self._mask
         need = _HEADER + _pad(nbytes)
         skip = self.capacity - off if off + need > self.capacity else 0
         if write + skip + need - ctl[_READ] > self.capacity:
-            return False
+            return -1
         if skip:
             self._words[off >> 3] = _SKIP
             off = 0
         self._words[off >> 3] = nbytes
-        pos = off + _HEADER
-        data = self._data
+        self._pending = write + skip + need
+        return off + _HEADER
+
+    def commit_write(self) -> None:
+        """Publish the packet ``begin_write`` reserved (after its bytes: module docstring)."""
+        self._ctl[_WRITE] = self._pending
+
+    def try_write(self, parts: Sequence[Any], nbytes: int) -> bool:
+        """Write one packet made of ``parts`` (bytes-like, ``nbytes`` in all) and publish it;
+        False (nothing written) when the ring has no room now or the packet is too large."""
+        pos = self.begin_write(nbytes)
+        if pos < 0:
+            return False
+        data = self.data
         for part in parts:
             n = len(part)
             data[pos : pos + n] = part
             pos += n
-        ctl[_WRITE] = write + skip + need  # publish: after the payload (module docstring)
+        self.commit_write()
         return True
 
     @property
@@ -198,7 +231,11 @@ class Ring:
         if n > self.max_packet or end > write:
             raise ValueError(f"ring packet of {n} bytes at {read} runs past the written data ({write})")
         self._next = end
-        return self._data[off + _HEADER : off + _HEADER + n]
+        return self.data[off + _HEADER : off + _HEADER + n]
+
+    def is_last(self) -> bool:
+        """Whether the packet ``peek`` returned is the last one written so far."""
+        return bool(self._ctl[_WRITE] == self._next)
 
     def advance(self) -> None:
         """Free the packet ``peek`` returned (its bytes may be overwritten from now on)."""
@@ -244,18 +281,24 @@ class Doorbell:
         self.rfd, self.wfd = rfd, wfd
         self.always = always or not STRONGLY_ORDERED
         self._pipe = rfd != wfd
+        #: Times it rang (woke a sleeping consumer) and times the consumer was awake.
+        self.rung = self.spared = 0
 
-    def ring(self, ring: Ring) -> None:
-        """Wake the consumer of ``ring`` if it sleeps (call after ``try_write``)."""
+    def ring(self, ring: Ring) -> bool:
+        """Wake the consumer of ``ring`` if it sleeps (call after publishing a packet); True
+        when it rang (the consumer slept), False when the consumer was awake."""
         if not self.always:
             full_fence()
             if not ring.consumer_sleeping:
-                return
+                self.spared += 1
+                return False
+        self.rung += 1
         with contextlib.suppress(BlockingIOError, OSError):  # full: the consumer wakes anyway; closed: dead
             if self._pipe:
                 os.write(self.wfd, b"\1")
             else:
                 os.eventfd_write(self.wfd, 1)
+        return True
 
     def clear(self) -> None:
         """Consume pending rings (non-blocking)."""

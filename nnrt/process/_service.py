@@ -62,13 +62,23 @@ import numpy as np
 
 from nnrt._log import get_logger
 from nnrt.burst._packet import MalformedPacketError, packet_id, unpack_request
+from nnrt.clock import perf_ns
 from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
 from nnrt.process._fmq import Channel, Poller
 from nnrt.process._pools import Pools
-from nnrt.process._transport import decode_execute, encode_outputs, io_dtypes
+from nnrt.process._transport import (
+    FormCache,
+    ResultForm,
+    ServiceForm,
+    decode_execute,
+    encode_outputs,
+    io_dtypes,
+    output_locations,
+    write_result,
+)
 from nnrt.process._wire import (
     InPlace,
     PoolRef,
@@ -114,8 +124,12 @@ class _Service:
         self.channel = None if ring is None else Channel(*ring[:4])
         self.poller = Poller(ring[4] * 1e-6 if ring is not None else 0.0)
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
+        self.forms = FormCache()
+        self.fast_results = 0  # results written in place through a result form
+        self.passes = 0  # times the request doorbell woke the service
         self._batch_start = 0.0  # while serving the request ring: when results were last rung
         self._unrung = False
+        self._app_awake = False  # the app was awake (no doorbell needed) when its last result was published
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.pools = Pools()
@@ -185,6 +199,7 @@ class _Service:
             elif kind == "release":  # a prepared model or a device buffer
                 self.prepared.pop((msg[2], msg[3]), None)
                 self.dtypes.pop((msg[2], msg[3]), None)
+                self.forms.forget(msg[2], msg[3])
                 buffer = self.buffers.pop((msg[2], msg[3]), None)
                 if buffer is not None:
                     buffer.free()
@@ -212,6 +227,12 @@ class _Service:
                 self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
             elif kind == "_counts":  # test hook: what the service holds
                 self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
+            elif kind == "_rings":  # test hook: forms known, packets read and results written through
+                # them, the app's doorbell rung and spared, passes over the request ring, CPU ns
+                ch = self.channel
+                bell = (ch.result_bell.rung, ch.result_bell.spared) if ch is not None else (0, 0)
+                self._reply(rid, True, (len(self.forms), self.forms.hits, self.fast_results, *bell, self.passes,
+                                        time.process_time_ns()))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
@@ -224,6 +245,7 @@ class _Service:
         ring = ch.requests
         ch.request_bell.clear()
         ring.set_sleeping(False)
+        self.passes += 1
         self._batch_start = time.perf_counter()
         try:
             self._serve_ring(ch, ring)
@@ -235,7 +257,7 @@ class _Service:
         """Ring the app's doorbell for the results written and not rung yet."""
         if self._unrung:
             self._unrung = False
-            ch.result_bell.ring(ch.results)
+            self._app_awake = not ch.result_bell.ring(ch.results)
 
     def _serve_ring(self, ch: Channel, ring: Any) -> None:
         while True:
@@ -246,6 +268,8 @@ class _Service:
                 self._reply(-1, False, f"the service lost the request ring's framing ({err})")
                 pkt = None
             if pkt is not None:
+                if self._unrung and ring.is_last():
+                    self._flush(ch)  # the app refills the ring while the last request runs
                 try:
                     self._serve_packet(pkt)
                 finally:
@@ -253,8 +277,14 @@ class _Service:
                     ring.advance()
                 continue
             self._flush(ch)  # before polling: the app waits for these
-            if not self.tasks and self.poller.should():
-                hit = ring.poll(self.poller.window)
+            # Poll while it pays, or while the app is awake: it is reading results (or was
+            # polling for the last one: it may have gone back to its loop since, which sets
+            # its sleeping word, and still send its next request within the window).
+            awake = self._app_awake or not ch.results.consumer_sleeping
+            self._app_awake = False
+            window = 0.0 if self.tasks else self.poller.should(awake)
+            if window:
+                hit = ring.poll(window)
                 self.poller.record(hit)
                 if hit:
                     continue
@@ -264,41 +294,81 @@ class _Service:
 
     def _serve_packet(self, pkt: memoryview) -> None:
         rid = packet_id(pkt)
+        form: ServiceForm | None = None
+        outs: list[Any] | None = None  # views of the outputs written in place (their pools)
         try:
-            req = unpack_request(pkt)
-            prepared = self._lookup(req.app, req.handle)
-            dtypes = self.dtypes.get((req.app, req.handle))
-            if dtypes is None:
-                dtypes = self.dtypes[(req.app, req.handle)] = io_dtypes(prepared.model)
-            values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
-            if self._execute_now(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, None, self._ring_reply):
+            hit = self.forms.match(pkt)
+            if hit is not None:  # a known form: read without parsing (``_transport``)
+                form, deadline, loop_timeout = hit
+                app, handle = form.app, form.handle
+                prepared = self._lookup(app, handle)
+                values = form.values(pkt)
+            else:
+                req = unpack_request(pkt)
+                app, handle, deadline, loop_timeout = req.app, req.handle, req.deadline, req.loop_timeout
+                prepared = self._lookup(app, handle)
+                dtypes = self.dtypes.get((app, handle))
+                if dtypes is None:
+                    dtypes = self.dtypes[(app, handle)] = io_dtypes(prepared.model)
+                values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
+                outs = output_locations(req, dtypes[1], self.pools.attach)
+                form = self.forms.learn(pkt, req, dtypes[0])
+            if prepared._driver.can_run_now(prepared.plan):
+                self._run_now(rid, prepared, values, outs, deadline, loop_timeout, self._ring_reply, form)
                 return
             values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
-            self._spawn(rid, self._execute(rid, req.app, req.handle, values, req.deadline, req.loop_timeout, None,
-                                           self._ring_reply))
+            known = form
+
+            def reply(rid: int, ok: bool, payload: Any) -> None:
+                self._ring_reply(rid, ok, payload, known)
+
+            self._spawn(rid, self._execute(rid, app, handle, values, deadline, loop_timeout, outs, reply))
         except MalformedPacketError as err:
             self._ring_reply(rid, False, (int(ErrorStatus.GENERAL_FAILURE), f"FMQ request packet ill-formed: {err.message}"))
         except Exception as err:
             self._ring_reply(rid, False, error_payload(err))
 
-    def _ring_reply(self, rid: int, ok: bool, payload: Any) -> None:
-        """Answer a ring request on the result ring, or over the socket when it does not fit."""
+    def _ring_reply(self, rid: int, ok: bool, payload: Any, form: ServiceForm | None = None) -> None:
+        """Answer a ring request on the result ring (in place when the outputs have the form's
+        result shapes: ``_transport.write_result``), or over the socket when it does not fit."""
         ch = self.channel
         assert ch is not None
-        try:
-            parts, nbytes = encode_outputs(rid, ok, payload)
-        except Exception as err:
-            ok, payload = False, error_payload(err)
-            parts, nbytes = encode_outputs(rid, ok, payload)
-        if ch.closed or not ch.results.try_write(parts, nbytes):
+        if ch.closed:
             self._reply(rid, ok, payload)
             return
+        result = self._result_form(form, payload) if ok and form is not None else None
+        if result is not None:
+            if not write_result(ch.results, result, rid, *payload):
+                self._reply(rid, ok, payload)
+                return
+            self.fast_results += 1
+        else:
+            try:
+                parts, nbytes = encode_outputs(rid, ok, payload)
+            except Exception as err:
+                ok, payload = False, error_payload(err)
+                parts, nbytes = encode_outputs(rid, ok, payload)
+            if not ch.results.try_write(parts, nbytes):
+                self._reply(rid, ok, payload)
+                return
         if self._batch_start and time.perf_counter() - self._batch_start < BATCH_S:
             self._unrung = True  # one ring for the results of this pass (``_on_ring``)
             return
         self._batch_start = time.perf_counter() if self._batch_start else 0.0
         self._unrung = False
-        ch.result_bell.ring(ch.results)
+        self._app_awake = not ch.result_bell.ring(ch.results)
+
+    def _result_form(self, form: ServiceForm, payload: Any) -> ResultForm | None:
+        """The result form of a success of ``form`` (learnt from its first success; again when
+        the shapes change), or None when its outputs are not all arrays or it would not fit."""
+        outputs = payload[0]
+        result = form.result
+        if result is None or not result.matches(outputs):
+            if not all(type(o) is np.ndarray for o in outputs):
+                return None
+            result = form.result = ResultForm([o.shape for o in outputs], [o.dtype for o in outputs])
+        assert self.channel is not None
+        return result if result.nbytes <= self.channel.results.max_packet else None
 
     def _spawn(self, rid: int, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -374,21 +444,39 @@ class _Service:
         return prepared
 
     def _execute_now(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
-                     loop_timeout: float | None, out_refs: list[Any] | None = None, reply: Any = None) -> bool:
-        """Run a cheap request at once when the device may (``Driver.can_run_now``: the path a
-        burst's inline requests take), without a task; False: it needs the scheduler."""
+                     loop_timeout: float | None, out_refs: list[Any] | None = None) -> bool:
+        """Run a cheap socket request at once when the device may (``_run_now``); False: it
+        needs the scheduler."""
         prepared = self.prepared.get((app, handle))
         if prepared is None or not prepared._driver.can_run_now(prepared.plan):
             return False
-        reply = reply or self._reply
         try:
             find = self._finder(app)
             outs = output_views(out_refs, self.pools.attach, find)
-            result = prepared._execute_now(decode_args(args, self.pools.attach, find), outs, True, deadline, loop_timeout)
-            reply(rid, True, (_reply_outputs(result, outs), result.timing.time_on_device_ns or 0))
+            values = decode_args(args, self.pools.attach, find)
+        except Exception as err:
+            self._reply(rid, False, error_payload(err))
+            return True
+        self._run_now(rid, prepared, values, outs, deadline, loop_timeout, self._reply)
+        return True
+
+    def _run_now(self, rid: int, prepared: PreparedModel, values: list[Any], outs: list[Any] | None,
+                 deadline: float | None, loop_timeout: float | None, reply: Any, form: ServiceForm | None = None) -> None:
+        """Run a request at once, without a task (``Driver.can_run_now`` said it may: the path a
+        burst's inline requests take): ``PreparedModel._execute_now``, the request validated
+        and the device's idle-path admission applied as in process. The time on device
+        reported is the execution's time in this service."""
+        t = perf_ns()
+        try:
+            result = prepared._execute_now(values, outs, False, deadline, loop_timeout)
         except Exception as err:
             reply(rid, False, error_payload(err))
-        return True
+            return
+        payload = (_reply_outputs(result, outs), perf_ns() - t)
+        if form is None:
+            reply(rid, True, payload)
+        else:
+            reply(rid, True, payload, form)
 
     async def _execute(self, rid: int, app: str, handle: int, args: list[Any], deadline: float | None,
                        loop_timeout: float | None, out_refs: list[Any] | None = None, reply: Any = None) -> None:

@@ -17,6 +17,10 @@ the input that caused it). Targets:
 * ``service_request``: the bytes as one request frame's body to a ``ProcessDevice``'s service
   loop (in this process, on a socket pair): every request is answered with an NNAPI status and
   the service serves on (``nnrt.process._wire.loads_request``, ``check_request``).
+* ``ring_request``: the bytes as one packet on the service's request ring (the same harness,
+  with rings): every packet is answered once, with a result packet that parses and carries an
+  NNAPI status (or a socket reply when it does not fit the result ring), whether it took the
+  known-form fast path or the full parse (``nnrt.process._transport``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 
 import nnrt
 from nnrt import ErrorStatus, zoo
+from nnrt.process._fmq import Channel
 
 __all__ = ["TARGETS", "UnexpectedError", "check_status"]
 
@@ -200,15 +205,21 @@ class _ServiceHarness:
         self.service.prepared[("default", 1)] = prepared
         self.service.buffers[("default", 2)] = buffer
         self._keep = (prepared, buffer)
+        self.channel = self.service.channel = Channel.create(1 << 16)  # its rings (``ring_request``)
 
     def close(self) -> None:
         self.peer.close()
         self.service.sock.close()
+        self.channel.close()
 
     async def serve(self) -> None:
         """Serve the frame on the socket, and let the tasks it spawned (a preparation, an
         execution) finish."""
         self.service._on_readable()
+        await self.serve_tasks()
+
+    async def serve_tasks(self) -> None:
+        """Let the tasks the last request spawned finish."""
         await asyncio.gather(*self.service.tasks.values(), return_exceptions=True)
 
     def replies(self) -> list[Any]:
@@ -253,6 +264,58 @@ def service_request(data: bytes) -> None:
             if err.message.startswith("the service sent a malformed failure"):
                 raise UnexpectedError(err.message)
             check_status(err)
+
+
+@_guard
+def ring_request(data: bytes) -> None:
+    """The bytes as one request packet on the service's request ring: answered once (a result
+    packet that parses, with an NNAPI status, or a socket reply), and the service serves on."""
+    from nnrt.burst._packet import unpack_result
+    from nnrt.errors import error_for
+    from nnrt.process._wire import error_from
+
+    global _service
+    if _service is None:
+        _service = _ServiceHarness()
+    harness = _service
+    harness.service._serve_packet(memoryview(data))
+    env().loop.run_until_complete(asyncio.wait_for(harness.serve_tasks(), 10))
+    results = harness.channel.results
+    answers = 0
+    while (pkt := results.peek()) is not None:
+        try:
+            _rid, status, _shapes, _on, message, _data = unpack_result(pkt)  # MalformedPacketError: a crash
+        finally:
+            pkt.release()
+            results.advance()
+        answers += 1
+        if status is not ErrorStatus.NONE:
+            check_status(error_for(status, message))
+    for reply in harness.replies():  # a result that did not fit the result ring
+        answers += 1
+        if not (type(reply) is tuple and len(reply) == 3 and type(reply[1]) is bool):
+            raise UnexpectedError(f"malformed reply {reply!r:.200}")
+        if not reply[1]:
+            check_status(error_from(reply[2]))
+    if answers != 1:
+        raise UnexpectedError(f"a ring packet got {answers} answers")
+
+
+def ring_seeds() -> dict[str, bytes]:
+    """Corpus entries for ``ring_request``: well-formed packets for the harness's ONE_ADD."""
+    from nnrt.process._transport import encode_execute
+    from nnrt.process._wire import PoolRef
+
+    x = np.ones((1, 4), np.float32)
+    f32 = [np.dtype(np.float32)] * 2
+    packets = {
+        "plain": encode_execute(3, 1, "default", [x, x], None, None, f32, 1, None),
+        "timed": encode_execute(4, 1, "default", [x, x], 1e12, 0.5, f32, 1, None),
+        "pool_output": encode_execute(5, 1, "default", [x, x], None, None, f32, 1, None,
+                                      [PoolRef("nnrt-none", 0, "<f4", (1, 4))]),
+        "other_app": encode_execute(6, 1, "mallory", [x, x], None, None, f32, 1, None),
+    }
+    return {name: b"".join(bytes(p) for p in packed[0]) for name, packed in packets.items() if packed is not None}
 
 
 def _memo_bomb(data: bytes) -> bool:
@@ -301,5 +364,5 @@ def service_seeds() -> dict[str, bytes]:
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "model_file": model_file, "cache": cache, "burst_packet": burst_packet, "load": load,
-    "service_request": service_request,
+    "service_request": service_request, "ring_request": ring_request,
 }

@@ -17,7 +17,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt import zoo
 from nnrt.burst._packet import Location, RequestPacket, encode_request
-from tests.adversarial._targets import cache_seed, service_seeds
+from tests.adversarial._targets import cache_seed, ring_seeds, service_seeds
 from tests.adversarial.fuzz import CORPUS
 
 
@@ -160,6 +160,10 @@ def main() -> None:
     out = CORPUS / "service_request"
     out.mkdir(parents=True, exist_ok=True)
     for name, data in service_seeds().items():
+        (out / name).write_bytes(data)
+    out = CORPUS / "ring_request"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in ring_seeds().items():
         (out / name).write_bytes(data)
     out = CORPUS / "load"
     out.mkdir(parents=True, exist_ok=True)

@@ -161,3 +161,36 @@ def test_if_branches_of_different_ranks_are_refused(tmp_path: object) -> None:
               helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
     with pytest.raises(nnrt.UnsupportedModelError, match=r"the_if \(If\): output 0 has rank 3 in then_branch and 2"):
         nnrt.load(save(make_model([node], inputs, [y], opset=13), tmp_path))
+
+
+@pytest.mark.parametrize("writable", [True, False], ids=["bytearray", "bytes"])
+def test_raw_data_is_aligned_and_unchanged(writable: bool) -> None:
+    # Protobuf puts raw_data at any byte offset; names of 1..8 characters shift it through every
+    # remainder. Large float32 data slides back over its field header (no copy); small data,
+    # 8-byte values and read-only buffers are copied when misaligned. Values never change.
+    from nnrt.importers._onnx_proto import parse_model, tensor_array
+
+    rng = np.random.default_rng(3)
+    arrays = {}
+    for k in range(1, 9):
+        arrays["w" * k] = rng.standard_normal(40 * k).astype(np.float32)  # 160.. bytes: slid
+        arrays["s" * k] = rng.standard_normal(3).astype(np.float32)  # 12 bytes: copied
+        arrays["i" * k] = rng.integers(-9, 9, 20 * k).astype(np.int64)  # 8-byte values
+    inits = [numpy_helper.from_array(a, n) for n, a in arrays.items()]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    model = make_model([helper.make_node("Identity", ["x"], ["y"])], [x],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    data = model.SerializeToString()  # type: ignore[attr-defined]
+    buf = memoryview(bytearray(data) if writable else data)
+    graph = parse_model(buf).graph
+    assert graph is not None
+    got = {t.name: tensor_array(t, "initializer") for t in graph.initializers}
+    for name, want in arrays.items():
+        arr = got[name]
+        assert arr.flags.aligned and arr.ctypes.data % arr.dtype.itemsize == 0, name
+        assert arr.dtype == want.dtype and not arr.flags.writeable
+        np.testing.assert_array_equal(arr, want)
+    slid = [got["w" * k] for k in range(1, 9)]
+    base = np.frombuffer(buf, np.uint8).ctypes.data
+    in_buffer = [base <= a.ctypes.data < base + len(data) for a in slid]
+    assert all(in_buffer) if writable else not all(in_buffer)  # bytes: the misaligned ones copied

@@ -28,6 +28,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.burst._packet import INLINE_SLOT, pack_request, request_datums
 from nnrt.process._client import ServiceProcess
+from nnrt.process._transport import Expect
 
 os.environ["NNRT_SERVICE_TEST_HOOKS"] = "1"  # the services these tests start serve ``_hang``
 
@@ -223,7 +224,7 @@ async def test_a_full_ring_behind_a_wedged_service_never_blocks_the_app() -> Non
 
 def raw_request(svc: ServiceProcess, body: bytes, rid: int) -> Any:
     fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    assert svc._ring_submit(fut, rid, [body], len(body), [np.dtype(np.float32)])
+    assert svc._ring_submit(fut, rid, lambda ring: ring.try_write([body], len(body)), Expect([np.dtype(np.float32)])) is not None
     return wait_for(fut, svc)
 
 
@@ -256,7 +257,7 @@ async def test_malformed_packets_are_answered_and_the_ring_serves_on(rdev: nnrt.
         assert err.status is status, (name, err)
     # a packet too short to carry an id is answered under id 0 (nobody waits), then it serves on
     fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    assert svc._ring_submit(fut, 0, [b"\1\2\3"], 3, [])
+    assert svc._ring_submit(fut, 0, lambda ring: ring.try_write([b"\1\2\3"], 3), Expect([])) is not None
     r = await prepared.execute([x, x])
     np.testing.assert_array_equal(r.outputs[0], 2 * x)
     svc._take(0)
@@ -272,7 +273,7 @@ async def test_a_lost_framing_fails_what_is_on_the_ring_and_serves_on() -> None:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with svc._lock:  # a request outstanding on the ring, whose packet is then corrupted
             svc._pending[rid] = fut
-            svc._ring_ids[rid] = []
+            svc._ring_ids[rid] = Expect([])
             ring = ch.requests
             write = ring._ctl[0]
             ring._words[(write & ring._mask) >> 3] = 1 << 40  # a length that runs past the data

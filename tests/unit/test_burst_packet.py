@@ -1,16 +1,38 @@
 """Burst packets without an event loop: the flat form round-trips, and every malformed form
-is ``MalformedPacketError`` (GENERAL_FAILURE), never a bare Python error."""
+is ``MalformedPacketError`` (GENERAL_FAILURE), never a bare Python error. The binary form a
+``ProcessDevice``'s rings carry is also written from templates (``nnrt.process._transport``'s
+request and result forms): byte for byte what ``pack_request`` / ``pack_result`` pack, read as
+the full parse reads it, and no corrupted packet passes for a known form."""
 
 from __future__ import annotations
 
 import random
+import struct
+from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import nnrt
 from nnrt import ErrorStatus
 from nnrt.burst import Location, MalformedPacketError, RequestPacket, check_request, decode_request, encode_request
+from nnrt.burst._packet import unpack_request
+from nnrt.process._fmq import CONTROL_BYTES, Ring
+from nnrt.process._transport import (
+    Expect,
+    FormCache,
+    RequestForm,
+    ResultForm,
+    decode_execute,
+    decode_outputs,
+    encode_execute,
+    encode_outputs,
+    read_result,
+    request_form,
+    write_result,
+)
 
 locations = st.builds(
     Location,
@@ -183,3 +205,186 @@ def test_binary_packets_that_do_not_parse_are_malformed(noise: bytes, cut: int) 
             except MalformedPacketError as err:
                 assert err.status is ErrorStatus.GENERAL_FAILURE
         assert isinstance(packet_id(memoryview(raw)), int)
+
+
+# -- the same binary forms built from a template (``nnrt.process._transport``'s forms) -----------
+
+_DTYPES = [np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8), np.dtype(np.float16)]
+_shapes = st.lists(st.integers(0, 5), max_size=3).map(tuple)
+_signatures = st.lists(st.tuples(st.sampled_from(_DTYPES), st.one_of(st.none(), _shapes)), min_size=1, max_size=4)
+_times = st.one_of(st.none(), st.integers(0, 10**12).map(lambda ns: ns / 1e9))
+
+
+def _ring(capacity: int = 1 << 14) -> Ring:
+    return Ring(memoryview(bytearray(CONTROL_BYTES + capacity)), capacity)
+
+
+def _values(signature: list[tuple[np.dtype[Any], tuple[int, ...] | None]], seed: int) -> list[Any]:
+    rng = np.random.default_rng(seed)
+    return [None if dims is None else rng.integers(0, 100, dims).astype(dtype) for dtype, dims in signature]
+
+
+@given(_signatures, st.integers(0, 1 << 62), st.integers(1, 1 << 62), _times, _times, st.integers(0, 3))
+def test_a_request_form_writes_what_pack_request_packs(signature: Any, handle: int, rid: int, deadline: float | None,
+                                                       loop_timeout: float | None, n_out: int) -> None:
+    dtypes = [d for d, _ in signature]
+    values = _values(signature, rid)
+    form = request_form(handle, "app-é", values, dtypes, [np.dtype(np.float32)] * n_out, None)
+    assert form is not None
+    packed = encode_execute(rid, handle, "app-é", values, deadline, loop_timeout, dtypes, n_out, None)
+    assert packed is not None
+    ring = _ring()
+    assert form.write(ring, rid, values, deadline, loop_timeout)
+    pkt = ring.peek()
+    assert pkt is not None
+    assert bytes(pkt) == b"".join(bytes(p) for p in packed[0])  # byte for byte (a fresh ring pads with zeros)
+    req = unpack_request(pkt)
+    assert (req.rid, req.handle, req.app, req.deadline, req.loop_timeout) == (rid, handle, "app-é", deadline, loop_timeout)
+    for got, want in zip(decode_execute(req, dtypes, n_out, _no_pools), values):
+        assert (got is None and want is None) or np.array_equal(got, want)
+
+
+def _no_pools(name: str, where: str) -> np.ndarray:
+    raise AssertionError("no pools in these packets")
+
+
+def _learnt(signature: Any, seed: int) -> tuple[FormCache, RequestForm, list[np.dtype[Any]]]:
+    dtypes = [d for d, _ in signature]
+    form = request_form(77, "app", _values(signature, seed), dtypes, [np.dtype(np.float32)], None)
+    assert form is not None
+    ring = _ring()
+    form.write(ring, 1, _values(signature, seed), None, None)
+    pkt = ring.peek()
+    assert pkt is not None
+    cache = FormCache()
+    assert cache.match(pkt) is None  # not learnt yet: the full parse
+    cache.learn(pkt, unpack_request(pkt), dtypes)
+    return cache, form, dtypes
+
+
+@given(_signatures, st.integers(0, 1000), _times, _times)
+def test_the_service_reads_a_known_form_as_the_full_parse_does(signature: Any, seed: int, deadline: float | None,
+                                                              loop_timeout: float | None) -> None:
+    cache, form, dtypes = _learnt(signature, seed)
+    values = _values(signature, seed + 1)
+    ring = _ring()
+    form.write(ring, 99, values, deadline, loop_timeout)
+    pkt = ring.peek()
+    assert pkt is not None
+    hit = cache.match(pkt)
+    assert hit is not None and cache.hits == 1
+    known, dl, to = hit
+    req = unpack_request(pkt)
+    assert (known.app, known.handle, dl, to) == (req.app, req.handle, req.deadline, req.loop_timeout)
+    for got, full, want in zip(known.values(pkt), decode_execute(req, dtypes, 1, _no_pools), values):
+        assert (got is None and full is None and want is None) or (np.array_equal(got, want) and np.array_equal(full, want))
+    cache.forget("app", 77)
+    assert cache.match(pkt) is None and len(cache) == 0
+
+
+@given(_signatures, st.integers(0, 1000), st.integers(0, 400), st.integers(0, 255), st.integers(0, 64))
+def test_a_corrupted_packet_never_passes_for_a_known_form(signature: Any, seed: int, at: int, byte: int, cut: int) -> None:
+    """Whatever a packet's bytes, a form matches only packets the full parse reads the same way
+    (and every packet the full parse refuses falls through to it)."""
+    cache, form, dtypes = _learnt(signature, seed)
+    ring = _ring()
+    form.write(ring, 5, _values(signature, seed), None, None)
+    pkt = ring.peek()
+    assert pkt is not None
+    raw = bytearray(pkt)
+    if at < len(raw):
+        raw[at] = byte
+    raw = raw[: max(0, len(raw) - cut)]
+    view = memoryview(bytes(raw))
+    hit = cache.match(view)
+    try:
+        req = unpack_request(view)
+        full = decode_execute(req, dtypes, 1, _no_pools)
+    except (MalformedPacketError, nnrt.InvalidArgumentError):
+        assert hit is None
+        return
+    if hit is not None:
+        known, dl, to = hit
+        assert (known.app, known.handle, dl, to) == (req.app, req.handle, req.deadline, req.loop_timeout)
+        for got, want in zip(known.values(view), full):
+            assert (got is None and want is None) or (got.shape == want.shape and bytes(got.data) == bytes(want.data))
+
+
+@given(st.lists(st.tuples(st.sampled_from(_DTYPES), _shapes), max_size=3), st.integers(1, 1 << 62), st.integers(0, 10**9))
+def test_a_result_form_writes_and_reads_what_pack_result_packs(outs: Any, rid: int, device_ns: int) -> None:
+    dtypes = [d for d, _ in outs]
+    arrays = _values([(d, s) for d, s in outs], rid % 1000)
+    form = ResultForm([s for _, s in outs], dtypes)
+    assert form.matches(arrays)
+    ring = _ring()
+    assert write_result(ring, form, rid, arrays, device_ns)
+    pkt = ring.peek()
+    assert pkt is not None
+    assert bytes(pkt) == b"".join(bytes(p) for p in encode_outputs(rid, True, (arrays, device_ns))[0])
+    got = read_result(pkt, Expect(dtypes, form))
+    full = decode_outputs(pkt, dtypes)
+    assert got[:2] == full[:2] == (rid, True) and got[2][1] == full[2][1] == device_ns
+    for a, b, want in zip(got[2][0], full[2][0], arrays):
+        assert np.array_equal(a, want) and np.array_equal(b, want) and a.dtype == want.dtype
+    # another packet (a failure, other shapes, a bad timing) is not of the form: the full parse reads it
+    parts, _ = encode_outputs(rid, False, (int(ErrorStatus.INVALID_ARGUMENT), "no"))
+    failure = memoryview(b"".join(bytes(p) for p in parts))
+    assert form.read(failure, None) is None
+    assert read_result(failure, Expect(dtypes, form))[1] is False
+    bad = bytearray(pkt)
+    struct.pack_into("<q", bad, form.data_end - 16, -7)  # time on device < 0
+    assert form.read(memoryview(bytes(bad)), None) is None
+    with pytest.raises(MalformedPacketError):
+        decode_outputs(memoryview(bytes(bad)), dtypes)
+
+
+def test_a_result_form_fills_the_callers_buffers() -> None:
+    form = ResultForm([(1, 4)], [np.dtype(np.float32)])
+    out = np.arange(4, dtype=np.float32).reshape(1, 4)
+    ring = _ring()
+    assert write_result(ring, form, 3, [out], 10)
+    pkt = ring.peek()
+    assert pkt is not None
+    buf = np.zeros((1, 4), np.float32)
+    wrong = np.zeros((4,), np.float32)  # another shape: a new array (the execution path copies it)
+    (outs, on), (outs2, _) = form.read(pkt, [buf]), form.read(pkt, [wrong])  # type: ignore[misc]
+    assert outs[0] is buf and np.array_equal(buf, out) and on == 10
+    assert outs2[0] is not wrong and not wrong.any()
+
+
+def test_a_ring_reserves_in_place_and_publishes_on_commit() -> None:
+    ring = _ring(256)
+    pos = ring.begin_write(20)
+    assert pos >= 0
+    ring.data[pos : pos + 20] = bytes(range(20))
+    assert ring.peek() is None  # reserved, not published
+    ring.commit_write()
+    pkt = ring.peek()
+    assert pkt is not None and bytes(pkt) == bytes(range(20)) and ring.is_last()
+    assert ring.begin_write(ring.max_packet + 1) == -1  # too large: never
+
+
+def test_results_of_outputs_written_in_place_carry_shapes_only() -> None:
+    from nnrt.process._wire import InPlace, error_payload
+
+    out = np.arange(6, dtype=np.float32).reshape(2, 3)
+    parts, n = encode_outputs(9, True, ([InPlace((4, 1024)), out], 50))
+    assert n == len(_joined(parts)) and n < 4 * 1024  # the in-place output's bytes do not travel
+    rid, ok, (outs, on) = decode_outputs(_joined(parts), [np.dtype(np.float32)] * 2, [True, False])
+    assert (rid, ok, on) == (9, True, 50) and outs[0] == InPlace((4, 1024)) and np.array_equal(outs[1], out)
+    # OUTPUT_INSUFFICIENT_SIZE comes back with the shapes needed, as over the socket
+    err = nnrt.OutputInsufficientSizeError("too small", output_shapes=[nnrt.OutputShape((2, 1024), False)])
+    parts, _ = encode_outputs(10, False, error_payload(err))
+    rid, ok, back = decode_outputs(_joined(parts), [np.dtype(np.float32)])
+    assert (rid, ok) == (10, False) and type(back) is nnrt.OutputInsufficientSizeError
+    assert back.output_shapes == (nnrt.OutputShape((2, 1024), False),)
+
+
+def test_deadlines_too_far_for_int64_nanoseconds_are_never() -> None:
+    from nnrt.burst._packet import parse_request, request_datums, seconds_to_ns
+
+    assert seconds_to_ns(None) == seconds_to_ns(float("inf")) == seconds_to_ns(1e12) == -1
+    assert seconds_to_ns(1.5) == 1_500_000_000
+    for far in (float("inf"), 1e12, 9.3e9):
+        datums = request_datums([None], [(0, 0, 4, None)], False, far, far)
+        assert parse_request(datums)[3:] == (None, None)

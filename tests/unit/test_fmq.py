@@ -114,15 +114,20 @@ def test_poller_learns_whether_polling_pays() -> None:
     from nnrt.process._fmq import STRONGLY_ORDERED, Poller
 
     if not STRONGLY_ORDERED:  # weakly ordered CPUs never poll
-        assert not Poller(50e-6).should()
+        assert not Poller(50e-6).should() and not Poller(50e-6).should(True)
         return
-    assert not Poller(0.0).should()
+    assert not Poller(0.0).should() and not Poller(0.0).should(True)
     poller = Poller(50e-6)
-    assert poller.should()
+    assert poller.should() == 50e-6
     for _ in range(10):
         poller.record(False)  # the peer never answered within the window
-    asked = [poller.should() for _ in range(64)]
-    assert 1 <= sum(asked) <= 5  # only the occasional probe
+    asked = [poller.should() for _ in range(4 * Poller.PROBE_EVERY)]
+    # only the occasional probe, longer than a window (it may have to wait for a sleeping peer)
+    assert [w for w in asked if w] == [50e-6 * Poller.PROBE] * 4
+    assert not any(poller.should(True) for _ in range(Poller.PROBE_EVERY - 1))  # an awake peer alone does not restart it
+    poller.record(True)  # a probe hit: with the peer awake, poll again (both sides wake up together)
+    assert poller.should(True) == 50e-6
+    assert poller.should(False) in (0.0, 50e-6 * Poller.PROBE)  # alone, a quarter is not enough
     for _ in range(10):
         poller.record(True)
-    assert all(poller.should() for _ in range(16))
+    assert all(poller.should() == 50e-6 for _ in range(16))

@@ -246,11 +246,13 @@ def test_cts_quantized_cases_bit_identical(both: Any) -> None:
     assert len(QUANT_CASES) > 300 and compiled_cases > 150, (len(QUANT_CASES), compiled_cases)
 
 
-def test_streaming_model_bit_identical_over_a_stream(both: Any) -> None:
-    """The vendored microWakeWord model: 20 steps with the state carried, both paths."""
+def test_streaming_model_bit_identical_over_a_stream(both: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vendored microWakeWord model: 20 steps with the state carried, both paths (the step
+    kernels: compiled segments, ``nnrt.execution._compiled_plan``, are tested on their own)."""
     from nnrt.bench._inputs import input_specs, make_inputs, open_model, with_initial_state
     from nnrt.importers import state_variables
 
+    monkeypatch.setenv("NNRT_PLAN_JIT", "0")
     model = open_model("tests/data/models/microwakeword_okay_nabu.tflite").model
     fast, slow = both(model)
     assert _compiled_steps(fast) == 17  # 6 CONV_2D, 8 DEPTHWISE_CONV_2D, FULLY_CONNECTED, DEQUANTIZE, QUANTIZE

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -174,3 +175,94 @@ def test_bad_signatures_are_rejected(device: nnrt.CpuDevice) -> None:
     rejected(device, lambda: build(Op.CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 7]), "fused activation")
     rejected(device, lambda: build(Op.CONV_2D, [1, 3, 3, 2], [w, b], [1, 1, 1, 0]), "input channels")
     rejected(device, lambda: build(Op.GROUPED_CONV_2D, [1, 3, 3, 1], [w, b], [1, 1, 1, 1, 0]), "takes")  # no layout
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_conv2d_static_geometry_is_decoded_once(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
+                                                quantized: bool) -> None:
+    """With the input's shape and every parameter known at preparation, runs skip decoding the
+    geometry; an input of unknown shape decodes it at run time; the outputs are the same."""
+    from nnrt.ops import conv
+
+    calls: list[bool] = []
+    real = conv.run_geometry
+
+    def counted(*args: Any) -> Any:
+        calls.append(True)
+        return real(*args)
+
+    monkeypatch.setattr(conv, "run_geometry", counted)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 6, 5, 3)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    t = T.TENSOR_FLOAT32
+    if quantized:
+        t, x = T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, x.shape).astype(np.uint8)
+    outs = []
+    for dims, per_run in (([1, 6, 5, 3], False), ([1, 0, 0, 3], True)):
+        m = _conv_model(dims, w, b, t) if quantized else build(Op.CONV_2D, dims, [w, b], [1, 1, 1, 0, 1, 2, 1])
+        prepared = device.prepare_model_sync(m)
+        calls.clear()
+        outs += [prepared.execute_sync([x]).outputs[0] for _ in range(2)]
+        assert bool(calls) is per_run  # (the compiled int8 kernel remembers the last shape's geometry)
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+def _conv_model(dims: list[int], w: np.ndarray, b: np.ndarray, t: T) -> Model:
+    """A quantized CONV_2D with the float filter and bias quantized (pads 1, 1, 1, 0; strides 1, 2; RELU)."""
+    m = Model()
+    x = m.add_operand(t, dims, 0.05, 128)
+    wq = m.add_operand(t, list(w.shape), 0.02, 128)
+    m.set_operand_value(wq, np.clip(np.round(w / 0.02) + 128, 0, 255).astype(np.uint8))
+    bq = m.add_operand(T.TENSOR_INT32, list(b.shape), 0.05 * 0.02, 0)
+    m.set_operand_value(bq, np.round(b / (0.05 * 0.02)).astype(np.int32))
+    ins = [x, wq, bq]
+    for v in (1, 1, 1, 0, 1, 2, 1):
+        i = m.add_operand(T.INT32)
+        m.set_operand_value(i, v)
+        ins.append(i)
+    y = m.add_operand(t, [0, 0, 0, 0], 0.1, 0)
+    m.add_operation(Op.CONV_2D, ins, [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize(("dims", "k", "pads", "stride", "dil", "live"), [
+    ([1, 1, 40, 16], (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), (1, 2, 0, 3)),  # one row: the middle filter row
+    ([1, 9, 1, 8], (3, 5), (2, 2, 1, 1), (1, 1), (1, 1), (0, 3, 2, 3)),  # one column
+    ([1, 2, 7, 4], (5, 3), (1, 1, 4, 0), (1, 2), (1, 1), (4, 5, 0, 3)),  # padding above wider than needed
+    ([1, 1, 12, 4], (3, 3), (0, 0, 2, 2), (1, 1), (1, 2), (1, 2, 0, 3)),  # dilated rows
+    ([1, 6, 6, 4], (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), None),  # every tap reads input
+    ([1, 6, 6, 4], (3, 3), (0, 0, 0, 0), (2, 2), (1, 1), None),
+])  # fmt: skip
+@pytest.mark.parametrize("jit", [False, True])
+def test_conv2d_drops_taps_that_read_only_padding(device: nnrt.CpuDevice, dims: list[int], k: tuple[int, int],
+                                                  pads: tuple[int, int, int, int], stride: tuple[int, int],
+                                                  dil: tuple[int, int], live: tuple[int, int, int, int] | None,
+                                                  jit: bool) -> None:
+    """Filter rows and columns that only ever meet padding are left out at preparation: the
+    same outputs (up to rounding), numpy and compiled kernels alike."""
+    from nnrt.ops import _jit, conv
+    from tests.unit.test_jit_conv import ref_conv
+
+    rng = np.random.default_rng(sum(dims))
+    x = rng.standard_normal(dims).astype(np.float32)
+    w = rng.standard_normal((6, *k, dims[3])).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    m = build(Op.CONV_2D, dims, [w, b], [*pads, *stride, 1, False, *dil])
+    seen: list[Any] = []
+    real = conv.live_taps
+
+    def spy(*args: Any) -> Any:
+        seen.append(real(*args))
+        return seen[-1]
+
+    with pytest.MonkeyPatch.context() as mp, _jit.forced(jit):
+        mp.setattr(conv, "live_taps", spy)
+        out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    assert seen == [live]
+    want = np.maximum(ref_conv(x, w, b, pads, stride, dil), 0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
