@@ -220,21 +220,22 @@ def test_average_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.Monk
     np.testing.assert_array_equal(fast, ref)
 
 
-@pytest.mark.parametrize("op", [Op.MAX_POOL_2D, Op.AVERAGE_POOL_2D, Op.DEPTHWISE_CONV_2D])
+@pytest.mark.parametrize("op", [Op.MAX_POOL_2D, Op.AVERAGE_POOL_2D, Op.DEPTHWISE_CONV_2D, Op.CONV_2D])
 @pytest.mark.parametrize("on", [True, False])
 def test_a_window_padding_too_large_for_any_result_is_resource_exhausted(device: nnrt.CpuDevice, op: Op,
                                                                         on: bool) -> None:
     """Explicit padding of 2**30 on a dynamic input asks for a 2**31 x 2**31 result: RESOURCE_EXHAUSTED_PERSISTENT
     naming the operation before allocating (as PAD and RESIZE do), not numpy's "array is too big"
-    ValueError as GENERAL_FAILURE (the compiled pools and depthwise) nor a MemoryError called transient."""
+    ValueError as GENERAL_FAILURE (the compiled pools, depthwise and CONV_2D) nor a MemoryError called transient."""
     big = 2**30
-    if op is Op.DEPTHWISE_CONV_2D:
+    if op in (Op.DEPTHWISE_CONV_2D, Op.CONV_2D):
         m = Model()
         x = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 2])
-        w, b = m.add_operand(T.TENSOR_FLOAT32, [1, 3, 3, 2]), m.add_operand(T.TENSOR_FLOAT32, [2])
+        w, b = m.add_operand(T.TENSOR_FLOAT32, [1, 3, 3, 2]), m.add_operand(T.TENSOR_FLOAT32, [1 if op is Op.CONV_2D else 2])
         m.set_operand_value(w, np.ones((1, 3, 3, 2), np.float32))
-        m.set_operand_value(b, np.zeros(2, np.float32))
-        ins = [x, w, b, *(_scalar(m, T.INT32, v) for v in (big, big, big, big, 1, 1, 1, 0))]
+        m.set_operand_value(b, np.zeros(1 if op is Op.CONV_2D else 2, np.float32))
+        params = (1, 0) if op is Op.CONV_2D else (1, 1, 0)  # strides, [depth multiplier], activation
+        ins = [x, w, b, *(_scalar(m, T.INT32, v) for v in (big, big, big, big, 1, *params))]
         y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
         m.add_operation(op, ins, [y])
         m.identify_inputs_and_outputs([x], [y])
