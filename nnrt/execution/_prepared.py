@@ -260,11 +260,12 @@ class PreparedModel:
         plan = self.plan
         return self._driver.run_now(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
 
-    async def _drive(self, args: list[Any], ctx: ExecContext) -> tuple[list[Any], int]:
-        """Run the plan under the device's scheduler (``Driver.drive``)."""
+    def _drive(self, args: list[Any], ctx: ExecContext) -> Coroutine[Any, Any, tuple[list[Any], int]]:
+        """Run the plan under the device's scheduler: ``Driver.drive``'s coroutine, for the caller
+        to await at once (a plain function, not a coroutine: no frame of its own per call)."""
         self._loop = asyncio._get_running_loop()  # (None on trio)
         plan = self.plan
-        return await self._driver.drive(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
+        return self._driver.drive(run_plan(plan, args, ctx), ctx, plan, self.app, self.priority)
 
     async def _driven(self, args: list[Any], bufs: Any, ctx: ExecContext, measure: bool, t0: int) -> ExecutionResult:
         """``_drive``, then finish the request."""

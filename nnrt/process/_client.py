@@ -263,35 +263,35 @@ class ServiceProcess:
             self.bells_batched += 1
             ch.request_bell.ring(ch.requests)
 
-    async def ring_call(self, rid: int, write: Callable[[Ring], bool], expect: Expect) -> tuple[bool, Any]:
-        """Execute through the rings: ``(True, (outputs, device_ns))``, or ``(False, None)``
-        when the request did not fit (send it over the socket). Never blocks the loop beyond
-        the polling window."""
+    def ring_call(self, rid: int, write: Callable[[Ring], bool], expect: Expect) -> asyncio.Future[Any] | None:
+        """Execute through the rings: the future of ``(outputs, device_ns)``, or None when the
+        request did not fit (send it over the socket). A plain function, not a coroutine: the
+        caller awaits the future itself (one coroutine frame less per call), and on
+        cancellation calls ``ring_cancelled``. Never blocks the loop beyond the polling window."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         awake = self._ring_submit((loop, fut), rid, write, expect, loop)
         if awake is None:
-            return False, None
+            return None
         if self._consumer is not loop:  # (the loop keeps the role: usually no lock needed here)
             with self._lock:
                 if self._consumer is not loop and self._claimable():
                     self._claim(loop)
-        mine = self._consumer is loop
-        alone = mine and len(self._ring_ids) == 1
-        try:
-            if alone:  # the only request outstanding: its answer is all this loop waits for
+        if self._consumer is loop:
+            if len(self._ring_ids) == 1:  # the only request outstanding: its answer is all this loop waits for
                 window = self.poller.should(awake)
                 if window:
                     self._spin(fut.done, window)
-            if mine and not fut.done():
+            if not fut.done():
                 self._settle(loop)
                 if self.channel is not None and self.channel.results.readable():
                     self._drain()  # results that came before this consumer watched the doorbell
-            return True, await fut
-        except asyncio.CancelledError:
-            self._take(rid)
-            self.notify("cancel", "", rid)
-            raise
+        return fut
+
+    def ring_cancelled(self, rid: int) -> None:
+        """The caller of ``ring_call`` was cancelled: forget the request and cancel it in the service."""
+        self._take(rid)
+        self.notify("cancel", "", rid)
 
     def _claimable(self) -> bool:
         """Whether the consumer role is free: nobody holds it, or an event loop that no longer

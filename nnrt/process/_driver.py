@@ -12,6 +12,7 @@ the calling thread (``execute_sync`` outside a loop).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable, Generator, Hashable
 from typing import TYPE_CHECKING, Any
@@ -231,9 +232,13 @@ class RemoteDriver:
             packet = self._packet(service, values, ctx, app)
             if packet is not None:
                 rid, write, expect, blocks = packet
-                sent, reply = await service.ring_call(rid, write, expect)
-                if sent:
-                    ring_outputs, ring_ns = reply
+                fut = service.ring_call(rid, write, expect)
+                if fut is not None:
+                    try:
+                        ring_outputs, ring_ns = await fut
+                    except asyncio.CancelledError:
+                        service.ring_cancelled(rid)
+                        raise
                     return _finish(gen, ctx, ring_outputs, ring_ns, staged)
                 self._free(blocks)
                 blocks = []

@@ -285,3 +285,27 @@ async def test_a_deadline_too_far_to_count_in_nanoseconds_is_never() -> None:
             np.testing.assert_array_equal(mem.buffer.view(np.float32), want.reshape(-1))
             del r
         assert svc.socket_sent == 0 and not svc._pending and not svc._ring_ids
+
+
+async def test_a_cancelled_ring_call_leaves_no_waiter_and_the_next_ones_run() -> None:
+    """``ring_call`` returns a future the driver awaits itself: a caller cancelled while the
+    service computes forgets its request at once (no waiter, no expected result left), the late
+    result is dropped, and the requests after it still go on the rings with the right answers."""
+    async with one_add_service("forms-cancel") as (dev, prepared, svc, _handle):
+        slow = await dev.prepare_model(zoo.add_chain(4000, 4096))  # tens of ms in the service
+        y = np.ones((1, 4096), np.float32)
+        sent = svc.ring_sent
+        task = asyncio.ensure_future(slow.execute([y]))
+        for _ in range(2000):  # until the request is on the ring (the app's scheduler admits it first)
+            if svc.ring_sent > sent:
+                break
+            await asyncio.sleep(0.001)
+        assert svc.ring_sent == sent + 1 and len(svc._ring_ids) == 1 and not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not svc._pending and not svc._ring_ids
+        x = np.ones((1, 4), np.float32)
+        for _ in range(3):
+            np.testing.assert_array_equal((await prepared.execute([x, x])).outputs[0], 2 * x)
+        assert svc.ring_sent == sent + 4 and svc.socket_sent == 0 and not svc._pending and not svc._ring_ids
