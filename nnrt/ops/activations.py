@@ -244,7 +244,9 @@ def _prelu_const(call: OpCall, slope: np.ndarray) -> Kernel:
             c = x.shape[-1]
             a = rows_of.get(c)
             if a is None:
-                a = rows_of[c] = np.ascontiguousarray(np.broadcast_to(slope.reshape(-1), (c,)), dtype=np.float32)
+                a = np.ascontiguousarray(np.broadcast_to(slope.reshape(-1), (c,)), dtype=np.float32)
+                if len(rows_of) < 8:  # (a single slope fits inputs of any width: keep a few)
+                    rows_of[c] = a
             res = np.empty(x.shape, dtype=np.float32)
             fast(np.ascontiguousarray(x, dtype=np.float32).reshape(-1, c), a, res.reshape(-1, c))
             return res
