@@ -19,7 +19,8 @@ nothing else, so writing into it is invisible.
 First, ``fold_pads`` (``_fuse_pad``) merges a zero PAD into the convolution reading it, and
 ``fuse_chains`` (``_fuse_chain``) runs chains of elementwise float32 operations (decomposed
 hardswish / hard-sigmoid, affine, HARD_SWISH after a convolution) as one blocked step; the
-rewrites below apply to what remains.
+rewrites below apply to what remains; then ``view_steps`` (``_views``) makes RESHAPE, SQUEEZE
+and EXPAND_DIMS with constant parameters views of their input (no copy, checks once per shape).
 
 Fused steps keep the consumer's operation type and output; their label names both operations.
 Only float32 tensors are rewritten: other types keep their kernels' own conversions.
@@ -41,6 +42,7 @@ import numpy as np
 
 from nnrt.execution._fuse_chain import BLOCK, fuse_chains
 from nnrt.execution._fuse_pad import fold_pads
+from nnrt.execution._views import view_steps
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops._common import ACT_NONE, apply_activation
 from nnrt.types import OperandLifeTime, OperandType, OperationType
@@ -134,6 +136,7 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
 
     steps = fold_pads(model, steps, operands, new)
     steps, chains = fuse_chains(model, steps, operands, new, lambda p: p.type in _FRESH)
+    steps = view_steps(model, steps, operands, new)
     ops = model.operands
     readers: Counter[int] = Counter(i for s in steps for i in s.ins)
     outputs = set(model.output_indexes)

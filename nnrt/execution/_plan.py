@@ -122,7 +122,8 @@ class Plan:
     #: else is admitted on the device (``inline``, or a sliced plan within one slice).
     idle_inline: bool = False
     #: Some input has unknown dimensions: the cost depends on the request (one cost model per
-    #: shape class, ``cost_for``), and the plan never runs on the event loop thread.
+    #: shape class, ``cost_for``); the plan is never sliced, and runs on the event loop thread
+    #: only at once, for a shape class measured within a slice (``CpuDevice._at_once_ns``).
     dynamic: bool = False
     #: The cost model of the plan's executions (made at first use, from the calibrated cost).
     _cost: CostModel | None = None

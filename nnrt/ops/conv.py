@@ -39,6 +39,7 @@ from nnrt.ops._common import (
     apply_activation,
     check_activation,
     check_padding_scheme,
+    check_result_size,
     from_nchw,
     from_real,
     implicit_padding,
@@ -529,6 +530,8 @@ def run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tup
     nchw = sig.layout is not None and bool(args[sig.layout])
     in_h, in_w = (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
     g = geometry(call, sig, args, in_h, in_w, w.shape[1], w.shape[2])
+    cout = w.shape[3] if call.type is Op.DEPTHWISE_CONV_2D else w.shape[0]
+    check_result_size(call, (x.shape[0], g.out_h, g.out_w, cout), call.outputs[0].type.dtype)  # padding: any size
     return g, x.shape[1] if g.nchw else x.shape[3]
 
 

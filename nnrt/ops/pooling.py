@@ -27,6 +27,7 @@ from nnrt.ops._common import (
     apply_activation,
     check_activation,
     check_padding_scheme,
+    check_result_size,
     from_nchw,
     from_real,
     implicit_padding,
@@ -210,6 +211,7 @@ def prepare_pool2d(call: OpCall) -> Kernel:
         if nb == 0 or c == 0 or g.out_h == 0 or g.out_w == 0:
             shape = (nb, c, g.out_h, g.out_w) if g.nchw else (nb, g.out_h, g.out_w, c)
             return np.zeros(shape, dtype=t.dtype)
+        check_result_size(call, (nb, g.out_h, g.out_w, c), t.dtype)  # padding can ask for any size
         xr = to_real(x, in_op, real)
         if g.nchw:
             xr = from_nchw(xr)

@@ -149,6 +149,8 @@ def prepare_resize(call: OpCall) -> Kernel:
         if align and half:
             call.fail("align_corners (input 4) and half_pixel_centers (input 5) cannot both be true")
         img = from_nchw(x) if nchw else x
+        if not (img.shape[1] and img.shape[2]):  # no pixel to sample (the compiled loop would read past it)
+            call.fail(f"input 0 has shape {list(x.shape)}: an image without rows or columns cannot be resized")
         oh = _out_size(call, img.shape[1], height, by_scale, 2)
         ow = _out_size(call, img.shape[2], width, by_scale, 1)
         check_result_size(call, [img.shape[0], oh, ow, img.shape[3]], dst.type.dtype)

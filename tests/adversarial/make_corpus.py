@@ -54,6 +54,44 @@ def _quant_model() -> nnrt.Model:
     return m
 
 
+def _windows_model() -> nnrt.Model:
+    """The compiled float32 window loops in one chain (depthwise at column stride 1 and 2, both
+    pools, PAD of the last axis, RESIZE_BILINEAR, PRELU, MEAN), for mutated paddings, strides,
+    dilations, sizes and shapes to reach."""
+    m = nnrt.Model(name="windows")
+    f32 = T.TENSOR_FLOAT32
+
+    def const(t: T, value: object, dims: list[int] | None = None) -> int:
+        i = m.add_operand(t, dims) if dims is not None else m.add_operand(t)
+        m.set_operand_value(i, value)
+        return i
+
+    def op(kind: Op, ins: list[int], dims: list[int]) -> int:
+        y = m.add_operand(f32, [0] * len(dims))  # sizes decided at run time, whatever the mutated parameters
+        m.add_operation(kind, ins, [y])
+        return y
+
+    def ints(*values: int) -> list[int]:
+        return [const(T.INT32, v) for v in values]
+
+    x = m.add_operand(f32, [1, 6, 6, 4])
+    w = const(f32, np.linspace(-1, 1, 36, dtype=np.float32).reshape(1, 3, 3, 4), [1, 3, 3, 4])
+    b = const(f32, np.full(4, 0.5, np.float32), [4])
+    dw1 = op(Op.DEPTHWISE_CONV_2D, [x, w, b, *ints(1, 1, 1, 1, 1, 1, 1, 0)], [1, 6, 6, 4])
+    dw2 = op(Op.DEPTHWISE_CONV_2D, [x, w, b, *ints(1, 1, 1, 1, 2, 2, 1, 3)], [1, 3, 3, 4])
+    mp = op(Op.MAX_POOL_2D, [dw1, *ints(0, 0, 0, 0, 2, 2, 2, 2, 0)], [1, 3, 3, 4])
+    ap = op(Op.AVERAGE_POOL_2D, [mp, *ints(1, 1, 1, 1, 1, 1, 3, 3, 1)], [1, 3, 3, 4])
+    pad = op(Op.PAD, [ap, const(T.TENSOR_INT32, np.array([[0, 0], [0, 0], [0, 0], [1, 2]], np.int32), [4, 2])],
+             [1, 3, 3, 7])
+    rs = op(Op.RESIZE_BILINEAR, [pad, *ints(5, 5), const(T.BOOL, False), const(T.BOOL, False), const(T.BOOL, True)],
+            [1, 5, 5, 7])
+    pr = op(Op.PRELU, [rs, const(f32, np.full(7, 0.25, np.float32), [7])], [1, 5, 5, 7])
+    mean = op(Op.MEAN, [pr, const(T.TENSOR_INT32, np.array([1, 2], np.int32), [2]), *ints(0)], [1, 7])
+    m.identify_inputs_and_outputs([x], [mean, dw2])
+    m.finish()
+    return m
+
+
 def _onnx_add() -> bytes:
     import onnx
     from onnx import TensorProto, helper
@@ -97,7 +135,7 @@ def _tflite_seeds() -> dict[str, bytes]:
 
 def main() -> None:
     models = {"one_add": zoo.one_add(), "add_chain": zoo.add_chain(4), "small_cnn": zoo.small_cnn(), "if": _if_model(),
-              "quant": _quant_model()}
+              "quant": _quant_model(), "windows": _windows_model()}
     out = CORPUS / "model_file"
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

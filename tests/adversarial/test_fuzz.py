@@ -22,3 +22,4 @@ def test_fuzz_target(target: str) -> None:
     _tally.record(f"fuzz:{target} ({result.engine})", tries=result.tries, crashes=result.crashes, hangs=result.hangs)
     assert result.crashes == 0 and result.hangs == 0, result.detail
     assert result.tries > 0, result.detail
+    assert result.uncompiled == 0, result.detail  # the compiled kernels are fuzzed, not their numpy twins

@@ -21,7 +21,7 @@ from nnrt import ErrorStatus, Priority, zoo
 from nnrt._aio import in_trio
 from nnrt.execution import SLICE
 from nnrt.execution._cost import ESTABLISHED
-from tests.helpers import Started, on_trio_too, ones, start, unknown_shape_add
+from tests.helpers import Started, gather, on_trio_too, ones, start, unknown_shape_add
 from tests.integration.test_scheduler import Gate
 
 US = 1e3
@@ -330,7 +330,103 @@ async def test_an_if_plan_runs_on_the_loop_once_measured_cheap_a_while_plan_neve
     assert ran_on and not any(ran_on)
 
 
+async def _reference(device: nnrt.CpuDevice, n: int, value: float) -> np.ndarray:
+    """``zoo.add_chain(n)`` of a [1, 16] input of ``value``, by a plan left as prepared."""
+    ref = await device.prepare_model(zoo.add_chain(n))
+    out: np.ndarray = ref.execute_sync([np.full((1, 16), value, np.float32)]).outputs[0]
+    return out
+
+
+async def test_a_kernel_failing_on_the_loop_thread_fails_it_and_frees_the_unit(vdevice: nnrt.CpuDevice) -> None:
+    prepared = await vdevice.prepare_model(zoo.add_chain(5))
+    costing(prepared, 400, 400, 400, 400, 400)  # segments [0, 1], [2, 3], [4]
+    failed: list[bool] = []
+
+    def fail_once() -> None:
+        if not failed:
+            failed.append(True)
+            raise ValueError("a kernel's own failure")
+
+    trace = Trace(prepared, before={2: fail_once})
+    with pytest.raises(nnrt.GeneralFailureError, match=r"operation 2 \(ADD\).*a kernel's own failure"):
+        await run_with_ticker(trace, prepared.execute([ones(1, 16)]))
+    assert trace.on_loop() == [True] * 3
+    assert vdevice.scheduler.idle() and vdevice.statistics().running == 0
+    again = await prepared.execute([ones(1, 16)])
+    assert again.outputs[0].tolist() == (await _reference(vdevice, 5, 1)).tolist()
+
+
+async def test_its_own_deadline_passing_mid_run_stops_it_at_the_next_operation(vdevice: nnrt.CpuDevice) -> None:
+    clock = vdevice.clock
+    assert isinstance(clock, nnrt.VirtualClock)
+    prepared = await vdevice.prepare_model(zoo.add_chain(6))
+    costing(prepared, 400, 400, 400, 400, 400, 400)
+    trace = Trace(prepared, before={1: lambda: clock.advance(0.050)})
+    with pytest.raises(nnrt.MissedDeadlineError, match=r"before operation 2") as info:
+        await prepared.execute([ones(1, 16)], deadline=clock.now() + 0.010)
+    assert info.value.status is ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    assert [k for _, k, _, _ in trace.calls] == [0, 1] and all(trace.on_loop())
+    assert vdevice.scheduler.idle() and vdevice.statistics().running == 0
+
+
+async def test_execute_sync_on_the_loop_thread_while_a_sliced_run_is_suspended(vdevice: nnrt.CpuDevice) -> None:
+    """Between two slices another task runs the same model with ``execute_sync`` (on the loop's
+    own thread: outside the scheduler, no deadlock on the unit the sliced run holds) and then
+    with ``execute`` (queued behind it): all three get their own inputs' results."""
+    prepared = await vdevice.prepare_model(zoo.add_chain(6))
+    costing(prepared, 400, 400, 400, 400, 400, 400)
+    got: list[np.ndarray] = []
+
+    async def meanwhile() -> None:
+        got.append(prepared.execute_sync([np.full((1, 16), 10, np.float32)]).outputs[0])
+        got.append((await prepared.execute([np.full((1, 16), 20, np.float32)])).outputs[0])
+
+    others: list[Started] = []
+    trace = Trace(prepared, before={0: lambda: others.append(start(meanwhile())) if not others else None})
+    first = await prepared.execute([ones(1, 16)])
+    await others[0]
+    assert [k for _, k, _, _ in trace.calls] == [0, 1, *range(6), 2, 3, 4, 5, *range(6)]  # sync ran at the boundary
+    for out, value in zip([first.outputs[0], *got], (1, 10, 20)):
+        assert out.tolist() == (await _reference(vdevice, 6, value)).tolist()
+    assert vdevice.scheduler.idle()
+
+
+async def test_two_devices_slice_plans_on_one_loop() -> None:
+    devices = [nnrt.CpuDevice(clock=nnrt.VirtualClock(1000.0), compute_units=1) for _ in range(2)]
+    try:
+        plans = [await d.prepare_model(zoo.add_chain(6)) for d in devices]
+        traces = []
+        for p in plans:
+            costing(p, 400, 400, 400, 400, 400, 400)
+            traces.append(Trace(p))
+        results = await gather(*(p.execute([np.full((1, 16), i, np.float32)]) for i, p in enumerate(plans) for _ in range(2)))
+        for k, r in enumerate(results):
+            assert r.outputs[0].tolist() == (await _reference(devices[0], 6, k // 2)).tolist()
+        assert all(all(t.on_loop()) for t in traces)
+        assert all(d.scheduler.idle() and d.statistics().running == 0 for d in devices)
+    finally:
+        for d in devices:
+            d.close()
+
+
+async def test_cancelled_while_an_at_once_run_waits_for_its_loop_turn(vdevice: nnrt.CpuDevice) -> None:
+    prepared = await vdevice.prepare_model(zoo.add_chain(3))
+    costing(prepared, 300, 300, 300)
+    assert prepared.plan.idle_inline
+    vdevice._loop_debt_ns = 0.95e6  # the loop turns before this one runs
+    trace = Trace(prepared)
+    task = start(prepared.execute([ones(1, 16)]))
+    await anyio.lowlevel.checkpoint()
+    task.cancel()
+    with pytest.raises(BaseException) as info:
+        await task
+    assert not isinstance(info.value, nnrt.NnrtError) and not trace.calls
+    assert vdevice.scheduler.idle() and vdevice.statistics().running == 0
+    assert (await prepared.execute([ones(1, 16)])).outputs[0].tolist() == (await _reference(vdevice, 3, 1)).tolist()
+
+
 # On trio one checkpoint does not promise every other task a turn (a batch runs in either order),
 # so an arrival may be admitted at a later boundary than these tests arrange for.
 on_trio_too(globals(), skip={"test_queued_work_expires_promptly_while_it_runs",
-                             "test_a_higher_priority_arrival_preempts_it_at_a_slice_boundary"})
+                             "test_a_higher_priority_arrival_preempts_it_at_a_slice_boundary",
+                             "test_execute_sync_on_the_loop_thread_while_a_sliced_run_is_suspended"})

@@ -500,3 +500,42 @@ def test_prelu_remembered_shapes_still_checked(device: nnrt.CpuDevice) -> None:
         np.testing.assert_array_equal(out, np.where(xs >= 0, xs, xs * np.array([0.5, -2.0, 0.25], np.float32)))
     with pytest.raises(nnrt.InvalidArgumentError):
         prepared.execute_sync([np.zeros((1, 2, 2, 4), np.float32)])
+
+
+def _closure_value(fn: Any, name: str) -> Any:
+    """The variable ``name`` a kernel closes over (looked for through wrapping closures too)."""
+    seen, todo = set(), [fn]
+    while todo:
+        f = todo.pop()
+        if id(f) in seen or not callable(f):
+            continue
+        seen.add(id(f))
+        code, cells = getattr(f, "__code__", None), getattr(f, "__closure__", None) or ()
+        for var, cell in zip(code.co_freevars if code else (), cells):
+            if var == name:
+                return cell.cell_contents
+            todo.append(cell.cell_contents)
+        todo.extend(getattr(f, attr) for attr in ("func", "__wrapped__") if hasattr(f, attr))
+    raise AssertionError(f"no {name} in the kernel's closures")
+
+
+def test_prelu_single_slope_rows_stay_few_over_many_widths(device: nnrt.CpuDevice) -> None:
+    """A single slope fits inputs of any width; a dynamic model seeing many widths (an audio
+    stream's frames) keeps a few slope rows, not one per width seen (memory growing without
+    bound), and every width still gets the right values."""
+    m = Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, [0, 0])
+    a = m.add_operand(T.TENSOR_FLOAT32, [1])
+    m.set_operand_value(a, np.array([0.25], dtype=np.float32))
+    y = m.add_operand(T.TENSOR_FLOAT32, [0, 0])
+    m.add_operation(Op.PRELU, [x, a], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    with _jit.forced(True):
+        prepared = device.prepare_model_sync(m)
+    for width in range(1, 41):
+        xs = np.linspace(-1, 1, 2 * width, dtype=np.float32).reshape(2, width)
+        out = prepared.execute_sync([xs]).outputs[0]
+        np.testing.assert_array_equal(out, np.where(xs >= 0, xs, xs * np.float32(0.25)))
+    rows = _closure_value(prepared.plan.steps[0].fn, "rows_of")
+    assert 0 < len(rows) <= 8

@@ -109,6 +109,32 @@ def test_resize_bilinear_random_geometry(device: nnrt.CpuDevice, n: int, h: int,
     np.testing.assert_array_equal(fast, ref)
 
 
+@pytest.mark.parametrize("op", [Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR])
+@pytest.mark.parametrize("on", [True, False])
+def test_resize_of_an_image_without_rows_or_columns_is_rejected(device: nnrt.CpuDevice, op: Op, on: bool) -> None:
+    """A dynamic input with no rows or no columns (NHWC or NCHW) has no pixel to sample: INVALID_ARGUMENT
+    naming the operation, not the compiled loop reading past the input (an output of garbage that looked
+    valid) nor numpy's IndexError as GENERAL_FAILURE. An empty batch or channel axis still resizes."""
+    for nchw in (False, True):
+        m = _resize_model([0, 0, 0, 0], (4, 3), (nchw,))
+        if op is Op.RESIZE_NEAREST_NEIGHBOR:
+            m = Model()
+            x = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+            ins = [x, _scalar(m, T.INT32, 4), _scalar(m, T.INT32, 3), _scalar(m, T.BOOL, nchw)]
+            y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+            m.add_operation(op, ins, [y])
+            m.identify_inputs_and_outputs([x], [y])
+            m.finish()
+        with _jit.forced(on):
+            prepared = device.prepare_model_sync(m)
+        for shape in ([1, 0, 5, 3], [1, 5, 0, 3], [2, 0, 0, 1]):
+            dims = [shape[0], shape[3], shape[1], shape[2]] if nchw else shape
+            with pytest.raises(nnrt.InvalidArgumentError, match=f"{op.name}.*without rows or columns"):
+                prepared.execute_sync([np.zeros(dims, np.float32)])
+        empty = [0, 3, 5, 5] if nchw else [0, 5, 5, 3]
+        assert prepared.execute_sync([np.zeros(empty, np.float32)]).outputs[0].size == 0
+
+
 def test_resize_bilinear_takes_the_compiled_loop(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
     def numpy_path(*args: Any) -> np.ndarray:
         raise AssertionError("the numpy bilinear ran")
@@ -192,3 +218,32 @@ def test_average_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.Monk
     assert bool(calls) is not global_window
     assert fast.shape == ref.shape
     np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("op", [Op.MAX_POOL_2D, Op.AVERAGE_POOL_2D, Op.DEPTHWISE_CONV_2D, Op.CONV_2D])
+@pytest.mark.parametrize("on", [True, False])
+def test_a_window_padding_too_large_for_any_result_is_resource_exhausted(device: nnrt.CpuDevice, op: Op,
+                                                                        on: bool) -> None:
+    """Explicit padding of 2**30 on a dynamic input asks for a 2**31 x 2**31 result: RESOURCE_EXHAUSTED_PERSISTENT
+    naming the operation before allocating (as PAD and RESIZE do), not numpy's "array is too big"
+    ValueError as GENERAL_FAILURE (the compiled pools, depthwise and CONV_2D) nor a MemoryError called transient."""
+    big = 2**30
+    if op in (Op.DEPTHWISE_CONV_2D, Op.CONV_2D):
+        m = Model()
+        x = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 2])
+        w, b = m.add_operand(T.TENSOR_FLOAT32, [1, 3, 3, 2]), m.add_operand(T.TENSOR_FLOAT32, [1 if op is Op.CONV_2D else 2])
+        m.set_operand_value(w, np.ones((1, 3, 3, 2), np.float32))
+        m.set_operand_value(b, np.zeros(1 if op is Op.CONV_2D else 2, np.float32))
+        params = (1, 0) if op is Op.CONV_2D else (1, 1, 0)  # strides, [depth multiplier], activation
+        ins = [x, w, b, *(_scalar(m, T.INT32, v) for v in (big, big, big, big, 1, *params))]
+        y = m.add_operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+        m.add_operation(op, ins, [y])
+        m.identify_inputs_and_outputs([x], [y])
+        m.finish()
+    else:
+        m = _pool_model([0, 0, 0, 0], [big, big, big, big, 1, 1, 2, 2, 0], op)
+    with _jit.forced(on):
+        prepared = device.prepare_model_sync(m)
+    with pytest.raises(nnrt.ResourceExhaustedError, match=f"{op.name}.*a result of shape") as err:
+        prepared.execute_sync([np.ones((1, 5, 5, 2), np.float32)])
+    assert err.value.status is nnrt.ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT

@@ -108,3 +108,22 @@ def test_bad_signatures(device: nnrt.CpuDevice) -> None:
     rejected(device, lambda: single_op_model(Op.SOFTMAX, T.TENSOR_FLOAT16, [1, 4], [(T.FLOAT32, 1.0)]), "FLOAT16")
     rejected(device, lambda: single_op_model(Op.ELU, T.TENSOR_QUANT8_ASYMM, [4], [(T.FLOAT32, 1.0)], in_q=(0.1, 0),
                                              out_q=(0.1, 0)), "type")
+
+
+@pytest.mark.parametrize("size", [1, 255, 256, 1000])
+def test_logistic_small_and_large_paths_give_the_same_bits(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``_SMALL`` elements LOGISTIC makes a new array per operation instead of working in
+    one: the same float32 operations, so the same bits, special values included."""
+    import nnrt.ops.activations as activations
+
+    x = (np.random.default_rng(size).standard_normal(size) * 40).astype(np.float32)
+    x[: min(size, 6)] = np.array([np.nan, np.inf, -np.inf, -0.0, 100.0, -100.0], np.float32)[: min(size, 6)]
+    with np.errstate(all="ignore"):
+        got = activations._logistic(x)
+        monkeypatch.setattr(activations, "_SMALL", 0)
+        want = activations._logistic(x)
+        monkeypatch.setattr(activations, "_SMALL", 1 << 30)
+        small = activations._logistic(x)
+    assert got.dtype == want.dtype == small.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(small.view(np.uint32), want.view(np.uint32))

@@ -123,3 +123,29 @@ def test_float32_mean_over_outer_axes_keeps_its_bits(device: nnrt.CpuDevice, dim
     got = run(device, reduce_model(Op.MEAN, T.TENSOR_FLOAT32, dims, axes, keep, out_dims), x)[0]
     assert got.shape == want.shape
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_constant_axes_planned_per_shape_match_axes_given_at_run_time(device: nnrt.CpuDevice) -> None:
+    """With constant axes the checks and the path are settled once per input shape: the same bits
+    as axes given at run time (checked on every call) over several shapes of a dynamic input,
+    and the empty-axis failure still raised at run time, for a shape never seen, after others."""
+    const = device.prepare_model_sync(reduce_model(Op.MEAN, T.TENSOR_FLOAT32, [0, 0], [-1], True, [0, 1]))
+    m = Model()
+    x, a, k = m.add_operand(T.TENSOR_FLOAT32, [0, 0]), m.add_operand(T.TENSOR_INT32, [1]), m.add_operand(T.INT32)
+    m.set_operand_value(k, 1)
+    y = m.add_operand(T.TENSOR_FLOAT32, [0, 1])
+    m.add_operation(Op.MEAN, [x, a, k], [y])
+    m.identify_inputs_and_outputs([x, a], [y])
+    m.finish()
+    dynamic = device.prepare_model_sync(m)
+    rng = np.random.default_rng(5)
+    for shape in [(1, 128), (3, 5), (1, 128), (2, 5000), (0, 4), (1, 128)]:
+        v = rng.standard_normal(shape).astype(np.float32)
+        (got,) = const.execute_sync([v]).outputs
+        (want,) = dynamic.execute_sync([v, np.array([1], np.int32)]).outputs
+        assert got.shape == want.shape == (shape[0], 1)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    for _ in range(2):
+        with pytest.raises(nnrt.InvalidArgumentError, match=r"MEAN.*input 0 has shape \[2, 0\].*empty axis") as info:
+            const.execute_sync([np.ones((2, 0), np.float32)])
+        assert info.value.status is ErrorStatus.INVALID_ARGUMENT
