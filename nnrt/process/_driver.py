@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from collections.abc import Callable, Generator, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from nnrt.errors import DeadObjectError, InternalError
 from nnrt.execution import DELEGATE, DELEGATED, ExecContext, Plan, Step
 from nnrt.execution._plan import _fetcher
+from nnrt.memory._memory import pool_origin
 from nnrt.model import Model
 from nnrt.process._client import ServiceProcess
 from nnrt.process._fmq import Ring
-from nnrt.process._transport import Expect, RequestForm, ResultForm, encode_execute, io_dtypes, request_form
+from nnrt.process._forms import Expect, RequestForm, ResultForm, request_form
+from nnrt.process._pools import ring_name
+from nnrt.process._transport import ARENA_INPUT_BYTES, encode_execute, io_dtypes
 from nnrt.process._wire import ARENA_MIN_BYTES, InPlace, PoolRef, encode_args, encode_outputs
 from nnrt.types import OperationType, Priority
 
@@ -68,7 +72,8 @@ class RemoteDriver:
         self.dtypes: tuple[list[Any], list[Any]] = ([], [])
         #: The result form of a success when every output's shape is known (``set_outputs``).
         self.result_form: ResultForm | None = None
-        self._forms: dict[tuple[Any, ...], RequestForm | None] = {}  # (app, *input shapes) -> form
+        self._forms: dict[tuple[Any, ...], RequestForm | None] = {}  # (app, *input shapes and places) -> form
+        self._origins: dict[int, tuple[weakref.ref[np.ndarray], tuple[str | None, int] | None]] = {}  # id -> (it, _origin)
 
     def __repr__(self) -> str:
         return f"<RemoteDriver {self.name} app={self.app!r} handle={self.handle}>"
@@ -129,23 +134,26 @@ class RemoteDriver:
 
     def _packet(self, service: ServiceProcess, args: list[Any], ctx: ExecContext, app: Hashable
                 ) -> tuple[int, Callable[[Ring], bool], Expect, list[tuple[int, int]]] | None:
-        """The request as a ring packet (``nnrt.process._transport``): its id, what writes it
+        """The request as a ring packet (``nnrt.process._transport``, ``_forms``): its id, what writes it
         into the ring, what reads its result, and the arena blocks it holds; or None: the socket
         (outputs that come back through the arena, or that go into device buffers or mapped
-        files, travel as the socket's ``PoolRef``/``BufRef``). Plain small inputs take the
-        request's form (built once per input shapes), written in place; others are packed in
-        full, outputs the service writes into shared-memory segments as pool locations."""
-        if service.channel is None or type(app) is not str or self.out_specs:
+        files, travel as the socket's ``PoolRef``/``BufRef``). A request of plain small inputs
+        and of arguments in shared-memory segments takes its form (built once per signature),
+        written in place; others are packed in full (large plain inputs copied into the arena)."""
+        if service.channel is None or type(app) is not str:
+            return None
+        outs = self._out_places(ctx.outputs)
+        if outs is False:
             return None
         rid = service.new_id()
         deadline, loop_timeout = ctx.deadline, ctx.loop_timeout
-        refs = encode_outputs(ctx.outputs)
-        if refs is None:
-            form = self._form(args, app)
-            if form is not None:
-                into = ctx.outputs
-                expect = form.expect if into is None else form.expect._replace(into=into)
-                return rid, lambda ring: form.write(ring, rid, args, deadline, loop_timeout), expect, []
+        form = self._form(args, outs, app)
+        if form is not None:
+            into = ctx.outputs
+            expect = form.expect if into is None else form.expect._replace(into=into)
+            return rid, lambda ring: form.write(ring, rid, args, deadline, loop_timeout), expect, []
+        refs = None if outs is None else [None if o is None else PoolRef(o[0], o[1], dt.str, o[2])
+                                          for o, dt in zip(outs, self.dtypes[1])]
         packed = encode_execute(rid, self.handle, app, args, deadline, loop_timeout, self.dtypes[0],
                                 len(self.dtypes[1]), self.arena, refs)
         if packed is None:
@@ -154,23 +162,72 @@ class RemoteDriver:
         in_place = None if refs is None else [r is not None for r in refs]
         return rid, lambda ring: ring.try_write(parts, nbytes), Expect(self.dtypes[1], in_place=in_place), blocks
 
-    def _form(self, args: list[Any], app: str) -> RequestForm | None:
-        """The request form for these values' shapes (made on first use), or None."""
+    def _origin(self, v: np.ndarray) -> tuple[str | None, int] | None:
+        """Where a C-contiguous array lies when it is in a pool both processes map: the pool's
+        ring name (``_pools.ring_name``; None for a pool the rings cannot name) and the byte
+        offset; None when it is in no such pool. Remembered per array object (a
+        ``MemoryLocation``'s view is the same object at every execution: ``nnrt.execution``
+        caches it), so that a request in a shared pool costs no address look-up."""
+        memo = self._origins.get(id(v))
+        if memo is not None and memo[0]() is v:
+            return memo[1]
+        found = pool_origin(v) if v.flags.c_contiguous else None
+        where = None if found is None else (ring_name(found[0]), found[1])
+        if len(self._origins) >= MAX_FORMS:
+            self._origins.clear()
+        self._origins[id(v)] = (weakref.ref(v), where)
+        return where
+
+    def _out_places(self, bufs: Any) -> list[tuple[str, int, tuple[int, ...]] | None] | Literal[False] | None:
+        """Where each output the service writes in place lies (``_wire.encode_outputs``'s rule:
+        a C-contiguous writable view of 4 KB or more of a shared-memory segment; None for one
+        that comes back by value; None when all do), or False when the request must take the
+        socket (a device buffer, a mapped file, or an output that comes back through the arena)."""
+        places: list[tuple[str, int, tuple[int, ...]] | None] | None = None
+        if bufs:
+            if getattr(bufs, "device_buffers", None):
+                return False
+            for j, b in enumerate(bufs):
+                if type(b) is not np.ndarray or b.nbytes < ARENA_INPUT_BYTES or not b.flags.writeable:
+                    continue
+                where = self._origin(b)
+                if where is None:
+                    continue
+                if where[0] is None:
+                    return False
+                places = places or [None] * len(bufs)
+                places[j] = (where[0], where[1], b.shape)
+        if self.out_specs and any(s is not None and (places is None or places[j] is None)
+                                  for j, s in enumerate(self.out_specs)):
+            return False  # a large output of known size comes back through the arena
+        return places
+
+    def _form(self, args: list[Any], outs: list[tuple[str, int, tuple[int, ...]] | None] | None,
+              app: str) -> RequestForm | None:
+        """The request form for these values' shapes and places (made on first use), or None."""
         key: list[Any] = [app]
+        origins: list[Any] = []
         for v in args:
             if v is None:
                 key.append(None)
+                origins.append(None)
             elif type(v) is np.ndarray:
-                key.append(v.shape)
+                where = self._origin(v) if v.nbytes >= ARENA_INPUT_BYTES else None
+                if where is not None and where[0] is None:
+                    return None  # a pool the rings cannot name: the socket's form only
+                key.append(v.shape if where is None else (v.shape, *where))
+                origins.append(where)
             else:
                 return None
+        if outs is not None:
+            key.append(tuple(outs))
         sig = tuple(key)
         form = self._forms.get(sig)
         if form is None and sig not in self._forms:
             if len(self._forms) >= MAX_FORMS:
                 self._forms.clear()
             form = self._forms[sig] = request_form(self.handle, app, args, self.dtypes[0], self.dtypes[1],
-                                                   self.result_form)
+                                                   self.result_form, origins, outs)
         return form
 
     def _request(self, args: list[Any], ctx: ExecContext, app: Hashable, staged: dict[int, np.ndarray]

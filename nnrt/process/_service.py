@@ -68,17 +68,9 @@ from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
 from nnrt.process._fmq import Channel, Poller
+from nnrt.process._forms import FormCache, ResultForm, ServiceForm, write_result
 from nnrt.process._pools import Pools
-from nnrt.process._transport import (
-    FormCache,
-    ResultForm,
-    ServiceForm,
-    decode_execute,
-    encode_outputs,
-    io_dtypes,
-    output_locations,
-    write_result,
-)
+from nnrt.process._transport import decode_execute, encode_outputs, inline_inputs, io_dtypes, output_locations
 from nnrt.process._wire import (
     InPlace,
     PoolRef,
@@ -298,11 +290,13 @@ class _Service:
         outs: list[Any] | None = None  # views of the outputs written in place (their pools)
         try:
             hit = self.forms.match(pkt)
-            if hit is not None:  # a known form: read without parsing (``_transport``)
+            if hit is not None:  # a known form: read without parsing (``_forms``)
                 form, deadline, loop_timeout = hit
                 app, handle = form.app, form.handle
                 prepared = self._lookup(app, handle)
-                values = form.values(pkt)
+                values = form.values(pkt, self.pools.attach)
+                outs = form.outputs(self.pools.attach)
+                inline = form.inline
             else:
                 req = unpack_request(pkt)
                 app, handle, deadline, loop_timeout = req.app, req.handle, req.deadline, req.loop_timeout
@@ -312,11 +306,13 @@ class _Service:
                     dtypes = self.dtypes[(app, handle)] = io_dtypes(prepared.model)
                 values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
                 outs = output_locations(req, dtypes[1], self.pools.attach)
-                form = self.forms.learn(pkt, req, dtypes[0])
+                form = self.forms.learn(pkt, req, *dtypes)
+                inline = inline_inputs(req)
             if prepared._driver.can_run_now(prepared.plan):
                 self._run_now(rid, prepared, values, outs, deadline, loop_timeout, self._ring_reply, form)
                 return
-            values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
+            # out of the ring before it is freed (a pool's view stays valid: not copied)
+            values = [v.copy() if copy else v for v, copy in zip(values, inline)]
             known = form
 
             def reply(rid: int, ok: bool, payload: Any) -> None:
@@ -360,13 +356,16 @@ class _Service:
 
     def _result_form(self, form: ServiceForm, payload: Any) -> ResultForm | None:
         """The result form of a success of ``form`` (learnt from its first success; again when
-        the shapes change), or None when its outputs are not all arrays or it would not fit."""
+        the shapes change), or None when its outputs are not all arrays (or written in place) or
+        it would not fit."""
         outputs = payload[0]
         result = form.result
         if result is None or not result.matches(outputs):
-            if not all(type(o) is np.ndarray for o in outputs):
+            in_place = [type(o) is InPlace for o in outputs]
+            if not all(p or type(o) is np.ndarray for o, p in zip(outputs, in_place)):
                 return None
-            result = form.result = ResultForm([o.shape for o in outputs], [o.dtype for o in outputs])
+            result = form.result = ResultForm([tuple(o.shape) for o in outputs],
+                                              [None if p else o.dtype for o, p in zip(outputs, in_place)], in_place)
         assert self.channel is not None
         return result if result.nbytes <= self.channel.results.max_packet else None
 
