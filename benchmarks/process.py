@@ -5,18 +5,21 @@ in one run:
     service over the socket (``ring_bytes=0``: the transport before the rings), interleaved,
     with the CPU time per call of this process and of the service (polling included; targets on
     an idle machine: p50 <= 40 us, p99 <= 200 us);
-(b) what an input's size costs: a MEAN over a [1, n] float32 input (the output is [1, 1], so
-    only the input's transport differs), 1 KB and 1 MB, passed as a location in a shared
-    ``Memory`` (sent by name) and as a plain array (pickled over the socket at 1 KB, copied
-    into the device's shared arena at 1 MB); the service's
-    overhead over in-process execution of the same request, and the 1 MB / 1 KB ratio of that
-    overhead for shared memory; then the same with a SLICE of the input's first element (output
-    [1, 1]), whose compute does not grow with n, so only the input's size differs (target on
-    that one: <= 1, i.e. the size costs nothing: with MEAN the 1 MB request also computes
-    ~0.2 ms longer, long enough for both sides to stop polling and pay a wake-up each);
+(b) what an input's size costs: a SLICE of a [1, n] float32 input's first element (output
+    [1, 1]: compute that does not grow with n, so only the input's size differs), 1 KB and
+    1 MB, passed as a location in a shared ``Memory`` (sent by name), in a ``Memory.from_file``
+    pool (by its key) and as a plain array (inline in the ring packet at 1 KB, copied into the
+    device's shared arena at 1 MB); the service's overhead over in-process execution of the
+    same request and its 1 MB / 1 KB ratio (target for shared memory: <= 1, the size costs
+    nothing); then a MEAN over the input, on the default service and on one that polls for
+    ``LONG_POLL_US``: the 1 MB MEAN computes ~0.2 ms, longer than the default 50 us poll
+    window, so both sides stop polling and pay a wake-up each (compute time, not size; the
+    long-poll service shows the transport alone);
 (b2) what an output's size costs: [1, 1] + a [1, n] constant (so only the output's transport
-    differs), 1 KB and 1 MB, the output in a shared ``Memory`` location (written in place by
-    the service), in a caller's array, and allocated; the service's overhead over in-process;
+    differs), 1 KB and 1 MB, the output in a shared ``Memory`` and in a writable file
+    ``Memory`` (written in place by the service), in a caller's array, and allocated; the
+    service's overhead over in-process, on the default and the long-poll service (the 1 MB
+    ADD computes ~0.1 ms: the default service's 1 MB figure includes two wake-ups);
 (c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
     operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
     requests alternating; on the rings, and over the socket as before them) against one
@@ -40,7 +43,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -75,44 +77,30 @@ def service_cpu_ns(dev: nnrt.ProcessDevice) -> int:
     return int(dev._test_call("_rings")[-1])
 
 
-def slice_model(n: int) -> Model:
-    """The first element of a [1, n] input: a compute that does not grow with n."""
-    m = Model(f"slice_{n}")
-    x = m.add_operand(T.TENSOR_FLOAT32, [1, n])
-    begin = m.add_operand(T.TENSOR_INT32, [2])
-    size = m.add_operand(T.TENSOR_INT32, [2])
-    y = m.add_operand(T.TENSOR_FLOAT32, [1, 1])
-    m.set_operand_value(begin, np.array([0, 0], np.int32))
-    m.set_operand_value(size, np.array([1, 1], np.int32))
-    m.add_operation(Op.SLICE, [x, begin, size], [y])
-    m.identify_inputs_and_outputs([x], [y])
-    m.finish()
-    return m
-
-
 def percentiles(samples: list[float]) -> tuple[float, float]:
     s = sorted(samples)
     return s[len(s) // 2], s[min(len(s) - 1, int(len(s) * 0.99))]
 
 
-async def latencies(prepared: nnrt.PreparedModel, inputs: list[object], number: int) -> list[float]:
+async def latencies(prepared: nnrt.PreparedModel, inputs: list[object], number: int,
+                    outputs: list[object] | None = None) -> list[float]:
     out = []
     for _ in range(number):
         t = time.perf_counter()
-        await prepared.execute(inputs)
+        await prepared.execute(inputs, outputs)  # type: ignore[arg-type]
         out.append((time.perf_counter() - t) * 1e6)
     return out
 
 
 async def interleaved(a: nnrt.PreparedModel, b: nnrt.PreparedModel, inputs: list[object], number: int,
-                      rounds: int) -> tuple[list[float], list[float]]:
+                      rounds: int, outputs: list[object] | None = None) -> tuple[list[float], list[float]]:
     la: list[float] = []
     lb: list[float] = []
-    await a.execute(inputs)
-    await b.execute(inputs)
+    await a.execute(inputs, outputs)  # type: ignore[arg-type]
+    await b.execute(inputs, outputs)  # type: ignore[arg-type]
     for _ in range(rounds):
-        la += await latencies(a, inputs, number)
-        lb += await latencies(b, inputs, number)
+        la += await latencies(a, inputs, number, outputs)
+        lb += await latencies(b, inputs, number, outputs)
     return la, lb
 
 
@@ -154,78 +142,96 @@ async def round_trip(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
           / percentiles(samples["through the service (rings)"])[0])
 
 
-async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
-    for title, build, target in (("MEAN over [1, n]", mean_model, None),
-                                 ("SLICE of [1, n]'s first element", slice_model, 1.0)):
-        await input_size_of(cpu, proc, title, build, target)
+#: The poll window of the second service (b) and (b2) measure on: long enough for both sides to
+#: keep polling through a 1 MB MEAN or ADD (0.1-0.2 ms of compute), so that what is left of the
+#: overhead is the transport's alone, without the wake-ups a longer compute costs.
+LONG_POLL_US = 2000.0
+SIZES = (("1 KB", 256), ("1 MB", 262_144))
 
 
-async def input_size_of(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice, title: str,
-                        build: Callable[[int], Model], target: float | None) -> None:
-    print(f"(b) input size: {title} float32, output [1, 1]")
+async def size_costs(local: nnrt.PreparedModel, remotes: dict[str, nnrt.PreparedModel], label: str,
+                     cases: dict[str, tuple[list[object], list[object] | None]], overhead: dict[str, float]) -> None:
+    """The service's overhead over in-process execution for each case (inputs, outputs) and
+    service (``remotes``: tag -> prepared model), interleaved with in-process; into ``overhead``."""
     number, rounds = (100, 3) if QUICK else (300, 5)
-    overhead: dict[str, float] = {}
-    for label, n in (("1 KB", 256), ("1 MB", 262_144)):
-        model = build(n)
-        local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
-        x = np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)
-        with Memory.from_shared_memory(size=x.nbytes) as mem:
-            mem.buffer.view(np.float32)[:] = x.reshape(-1)
-            loc = MemoryLocation(mem, 0, x.nbytes)
-            la, lb = await interleaved(local, remote, [loc], number, rounds)
-            _, lc = await interleaved(local, remote, [x], number, rounds)
-        base, shared, plain = statistics.median(la), statistics.median(lb), statistics.median(lc)
-        report(f"{label}: in-process (shared Memory input) median", base)
-        report(f"{label}: service, shared Memory input (by name) median", shared)
-        report(f"{label}: service, plain array input median", plain)
-        overhead[label] = shared - base
-        report(f"{label}: service overhead, shared Memory input", shared - base)
-        report(f"{label}: service overhead, plain array input", plain - base)
-    ratio("shared Memory overhead 1 MB / 1 KB", overhead["1 MB"] / max(overhead["1 KB"], 1e-9), target)
+    for case, (inputs, outputs) in cases.items():
+        for tag, remote in remotes.items():
+            if tag and "shared Memory" not in case:
+                continue  # the long-poll service measures only the shared Memory case
+            la, lb = await interleaved(local, remote, inputs, number, rounds, outputs)
+            overhead[f"{label} {case}{tag}"] = over = statistics.median(lb) - statistics.median(la)
+            report(f"{label}: service overhead, {case}{tag}", over)
+            if tag:  # the transport alone: round trip less the execution's time in the service
+                overhead[f"{label} {case}{tag}, transport"] = cost = await transport_us(remote, inputs, outputs, number)
+                report(f"{label}: service transport, {case}{tag}", cost)
 
 
-def broadcast_model(n: int) -> Model:
-    """[1, 1] + a [1, n] constant: a tiny input, an output of n floats."""
-    m = Model(f"broadcast_{n}")
-    x = m.add_operand(T.TENSOR_FLOAT32, [1, 1])
-    c = m.add_operand(T.TENSOR_FLOAT32, [1, n])
-    act = m.add_operand(T.INT32)
-    y = m.add_operand(T.TENSOR_FLOAT32, [1, n])
-    m.set_operand_value(c, np.arange(n, dtype=np.float32).reshape(1, n))
-    m.set_operand_value(act, 0)
-    m.add_operation(Op.ADD, [x, c, act], [y])
-    m.identify_inputs_and_outputs([x], [y])
-    m.finish()
-    return m
+async def transport_us(remote: nnrt.PreparedModel, inputs: list[object], outputs: list[object] | None, number: int) -> float:
+    """Median round trip less the time on device the service reports (its ``_execute_now``)."""
+    out = []
+    for _ in range(number):
+        t = time.perf_counter()
+        result = await remote.execute(inputs, outputs, measure_timing=True)  # type: ignore[arg-type]
+        out.append((time.perf_counter() - t) * 1e6 - (result.timing.time_on_device_ns or 0) / 1e3)
+    return statistics.median(out)
+
+
+def size_ratios(overhead: dict[str, float], cases: list[str], target: float | None) -> None:
+    """1 MB / 1 KB of each figure: ``target`` on the default service's shared Memory overhead,
+    1.0 on every shared Memory transport figure (the long-poll service's)."""
+    for case in cases:
+        for key in [k[len("1 KB "):] for k in overhead if k.startswith(f"1 KB {case}")]:
+            transport = key.endswith("transport")
+            goal = (1.0 if transport else target) if "shared Memory" in key and (transport or "poll" not in key) else None
+            ratio(f"{key}{'' if transport else ' overhead'} 1 MB / 1 KB",
+                  overhead[f"1 MB {key}"] / max(overhead[f"1 KB {key}"], 1e-9), goal)
+
+
+async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
+    with nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp:
+        for title, build, devices, target in (
+                ("SLICE of [1, n]'s first element", zoo.first_element, {"": proc}, 1.0),
+                ("MEAN over [1, n]", mean_model, {"": proc, f" (poll {LONG_POLL_US:.0f} us)": polling}, None)):
+            print(f"(b) input size: {title} float32, output [1, 1]")
+            overhead: dict[str, float] = {}
+            for label, n in SIZES:
+                model = build(n)
+                local = await cpu.prepare_model(model)
+                remotes = {tag: await dev.prepare_model(model) for tag, dev in devices.items()}
+                x = np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)
+                path = os.path.join(tmp, f"x{n}.bin")
+                x.tofile(path)
+                with Memory.from_shared_memory(size=x.nbytes) as mem, Memory.from_file(path) as fmem:
+                    mem.buffer.view(np.float32)[:] = x.reshape(-1)
+                    report(f"{label}: in-process median", statistics.median(await latencies(local, [x], 200)))
+                    await size_costs(local, remotes, label, {
+                        "shared Memory input": ([MemoryLocation(mem, 0, x.nbytes)], None),
+                        "file Memory input": ([MemoryLocation(fmem, 0, x.nbytes)], None),
+                        "plain array input": ([x], None)}, overhead)
+            size_ratios(overhead, ["shared Memory input", "file Memory input"], target)
 
 
 async def output_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
     print("(b2) output size: [1, 1] + a [1, n] constant, output [1, n] float32")
-    number, rounds = (100, 3) if QUICK else (300, 5)
     overhead: dict[str, float] = {}
     x = np.ones((1, 1), np.float32)
-    for label, n in (("1 KB", 256), ("1 MB", 262_144)):
-        model = broadcast_model(n)
-        local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
-        with Memory.from_shared_memory(size=4 * n) as mem:
-            cases: dict[str, list[object] | None] = {
-                "shared Memory output (in place)": [MemoryLocation(mem, 0, 4 * n)],
-                "caller's array output": [np.zeros((1, n), np.float32)],
-                "no output buffer (result allocated)": None,
-            }
-            for case, outs in cases.items():
-                la, lb = [], []
-                for _ in range(rounds):
-                    for samples, target in ((la, local), (lb, remote)):
-                        for _ in range(number):
-                            t = time.perf_counter()
-                            await target.execute([x], outs)  # type: ignore[arg-type]
-                            samples.append((time.perf_counter() - t) * 1e6)
-                over = statistics.median(lb) - statistics.median(la)
-                report(f"{label}: service overhead, {case}", over)
-                overhead[f"{label} {case}"] = over
-    ratio("shared Memory output overhead 1 MB / 1 KB", overhead["1 MB shared Memory output (in place)"]
-          / max(overhead["1 KB shared Memory output (in place)"], 1e-9), 1.0)
+    with nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp:
+        for label, n in SIZES:
+            model = zoo.broadcast_add(n)
+            local = await cpu.prepare_model(model)
+            remotes = {"": await proc.prepare_model(model),
+                       f" (poll {LONG_POLL_US:.0f} us)": await polling.prepare_model(model)}
+            path = os.path.join(tmp, f"y{n}.bin")
+            np.zeros(n, np.float32).tofile(path)
+            with Memory.from_shared_memory(size=4 * n) as mem, Memory.from_file(path, writable=True) as fmem:
+                report(f"{label}: in-process median, shared Memory output",
+                       statistics.median(await latencies(local, [x], 200, [MemoryLocation(mem, 0, 4 * n)])))
+                await size_costs(local, remotes, label, {
+                    "shared Memory output (in place)": ([x], [MemoryLocation(mem, 0, 4 * n)]),
+                    "file Memory output (in place)": ([x], [MemoryLocation(fmem, 0, 4 * n)]),
+                    "caller's array output": ([x], [np.zeros((1, n), np.float32)]),
+                    "no output buffer (result allocated)": ([x], None)}, overhead)
+    size_ratios(overhead, ["shared Memory output (in place)", "file Memory output (in place)"], None)
 
 
 async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:

@@ -173,7 +173,7 @@ def read_result(pkt: memoryview, expect: Expect) -> tuple[int, bool, Any]:
     return decode_outputs(pkt, expect.dtypes, expect.in_place)
 
 
-def write_result(ring: Ring, form: ResultForm, rid: int, outputs: Sequence[np.ndarray], device_ns: int) -> bool:
+def write_result(ring: Ring, form: ResultForm, rid: int, outputs: Sequence[Any], device_ns: int) -> bool:
     """Write a success of ``form`` (``form.matches(outputs)``) straight into the ring; False
     when there is no room now (nothing written)."""
     pos = ring.begin_write(form.nbytes)

@@ -20,7 +20,8 @@ on one asyncio event loop, reading frames as the socket becomes readable:
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
 * ``_hang`` (block the loop thread forever) is a test hook, served only when the service's
   environment has ``NNRT_SERVICE_TEST_HOOKS=1``; ``_inline`` and ``_counts`` answer questions
-  tests ask (would a request run at once; how many models, buffers, pools it holds).
+  tests ask (would a request run at once; how many models, buffers, pools it holds, how many
+  pools it mapped and how many input bytes it copied out of the ring).
 
 A malformed request (a frame that does not unpickle, is not ``(kind, id, ...)``, names an
 unknown kind or has the wrong arguments) is answered with a failure (GENERAL_FAILURE, or
@@ -118,6 +119,7 @@ class _Service:
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
         self.forms = FormCache()
         self.fast_results = 0  # results written in place through a result form
+        self.copied = 0  # bytes of input values copied out of the request ring (requests run as tasks)
         self.passes = 0  # times the request doorbell woke the service
         self._batch_start = 0.0  # while serving the request ring: when results were last rung
         self._unrung = False
@@ -217,8 +219,9 @@ class _Service:
             elif kind == "_inline":  # test hook: would this prepared model's request run at once?
                 prepared = self._lookup(msg[2], msg[3])
                 self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
-            elif kind == "_counts":  # test hook: what the service holds
-                self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
+            elif kind == "_counts":  # test hook: what the service holds, pools mapped, bytes copied out of the ring
+                self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools), self.pools.mapped,
+                                        self.copied))
             elif kind == "_rings":  # test hook: forms known, packets read and results written through
                 # them, the app's doorbell rung and spared, passes over the request ring, CPU ns
                 ch = self.channel
@@ -313,6 +316,7 @@ class _Service:
                 return
             # out of the ring before it is freed (a pool's view stays valid: not copied)
             values = [v.copy() if copy else v for v, copy in zip(values, inline)]
+            self.copied += sum(v.nbytes for v, copy in zip(values, inline) if copy)
             known = form
 
             def reply(rid: int, ok: bool, payload: Any) -> None:
