@@ -6,8 +6,10 @@ runs it by sending the step's inputs to the service's prepared model and taking 
 back: on the shared-memory rings as a burst packet when the request fits one
 (``nnrt.process._transport``), else over the socket with ``nnrt.process._wire``'s encoding
 (outputs written in place into shared pools, device buffers by handle, large plain arrays
-through the arena). ``drive`` awaits the reply without blocking the loop; ``run_now`` blocks
-the calling thread (``execute_sync`` outside a loop).
+through the arena). One path decides the trip (``_trip``: the rings first, the socket when
+the request does not fit there, the arena blocks freed however it ends); ``drive`` awaits its
+replies without blocking the loop, ``run_now`` blocks the calling thread for them
+(``execute_sync`` outside a loop).
 """
 
 from __future__ import annotations
@@ -258,7 +260,12 @@ class RemoteDriver:
         for offset, nbytes in blocks:
             self.arena.free(offset, nbytes)
 
-    def run_now(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
+    def _trip(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> Generator[Any, Any, tuple[list[Any], int]]:
+        """One execution's trip to the service, without its waiting (``run_now`` blocks on it,
+        ``drive`` awaits it): it yields ``(service, rid, write, expect)`` for the rings and is
+        sent the reply, or None when the request did not fit there; then, unless the rings
+        answered, ``(service, request)`` for the socket, and is sent that reply. The arena
+        blocks the request holds are freed and the plan closed however it ends."""
         blocks: list[tuple[int, int]] = []
         staged: dict[int, np.ndarray] = {}
         try:
@@ -267,44 +274,59 @@ class RemoteDriver:
             packet = self._packet(service, values, ctx, app)
             if packet is not None:
                 rid, write, expect, blocks = packet
-                sent, reply = service.ring_call_sync(rid, write, expect)
-                if sent:
-                    ring_outputs, ring_ns = reply
-                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
+                reply = yield service, rid, write, expect
+                if reply is not None:
+                    outputs, device_ns = reply
+                    return _finish(gen, ctx, outputs, device_ns, staged)
                 self._free(blocks)
                 blocks = []
-            (kind, *args), blocks = self._request(values, ctx, app, staged)
-            outputs, device_ns = service.call_sync(kind, *args)
+            request, blocks = self._request(values, ctx, app, staged)
+            outputs, device_ns = yield service, request
             return _finish(gen, ctx, outputs, device_ns, staged)
         finally:
             self._free(blocks)
             gen.close()
 
-    async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
-        blocks: list[tuple[int, int]] = []
-        staged: dict[int, np.ndarray] = {}
+    def run_now(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
+        trip = self._trip(gen, ctx, app)
         try:
-            service = self._target()
-            values = self._args(gen, ctx)
-            packet = self._packet(service, values, ctx, app)
-            if packet is not None:
-                rid, write, expect, blocks = packet
-                fut = service.ring_call(rid, write, expect)
-                if fut is not None:
+            step = next(trip)
+            while True:
+                if len(step) == 4:  # the rings (else the socket: ``_trip``)
+                    service, rid, write, expect = step
+                    sent, reply = service.ring_call_sync(rid, write, expect)
+                    step = trip.send(reply if sent else None)
+                else:
+                    service, (kind, *args) = step
+                    step = trip.send(service.call_sync(kind, *args))
+        except StopIteration as stop:
+            result: tuple[list[Any], int] = stop.value
+            return result
+        finally:
+            trip.close()
+
+    async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
+        trip = self._trip(gen, ctx, app)
+        try:
+            step = next(trip)
+            while True:
+                if len(step) == 4:  # the rings (else the socket: ``_trip``)
+                    service, rid, write, expect = step
+                    fut = service.ring_call(rid, write, expect)
                     try:
-                        ring_outputs, ring_ns = await fut
+                        reply = None if fut is None else await fut
                     except asyncio.CancelledError:
                         service.ring_cancelled(rid)
                         raise
-                    return _finish(gen, ctx, ring_outputs, ring_ns, staged)
-                self._free(blocks)
-                blocks = []
-            (kind, *args), blocks = self._request(values, ctx, app, staged)
-            outputs, device_ns = await service.call(kind, *args)
-            return _finish(gen, ctx, outputs, device_ns, staged)
+                    step = trip.send(reply)
+                else:
+                    service, (kind, *args) = step
+                    step = trip.send(await service.call(kind, *args))
+        except StopIteration as stop:
+            result: tuple[list[Any], int] = stop.value
+            return result
         finally:
-            self._free(blocks)
-            gen.close()
+            trip.close()
 
 
 def _finish(gen: _Gen, ctx: ExecContext, outputs: list[Any], device_ns: int,
