@@ -37,12 +37,14 @@ Run: python benchmarks/process.py [--quick]
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -143,95 +145,105 @@ async def round_trip(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
 
 
 #: The poll window of the second service (b) and (b2) measure on: long enough for both sides to
-#: keep polling through a 1 MB MEAN or ADD (0.1-0.2 ms of compute), so that what is left of the
-#: overhead is the transport's alone, without the wake-ups a longer compute costs.
+#: keep polling through a 1 MB MEAN or ADD (0.1-0.2 ms of compute) on an idle machine, so that
+#: what is left of the overhead is the transport's, without the wake-ups a longer compute costs.
 LONG_POLL_US = 2000.0
+LONG = f" (poll {LONG_POLL_US:.0f} us)"
 SIZES = (("1 KB", 256), ("1 MB", 262_144))
+#: A case: (inputs, outputs) of an execution, per size.
+Cases = dict[str, dict[str, tuple[list[object], list[object] | None]]]
 
 
-async def size_costs(local: nnrt.PreparedModel, remotes: dict[str, nnrt.PreparedModel], label: str,
-                     cases: dict[str, tuple[list[object], list[object] | None]], overhead: dict[str, float]) -> None:
-    """The service's overhead over in-process execution for each case (inputs, outputs) and
-    service (``remotes``: tag -> prepared model), interleaved with in-process; into ``overhead``."""
+async def size_costs(cpu: nnrt.CpuDevice, devices: dict[str, nnrt.ProcessDevice], build: Callable[[int], Model],
+                     cases: Cases, target: float | None) -> None:
+    """The service's overhead over in-process execution of each case at 1 KB and 1 MB, on each
+    service (``devices``: tag -> device; the long-poll one measures the shared Memory cases
+    only, and the transport alone: round trip less the service's time on device), all of it
+    interleaved round by round (drift in the machine's load hits every figure alike); then
+    the 1 MB / 1 KB ratios: ``target`` on the default service's shared Memory overhead, 1.0 on
+    the shared Memory transport."""
     number, rounds = (100, 3) if QUICK else (300, 5)
-    for case, (inputs, outputs) in cases.items():
-        for tag, remote in remotes.items():
-            if tag and "shared Memory" not in case:
-                continue  # the long-poll service measures only the shared Memory case
-            la, lb = await interleaved(local, remote, inputs, number, rounds, outputs)
-            overhead[f"{label} {case}{tag}"] = over = statistics.median(lb) - statistics.median(la)
-            report(f"{label}: service overhead, {case}{tag}", over)
-            if tag:  # the transport alone: round trip less the execution's time in the service
-                overhead[f"{label} {case}{tag}, transport"] = cost = await transport_us(remote, inputs, outputs, number)
-                report(f"{label}: service transport, {case}{tag}", cost)
+    preps = {}
+    for label, n in SIZES:
+        model = build(n)
+        preps[label] = (await cpu.prepare_model(model), {tag: await d.prepare_model(model) for tag, d in devices.items()})
+    samples: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for label, _n in SIZES:
+            local, remotes = preps[label]
+            for case, (inputs, outputs) in cases[label].items():
+                samples.setdefault(f"{label} in-process {case}", []).extend(await latencies(local, inputs, number, outputs))
+                for tag, remote in remotes.items():
+                    if tag and "shared Memory" not in case:
+                        continue
+                    samples.setdefault(f"{label} {case}{tag}", []).extend(await latencies(remote, inputs, number, outputs))
+                    if tag:
+                        samples.setdefault(f"{label} {case}{tag}, transport", []).extend(
+                            await transport_us(remote, inputs, outputs, number))
+    overhead: dict[str, float] = {}
+    for key, values in samples.items():
+        label, rest = key[:4], key[5:]
+        if rest.startswith("in-process"):
+            continue
+        case = next(c for c in cases[label] if rest.startswith(c))
+        base = 0.0 if rest.endswith("transport") else statistics.median(samples[f"{label} in-process {case}"])
+        overhead[key] = statistics.median(values) - base
+        what = "transport (round trip less time on device)" if rest.endswith("transport") else "overhead"
+        report(f"{label}: service {what}, {rest.removesuffix(', transport')}", overhead[key])
+    for key in [k[5:] for k in overhead if k.startswith("1 KB") and "array" not in k and "allocated" not in k]:
+        transport = key.endswith("transport")
+        goal = (1.0 if transport else target) if "shared Memory" in key and (transport or LONG not in key) else None
+        ratio(f"{key}{'' if transport else ' overhead'} 1 MB / 1 KB",
+              overhead[f"1 MB {key}"] / max(overhead[f"1 KB {key}"], 1e-9), goal)
 
 
-async def transport_us(remote: nnrt.PreparedModel, inputs: list[object], outputs: list[object] | None, number: int) -> float:
-    """Median round trip less the time on device the service reports (its ``_execute_now``)."""
+async def transport_us(remote: nnrt.PreparedModel, inputs: list[object], outputs: list[object] | None,
+                       number: int) -> list[float]:
+    """Round trips less the time on device the service reports (its ``_execute_now``)."""
     out = []
     for _ in range(number):
         t = time.perf_counter()
         result = await remote.execute(inputs, outputs, measure_timing=True)  # type: ignore[arg-type]
         out.append((time.perf_counter() - t) * 1e6 - (result.timing.time_on_device_ns or 0) / 1e3)
-    return statistics.median(out)
-
-
-def size_ratios(overhead: dict[str, float], cases: list[str], target: float | None) -> None:
-    """1 MB / 1 KB of each figure: ``target`` on the default service's shared Memory overhead,
-    1.0 on every shared Memory transport figure (the long-poll service's)."""
-    for case in cases:
-        for key in [k[len("1 KB "):] for k in overhead if k.startswith(f"1 KB {case}")]:
-            transport = key.endswith("transport")
-            goal = (1.0 if transport else target) if "shared Memory" in key and (transport or "poll" not in key) else None
-            ratio(f"{key}{'' if transport else ' overhead'} 1 MB / 1 KB",
-                  overhead[f"1 MB {key}"] / max(overhead[f"1 KB {key}"], 1e-9), goal)
+    return out
 
 
 async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
-    with nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp:
-        for title, build, devices, target in (
-                ("SLICE of [1, n]'s first element", zoo.first_element, {"": proc}, 1.0),
-                ("MEAN over [1, n]", mean_model, {"": proc, f" (poll {LONG_POLL_US:.0f} us)": polling}, None)):
-            print(f"(b) input size: {title} float32, output [1, 1]")
-            overhead: dict[str, float] = {}
-            for label, n in SIZES:
-                model = build(n)
-                local = await cpu.prepare_model(model)
-                remotes = {tag: await dev.prepare_model(model) for tag, dev in devices.items()}
-                x = np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)
-                path = os.path.join(tmp, f"x{n}.bin")
-                x.tofile(path)
-                with Memory.from_shared_memory(size=x.nbytes) as mem, Memory.from_file(path) as fmem:
-                    mem.buffer.view(np.float32)[:] = x.reshape(-1)
-                    report(f"{label}: in-process median", statistics.median(await latencies(local, [x], 200)))
-                    await size_costs(local, remotes, label, {
-                        "shared Memory input": ([MemoryLocation(mem, 0, x.nbytes)], None),
-                        "file Memory input": ([MemoryLocation(fmem, 0, x.nbytes)], None),
-                        "plain array input": ([x], None)}, overhead)
-            size_ratios(overhead, ["shared Memory input", "file Memory input"], target)
+    with (nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp,
+          contextlib.ExitStack() as pools):
+        cases: Cases = {}
+        for label, n in SIZES:
+            x = np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)
+            path = os.path.join(tmp, f"x{n}.bin")
+            x.tofile(path)
+            mem = pools.enter_context(Memory.from_shared_memory(size=x.nbytes))
+            mem.buffer.view(np.float32)[:] = x.reshape(-1)
+            fmem = pools.enter_context(Memory.from_file(path))
+            cases[label] = {"shared Memory input": ([MemoryLocation(mem, 0, x.nbytes)], None),
+                            "file Memory input": ([MemoryLocation(fmem, 0, x.nbytes)], None),
+                            "plain array input": ([x], None)}
+        print("(b) input size: SLICE of [1, n]'s first element float32, output [1, 1]")
+        await size_costs(cpu, {"": proc}, zoo.first_element, cases, 1.0)
+        print("(b) input size: MEAN over [1, n] float32, output [1, 1]")
+        await size_costs(cpu, {"": proc, LONG: polling}, mean_model, cases, None)
 
 
 async def output_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
     print("(b2) output size: [1, 1] + a [1, n] constant, output [1, n] float32")
-    overhead: dict[str, float] = {}
     x = np.ones((1, 1), np.float32)
-    with nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp:
+    with (nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp,
+          contextlib.ExitStack() as pools):
+        cases: Cases = {}
         for label, n in SIZES:
-            model = zoo.broadcast_add(n)
-            local = await cpu.prepare_model(model)
-            remotes = {"": await proc.prepare_model(model),
-                       f" (poll {LONG_POLL_US:.0f} us)": await polling.prepare_model(model)}
             path = os.path.join(tmp, f"y{n}.bin")
             np.zeros(n, np.float32).tofile(path)
-            with Memory.from_shared_memory(size=4 * n) as mem, Memory.from_file(path, writable=True) as fmem:
-                report(f"{label}: in-process median, shared Memory output",
-                       statistics.median(await latencies(local, [x], 200, [MemoryLocation(mem, 0, 4 * n)])))
-                await size_costs(local, remotes, label, {
-                    "shared Memory output (in place)": ([x], [MemoryLocation(mem, 0, 4 * n)]),
-                    "file Memory output (in place)": ([x], [MemoryLocation(fmem, 0, 4 * n)]),
-                    "caller's array output": ([x], [np.zeros((1, n), np.float32)]),
-                    "no output buffer (result allocated)": ([x], None)}, overhead)
-    size_ratios(overhead, ["shared Memory output (in place)", "file Memory output (in place)"], None)
+            mem = pools.enter_context(Memory.from_shared_memory(size=4 * n))
+            fmem = pools.enter_context(Memory.from_file(path, writable=True))
+            cases[label] = {"shared Memory output (in place)": ([x], [MemoryLocation(mem, 0, 4 * n)]),
+                            "file Memory output (in place)": ([x], [MemoryLocation(fmem, 0, 4 * n)]),
+                            "caller's array output": ([x], [np.zeros((1, n), np.float32)]),
+                            "no output buffer (result allocated)": ([x], None)}
+        await size_costs(cpu, {"": proc, LONG: polling}, zoo.broadcast_add, cases, None)
 
 
 async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:

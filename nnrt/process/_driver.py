@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["RemoteDriver", "service_plan"]
 
 _Gen = Generator[int, None, list[Any]]
-#: Request forms a prepared model keeps (one per input shapes seen; cleared when full).
-MAX_FORMS = 16
+#: Request forms a prepared model keeps (one per input shapes and pool places seen; cleared when
+#: full), and arrays whose place in a pool it remembers.
+MAX_FORMS = 64
 
 
 def service_plan(model: Model, driver: RemoteDriver) -> Plan:
