@@ -139,10 +139,10 @@ class RemoteDriver:
                 ) -> tuple[int, Callable[[Ring], bool], Expect, list[tuple[int, int]]] | None:
         """The request as a ring packet (``nnrt.process._transport``, ``_forms``): its id, what writes it
         into the ring, what reads its result, and the arena blocks it holds; or None: the socket
-        (outputs that come back through the arena, or that go into device buffers or mapped
-        files, travel as the socket's ``PoolRef``/``BufRef``). A request of plain small inputs
-        and of arguments in shared-memory segments takes its form (built once per signature),
-        written in place; others are packed in full (large plain inputs copied into the arena)."""
+        (outputs that come back through the arena, device buffers, and pools the rings cannot
+        name travel as the socket's ``PoolRef``/``BufRef``). A request of plain small inputs and
+        of arguments in shared pools takes its form (built once per signature), written in
+        place; others are packed in full (large plain inputs copied into the arena)."""
         if service.channel is None or type(app) is not str:
             return None
         outs = self._out_places(ctx.outputs)
@@ -183,9 +183,9 @@ class RemoteDriver:
 
     def _out_places(self, bufs: Any) -> list[tuple[str, int, tuple[int, ...]] | None] | Literal[False] | None:
         """Where each output the service writes in place lies (``_wire.encode_outputs``'s rule:
-        a C-contiguous writable view of 4 KB or more of a shared-memory segment; None for one
-        that comes back by value; None when all do), or False when the request must take the
-        socket (a device buffer, a mapped file, or an output that comes back through the arena)."""
+        a C-contiguous writable view of 4 KB or more of a shared pool; None for one that comes
+        back by value; None when all do), or False when the request must take the socket (a
+        device buffer, a pool the rings cannot name, an output that comes back through the arena)."""
         places: list[tuple[str, int, tuple[int, ...]] | None] | None = None
         if bufs:
             if getattr(bufs, "device_buffers", None):
