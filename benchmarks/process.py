@@ -13,7 +13,7 @@ in one run:
     same request and its 1 MB / 1 KB ratio (target for shared memory: <= 1, the size costs
     nothing), and the CPU per call of the app and the service on a service that never polls
     (``poll_us=0``: the transport's work, robust to the machine's load; with the same
-    target); then a MEAN over the input, on the default service and on one that polls for
+    target), also running every request as a task (``inline_limit_ns=0``); then a MEAN over the input, on the default service and on one that polls for
     ``LONG_POLL_US``: the 1 MB MEAN computes ~0.2 ms, longer than the default 50 us poll
     window, so both sides stop polling and pay a wake-up each (compute time, not size; the
     long-poll service shows the transport alone);
@@ -234,26 +234,31 @@ async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
 async def size_cpu(build: Callable[[int], Model], cases: Cases) -> None:
     """CPU per call of this process and of the service, 1 KB and 1 MB interleaved, on a service
     that never polls (``poll_us=0``: no spinning counts, each side pays a wake-up at every
-    size): the transport's work, whatever the machine's load does to wall time."""
+    size): the transport's work, whatever the machine's load does to wall time; on the same
+    service running every request as a task (``inline_limit_ns=0``: the service's other path)."""
     number, rounds = (100, 3) if QUICK else (300, 5)
-    with nnrt.ProcessDevice("no-poll", poll_us=0) as dev:
-        preps = {label: await dev.prepare_model(build(n)) for label, n in SIZES}
+    inputs = ("shared Memory input", "file Memory input")
+    with nnrt.ProcessDevice("no-poll", poll_us=0) as dev, nnrt.ProcessDevice("no-poll-task", poll_us=0,
+                                                                           inline_limit_ns=0) as task:
+        devices = {"": dev, ", run as a task": task}
+        preps = {(tag, label): await d.prepare_model(build(n)) for tag, d in devices.items() for label, n in SIZES}
         cpu_us: dict[str, list[float]] = {}
         for _ in range(rounds):
-            for label, _n in SIZES:
-                for case in ("shared Memory input", "file Memory input"):
-                    inputs, outputs = cases[label][case]
-                    await latencies(preps[label], inputs, 10, outputs)
-                    s, c = service_cpu_ns(dev), time.process_time_ns()
-                    await latencies(preps[label], inputs, number, outputs)
-                    spent = time.process_time_ns() - c + service_cpu_ns(dev) - s
-                    cpu_us.setdefault(f"{label} {case}", []).append(spent / number / 1e3)
+            for (tag, label), prepared in preps.items():
+                for case in inputs:
+                    values, outputs = cases[label][case]
+                    await latencies(prepared, values, 10, outputs)
+                    s, c = service_cpu_ns(devices[tag]), time.process_time_ns()
+                    await latencies(prepared, values, number, outputs)
+                    spent = time.process_time_ns() - c + service_cpu_ns(devices[tag]) - s
+                    cpu_us.setdefault(f"{label} {case}{tag}", []).append(spent / number / 1e3)
     for key, values in cpu_us.items():
         report(f"{key[:4]}: app + service CPU per call (poll_us=0), {key[5:]}", statistics.median(values))
-    for case in ("shared Memory input", "file Memory input"):
-        ratio(f"{case} app + service CPU (poll_us=0) 1 MB / 1 KB",
-              statistics.median(cpu_us[f"1 MB {case}"]) / statistics.median(cpu_us[f"1 KB {case}"]),
-              1.0 if "shared" in case else None)
+    for tag in devices:
+        for case in inputs:
+            ratio(f"{case}{tag}: app + service CPU (poll_us=0) 1 MB / 1 KB",
+                  statistics.median(cpu_us[f"1 MB {case}{tag}"]) / statistics.median(cpu_us[f"1 KB {case}{tag}"]),
+                  1.0 if "shared" in case else None)
 
 
 async def output_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
