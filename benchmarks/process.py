@@ -13,15 +13,18 @@ in one run:
     same request and its 1 MB / 1 KB ratio (target for shared memory: <= 1, the size costs
     nothing), and the CPU per call of the app and the service on a service that never polls
     (``poll_us=0``: the transport's work, robust to the machine's load; with the same
-    target), also running every request as a task (``inline_limit_ns=0``); then a MEAN over the input, on the default service and on one that polls for
-    ``LONG_POLL_US``: the 1 MB MEAN computes ~0.2 ms, longer than the default 50 us poll
-    window, so both sides stop polling and pay a wake-up each (compute time, not size; the
-    long-poll service shows the transport alone);
+    target), also running every request as a task (``inline_limit_ns=0``); then a MEAN over
+    the input, on the default service and on one that polls for ``LONG_POLL_US``: the 1 MB
+    MEAN computes ~0.2 ms, longer than the default 50 us poll window, so both sides stop
+    polling and pay a wake-up each (compute time, not size: no target; the long-poll service
+    keeps polling on an idle machine);
 (b2) what an output's size costs: [1, 1] + a [1, n] constant (so only the output's transport
     differs), 1 KB and 1 MB, the output in a shared ``Memory`` and in a writable file
     ``Memory`` (written in place by the service), in a caller's array, and allocated; the
-    service's overhead over in-process, on the default and the long-poll service (the 1 MB
-    ADD computes ~0.1 ms: the default service's 1 MB figure includes two wake-ups);
+    service's overhead over in-process, on the default and the long-poll service (no target:
+    the 1 MB ADD computes ~0.1 ms, so the default service's 1 MB figure includes two
+    wake-ups, and a process that waited between requests computes it ~20 us slower than the
+    in-process side's back-to-back runs: colder caches);
 (c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
     operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
     requests alternating; on the rings, and over the socket as before them) against one
@@ -147,8 +150,8 @@ async def round_trip(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
 
 
 #: The poll window of the second service (b) and (b2) measure on: long enough for both sides to
-#: keep polling through a 1 MB MEAN or ADD (0.1-0.2 ms of compute) on an idle machine, so that
-#: what is left of the overhead is the transport's, without the wake-ups a longer compute costs.
+#: keep polling through a 1 MB MEAN or ADD (0.1-0.2 ms of compute) on an idle machine, without
+#: the wake-ups a compute longer than the default window costs.
 LONG_POLL_US = 2000.0
 LONG = f" (poll {LONG_POLL_US:.0f} us)"
 SIZES = (("1 KB", 256), ("1 MB", 262_144))
@@ -160,10 +163,8 @@ async def size_costs(cpu: nnrt.CpuDevice, devices: dict[str, nnrt.ProcessDevice]
                      cases: Cases, target: float | None) -> None:
     """The service's overhead over in-process execution of each case at 1 KB and 1 MB, on each
     service (``devices``: tag -> device; the long-poll one measures the shared Memory cases
-    only, and the transport alone: round trip less the service's time on device), all of it
-    interleaved round by round (drift in the machine's load hits every figure alike); then
-    the 1 MB / 1 KB ratios: ``target`` on the default service's shared Memory overhead, 1.0 on
-    the shared Memory transport."""
+    only), all of it interleaved round by round (drift in the machine's load hits every figure
+    alike); then the 1 MB / 1 KB ratios, ``target`` on the default service's shared Memory one."""
     number, rounds = (100, 3) if QUICK else (300, 5)
     preps = {}
     for label, n in SIZES:
@@ -179,35 +180,17 @@ async def size_costs(cpu: nnrt.CpuDevice, devices: dict[str, nnrt.ProcessDevice]
                     if tag and "shared Memory" not in case:
                         continue
                     samples.setdefault(f"{label} {case}{tag}", []).extend(await latencies(remote, inputs, number, outputs))
-                    if tag:
-                        samples.setdefault(f"{label} {case}{tag}, transport", []).extend(
-                            await transport_us(remote, inputs, outputs, number))
     overhead: dict[str, float] = {}
     for key, values in samples.items():
         label, rest = key[:4], key[5:]
         if rest.startswith("in-process"):
             continue
         case = next(c for c in cases[label] if rest.startswith(c))
-        base = 0.0 if rest.endswith("transport") else statistics.median(samples[f"{label} in-process {case}"])
-        overhead[key] = statistics.median(values) - base
-        what = "transport (round trip less time on device)" if rest.endswith("transport") else "overhead"
-        report(f"{label}: service {what}, {rest.removesuffix(', transport')}", overhead[key])
+        overhead[key] = statistics.median(values) - statistics.median(samples[f"{label} in-process {case}"])
+        report(f"{label}: service overhead, {rest}", overhead[key])
     for key in [k[5:] for k in overhead if k.startswith("1 KB") and "array" not in k and "allocated" not in k]:
-        transport = key.endswith("transport")
-        goal = (1.0 if transport else target) if "shared Memory" in key and (transport or LONG not in key) else None
-        ratio(f"{key}{'' if transport else ' overhead'} 1 MB / 1 KB",
-              overhead[f"1 MB {key}"] / max(overhead[f"1 KB {key}"], 1e-9), goal)
-
-
-async def transport_us(remote: nnrt.PreparedModel, inputs: list[object], outputs: list[object] | None,
-                       number: int) -> list[float]:
-    """Round trips less the time on device the service reports (its ``_execute_now``)."""
-    out = []
-    for _ in range(number):
-        t = time.perf_counter()
-        result = await remote.execute(inputs, outputs, measure_timing=True)  # type: ignore[arg-type]
-        out.append((time.perf_counter() - t) * 1e6 - (result.timing.time_on_device_ns or 0) / 1e3)
-    return out
+        goal = target if "shared Memory" in key and LONG not in key else None
+        ratio(f"{key} overhead 1 MB / 1 KB", overhead[f"1 MB {key}"] / max(overhead[f"1 KB {key}"], 1e-9), goal)
 
 
 async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
