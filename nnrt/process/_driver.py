@@ -6,7 +6,7 @@ runs it by sending the step's inputs to the service's prepared model and taking 
 back: on the shared-memory rings as a burst packet when the request fits one
 (``nnrt.process._transport``), else over the socket with ``nnrt.process._wire``'s encoding
 (outputs written in place into shared pools, device buffers by handle, large plain arrays
-through the arena). One path decides the trip (``_trip``: the rings first, the socket when
+through the arena). One object makes the trip (``_Call``: the rings first, the socket when
 the request does not fit there, the arena blocks freed however it ends); ``drive`` awaits its
 replies without blocking the loop, ``run_now`` blocks the calling thread for them
 (``execute_sync`` outside a loop).
@@ -261,73 +261,72 @@ class RemoteDriver:
         for offset, nbytes in blocks:
             self.arena.free(offset, nbytes)
 
-    def _trip(self, gen: _Gen, ctx: ExecContext, app: Hashable) -> Generator[Any, Any, tuple[list[Any], int]]:
-        """One execution's trip to the service, without its waiting (``run_now`` blocks on it,
-        ``drive`` awaits it): it yields ``(service, rid, write, expect)`` for the rings and is
-        sent the reply, or None when the request did not fit there; then, unless the rings
-        answered, ``(service, request)`` for the socket, and is sent that reply. The arena
-        blocks the request holds are freed and the plan closed however it ends."""
-        blocks: list[tuple[int, int]] = []
-        staged: dict[int, np.ndarray] = {}
-        try:
-            service = self._target()
-            values = self._args(gen, ctx)
-            packet = self._packet(service, values, ctx, app)
-            if packet is not None:
-                rid, write, expect, blocks = packet
-                reply = yield service, rid, write, expect
-                if reply is not None:
-                    outputs, device_ns = reply
-                    return _finish(gen, ctx, outputs, device_ns, staged)
-                self._free(blocks)
-                blocks = []
-            request, blocks = self._request(values, ctx, app, staged)
-            outputs, device_ns = yield service, request
-            return _finish(gen, ctx, outputs, device_ns, staged)
-        finally:
-            self._free(blocks)
-            gen.close()
-
     def run_now(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
-        trip = self._trip(gen, ctx, app)
+        call = _Call(self, gen, ctx, app)
         try:
-            step = next(trip)
-            while True:
-                if len(step) == 4:  # the rings (else the socket: ``_trip``)
-                    service, rid, write, expect = step
-                    sent, reply = service.ring_call_sync(rid, write, expect)
-                    step = trip.send(reply if sent else None)
-                else:
-                    service, (kind, *args) = step
-                    step = trip.send(service.call_sync(kind, *args))
-        except StopIteration as stop:
-            result: tuple[list[Any], int] = stop.value
-            return result
+            if call.ring is not None:
+                sent, reply = call.service.ring_call_sync(*call.ring)
+                if sent:
+                    return call.finish(reply)
+            kind, *args = call.socket()
+            return call.finish(call.service.call_sync(kind, *args))
         finally:
-            trip.close()
+            call.close()
 
     async def drive(self, gen: _Gen, ctx: ExecContext, plan: Plan, app: Hashable, priority: Priority) -> tuple[list[Any], int]:
-        trip = self._trip(gen, ctx, app)
+        call = _Call(self, gen, ctx, app)
         try:
-            step = next(trip)
-            while True:
-                if len(step) == 4:  # the rings (else the socket: ``_trip``)
-                    service, rid, write, expect = step
-                    fut = service.ring_call(rid, write, expect)
+            if call.ring is not None:
+                fut = call.service.ring_call(*call.ring)
+                if fut is not None:
                     try:
-                        reply = None if fut is None else await fut
+                        return call.finish(await fut)
                     except asyncio.CancelledError:
-                        service.ring_cancelled(rid)
+                        call.service.ring_cancelled(call.ring[0])
                         raise
-                    step = trip.send(reply)
-                else:
-                    service, (kind, *args) = step
-                    step = trip.send(await service.call(kind, *args))
-        except StopIteration as stop:
-            result: tuple[list[Any], int] = stop.value
-            return result
+            kind, *args = call.socket()
+            return call.finish(await call.service.call(kind, *args))
         finally:
-            trip.close()
+            call.close()
+
+
+class _Call:
+    """One execution's trip to the service, but for its waiting (``run_now`` blocks for the
+    replies, ``drive`` awaits them): the request as a ring packet (``ring``: the arguments of
+    ``ServiceProcess.ring_call``, None when it cannot travel there), else ``socket()`` (the
+    ring packet's arena blocks freed, the socket's request made), ``finish`` with the reply,
+    and ``close`` however it ends (the arena blocks freed, the plan closed)."""
+
+    __slots__ = ("app", "blocks", "ctx", "driver", "gen", "ring", "service", "staged", "values")
+
+    def __init__(self, driver: RemoteDriver, gen: _Gen, ctx: ExecContext, app: Hashable) -> None:
+        self.driver, self.gen, self.ctx, self.app = driver, gen, ctx, app
+        self.blocks: list[tuple[int, int]] = []
+        self.staged: dict[int, np.ndarray] = {}
+        try:
+            self.service = driver._target()
+            self.values = driver._args(gen, ctx)
+            packet = driver._packet(self.service, self.values, ctx, app)
+        except BaseException:
+            gen.close()
+            raise
+        self.ring: tuple[int, Callable[[Ring], bool], Expect] | None = None
+        if packet is not None:
+            self.ring, self.blocks = packet[:3], packet[3]
+
+    def socket(self) -> tuple[Any, ...]:
+        """The request for the socket (the ring's arena blocks freed first)."""
+        self.driver._free(self.blocks)
+        self.blocks = []
+        request, self.blocks = self.driver._request(self.values, self.ctx, self.app, self.staged)
+        return request
+
+    def finish(self, reply: tuple[list[Any], int]) -> tuple[list[Any], int]:
+        return _finish(self.gen, self.ctx, reply[0], reply[1], self.staged)
+
+    def close(self) -> None:
+        self.driver._free(self.blocks)
+        self.gen.close()
 
 
 def _finish(gen: _Gen, ctx: ExecContext, outputs: list[Any], device_ns: int,
