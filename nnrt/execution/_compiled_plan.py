@@ -215,6 +215,10 @@ def _segment_step(model: Model, seg: list[_Lowered], readers: dict[int, int], en
             if not op.is_constant and op.lifetime is not OperandLifeTime.NO_VALUE and i not in produced and i not in ins:
                 ins.append(i)
     outs = tuple(i for i in dict.fromkeys(low.step.outs[0] for low in seg) if i in keep or readers.get(i, -1) >= end)
+    # The model's inputs and outputs first, in its order (a segment that is the whole model is
+    # then a ``Plan.whole`` step, run on the request's arguments), the others as first met.
+    ins.sort(key=_model_order(model.input_indexes))
+    outs = tuple(sorted(outs, key=_model_order(model.output_indexes)))
     runner = _jq.program_runner()
     if not outs or runner is None:
         return None
@@ -234,6 +238,12 @@ def _segment_step(model: Model, seg: list[_Lowered], readers: dict[int, int], en
     step.cost_ns = sum(low.step.cost_ns for low in seg)
     step.fresh = True  # views of the call's own arena, shared bytes copied (``_Layout.copies``)
     return step
+
+
+def _model_order(indexes: tuple[int, ...]) -> Callable[[int], int]:
+    """A sort key putting the slots in ``indexes`` first, in that order (the sort is stable)."""
+    position = {slot: k for k, slot in enumerate(indexes)}
+    return lambda slot: position.get(slot, len(position))
 
 
 def _runner(runner: Any, layout: _Layout, buffers: tuple[np.ndarray, ...], label: str) -> Callable[..., Any]:

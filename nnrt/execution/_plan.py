@@ -132,6 +132,16 @@ class Plan:
     #: Fast-path executions to go before the next one is measured (``observe_fast``).
     fast_countdown: int = 0
     _step_share: float = -1.0
+    #: The plan's one step when it is a kernel from the plan's inputs to its outputs, in their
+    #: order (a model compiled whole into one program, ``_compiled_plan``): the interpreter
+    #: then calls it on the request's arguments, without slots (``run_plan``).
+    whole: Step | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if len(self.steps) == 1:
+            step = self.steps[0]
+            if step.kind == KERNEL and step.ins == self.inputs and step.outs == self.outputs and step.fn is not None:
+                self.whole = step
 
     @property
     def cost(self) -> CostModel:

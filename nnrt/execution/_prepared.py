@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import operator
 from collections.abc import Callable, Coroutine, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -113,6 +114,10 @@ def resolve_loop_timeout(loop_timeout: float | None) -> float:
     return min(float(loop_timeout), MAX_LOOP_TIMEOUT_S)
 
 
+#: What the common request's check reads of each input (``PreparedModel._validate_request``).
+_SIGNATURE = operator.attrgetter("__class__", "dtype", "shape")
+
+
 class _InputSpec:
     __slots__ = ("dims", "dtype", "k", "operand", "scalar")
 
@@ -144,6 +149,11 @@ class PreparedModel:
         self.priority = priority
         self.app = app
         self._inputs = [_InputSpec(k, model.operands[i]) for k, i in enumerate(model.input_indexes)]
+        # Per input, what ``_SIGNATURE`` reads of an array of exactly its operand's dtype and
+        # dimensions; None when some input is not a tensor of known dimensions: then every
+        # request takes ``_validate_request``'s checks one by one.
+        exact = [(np.ndarray, s.dtype, s.dims) for s in self._inputs if not s.scalar and s.operand.fully_specified]
+        self._exact_inputs = exact if len(exact) == len(self._inputs) else None
         self._outputs = [model.operands[i] for i in model.output_indexes]
         # The OutputShape of an output whose result has exactly the model's dimensions (shared:
         # OutputShape is immutable), so the common case allocates none.
@@ -393,6 +403,29 @@ class PreparedModel:
     def _validate_request(
         self, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None
     ) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
+        exact = self._exact_inputs
+        if exact is not None and (type(inputs) is list or type(inputs) is tuple):
+            # The common request: plain arrays of exactly each operand's dtype and dimensions,
+            # read in one pass (``map`` of an attrgetter: 0.9 us for seven inputs where the loop
+            # below takes 1.3) and compared with what preparation worked out. Anything else (a
+            # subclass, an equal dtype, a pool view, a wrong shape) takes the checks below,
+            # which name the input.
+            try:
+                same = list(map(_SIGNATURE, inputs)) == exact
+            except AttributeError:  # not an array: checked below
+                same = False
+            if same:
+                if outputs is None:
+                    return list(inputs), None
+                if (type(outputs) is list or type(outputs) is tuple) and self._validate_outputs(outputs):
+                    return list(inputs), outputs
+        return self._check_request(inputs, outputs)
+
+    def _check_request(
+        self, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None
+    ) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
+        """``_validate_request`` input by input: conversions, omitted inputs, pool views, and
+        each rejection's error naming its input."""
         specs = self._inputs
         if type(inputs) is not list and type(inputs) is not tuple:
             inputs = request_args(inputs, "inputs")
