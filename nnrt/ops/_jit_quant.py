@@ -53,11 +53,16 @@ CONV_MAX_MACS = 1 << 17
 
 _UNPLANNED = object()
 
-#: The core's int64 parameter vector: the run's integers, then the int32 bias of each output
-#: channel (one array: a numba call pays ~0.1-0.2 us per argument).
+#: The core's int64 parameter vector: the run's integers (geometry, quantization, the input's
+#: and the filter's dimensions), then the int32 bias of each output channel (one array: a numba
+#: call pays ~0.1-0.2 us per argument).
 _G_SH, _G_SW, _G_DH, _G_DW, _G_TOP, _G_LEFT, _G_OH, _G_OW, _G_ZIN, _G_ZOUT, _G_QMIN, _G_QMAX, _G_DEPTHWISE = range(13)
-_G_SIGNED = 13
-_G_BIAS = 14
+_G_SIGNED, _G_N, _G_H, _G_W, _G_CIN, _G_KH, _G_KW, _G_COUT, _G_CPAD = range(13, 22)
+_G_BIAS = 22
+#: A convolution's filter rows (and its centred input) are padded with zeros to a multiple of
+#: this many input channels: the dot products then have no scalar remainder loop (LLVM
+#: vectorizes by 8 int32 lanes x 4), which on 30-60 channels took as long as the vector part.
+_CIN_BLOCK = 32
 
 # One compiled variant per core (cold start, issue 14): every core takes and writes 8-bit data as
 # C-contiguous uint8 views (an int8 value is its byte; a ``signed`` flag says how to read it) and
@@ -68,14 +73,18 @@ _G_BIAS = 14
 
 def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
     """CONV_2D of NHWC 8-bit ``x`` (uint8 bytes; int8 values when ``geo[_G_SIGNED]``) with the
-    centred int32 filter ``w`` [KH, KW, Cin, Cout]; when ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D
-    with ``w`` [KH, KW, 1, Cout] (Cout = Cin x multiplier). ``scales`` holds each output channel's
+    centred int32 filter ``w`` [KH, KW, Cout, Cin padded to ``_CIN_BLOCK``]; when ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D
+    with ``w`` [KH, KW, Cout] (Cout = Cin x multiplier). ``scales`` holds each output channel's
     real scale, then the output's scale. Writes the bytes ``out`` [N, OH, OW, Cout] (of the
-    output's type; a program passes its arena). Sums are int32 (the caller
-    checks they fit); the innermost loop runs along Cout, contiguous in ``w`` and in the
-    accumulator (it vectorizes). An int8 byte ``b`` is the value ``(b ^ 0x80) - 128``."""
-    n, h, wd, cin = x.shape
-    kh, kw, cout = w.shape[0], w.shape[1], w.shape[3]
+    output's type). Every array is flat and read from its start, the dimensions are in ``geo``:
+    a program passes views of its arena and constants, no reshape (a reshaped view cost
+    0.13 us per call, more than a small convolution's arithmetic). Sums are int32 (the caller
+    checks they fit). A convolution sums each output channel over the input channels (a dot
+    product, contiguous in ``w``: it vectorizes, and one output channel is one loop, not
+    Cin loops of one); a depthwise one runs along the channels. An int8 byte ``b`` is the
+    value ``(b ^ 0x80) - 128``."""
+    n, h, wd, cin = geo[_G_N], geo[_G_H], geo[_G_W], geo[_G_CIN]
+    kh, kw, cout, cpad = geo[_G_KH], geo[_G_KW], geo[_G_COUT], geo[_G_CPAD]
     depthwise = geo[_G_DEPTHWISE] != 0
     mult = cout // cin
     sh, sw, dh, dw, top, left = geo[_G_SH], geo[_G_SW], geo[_G_DH], geo[_G_DW], geo[_G_TOP], geo[_G_LEFT]
@@ -87,10 +96,13 @@ def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
     # from_real's clip to [qmin, qmax] after adding the zero point, as bounds before truncating
     # (integer bounds: truncating then clipping is clipping then truncating)
     lo, hi = float(qmin - zout), float(qmax - zout)
-    bias = geo[_G_BIAS:]
     acc = np.empty(cout, np.int32)
-    real = np.empty(cout, np.float64)
-    xc = np.empty(cout if depthwise else cin, np.int32)
+    xc = np.zeros(cout if depthwise else cpad, np.int32)
+    # Offsets and inner loop counters unsigned: a signed index may be negative for numba, whose
+    # wraparound check on each element stops LLVM from vectorizing (``_jit_float``).
+    u = np.uint64
+    ucin, ucout, ucpad = u(cin), u(cout), u(cpad)
+    at = u(0)
     for b in range(n):
         for oy in range(oh):
             for ox in range(ow):
@@ -103,27 +115,32 @@ def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
                         ix = ox * sw - left + kx * dw
                         if ix < 0 or ix >= wd:
                             continue
+                        src = u(((b * h + iy) * wd + ix) * cin)
+                        tap = u((ky * kw + kx) * cout)
                         if depthwise and mult == 1:
-                            for c in range(cout):
-                                acc[c] += np.int32(np.int32(x[b, iy, ix, c] ^ flip) - zin) * w[ky, kx, 0, c]
+                            for c in range(ucout):
+                                acc[c] += np.int32(np.int32(x[src + c] ^ flip) - zin) * w[tap + c]
                             continue
                         if depthwise:
                             for c in range(cout):
-                                xc[c] = np.int32(x[b, iy, ix, c // mult] ^ flip) - zin
-                            for c in range(cout):
-                                acc[c] += xc[c] * w[ky, kx, 0, c]
+                                xc[c] = np.int32(x[src + u(c // mult)] ^ flip) - zin
+                            for c in range(ucout):
+                                acc[c] += xc[c] * w[tap + c]
                             continue
-                        for ci in range(cin):
-                            v = np.int32(np.int32(x[b, iy, ix, ci] ^ flip) - zin)
-                            for co in range(cout):
-                                acc[co] += v * w[ky, kx, ci, co]
+                        for ci in range(ucin):
+                            xc[ci] = np.int32(x[src + ci] ^ flip) - zin
+                        for co in range(ucout):
+                            row = (tap + co) * ucpad
+                            s = np.int32(0)
+                            for ci in range(ucpad):
+                                s = np.int32(s + xc[ci] * w[row + ci])
+                            acc[co] += s
                 # from_real: real value, divided by the output scale, rounded half away from zero
-                for c in range(cout):
-                    q = float(acc[c] + bias[c]) * scales[c] / out_scale
+                for c in range(ucout):
+                    q = float(acc[c] + geo[u(_G_BIAS) + c]) * scales[c] / out_scale
                     q = q + 0.5 if q >= 0.0 else q - 0.5
-                    real[c] = min(max(q, lo), hi)
-                for c in range(cout):
-                    out[b, oy, ox, c] = (int(real[c]) + zout) & 0xFF
+                    out[at + c] = (int(min(max(q, lo), hi)) + zout) & 0xFF
+                at += ucout
 
 
 def _bytes(x: np.ndarray) -> np.ndarray:
@@ -264,30 +281,36 @@ def dequantize_runner(call: OpCall) -> Kernel | None:
 
 
 class _Prepared:
-    """One operation's compiled run: the core and its constants (centred filter [KH, KW, Cin or 1,
-    Cout], bias and output quantization in the parameter vector, scales) besides the input and
-    the geometry."""
+    """One operation's compiled run: the core and its constants (centred filter [KH, KW, Cout,
+    Cin] or, depthwise, [KH, KW, Cout]; bias, output quantization and the filter's dimensions in
+    the parameter vector; scales) besides the input and the geometry."""
 
-    __slots__ = ("core", "depthwise", "params", "scales", "w")
+    __slots__ = ("core", "depthwise", "macs", "params", "scales", "w")
 
     def __init__(self, core: Callable[..., None], call: OpCall, w: np.ndarray, bias: np.ndarray,
                  scales: np.ndarray, qrange: tuple[int, int], depthwise: bool) -> None:
         self.core = core
-        self.w = np.ascontiguousarray(w, dtype=np.int32)
+        self.w = np.ascontiguousarray(w, dtype=np.int32).reshape(-1)  # (the core's arrays are flat)
         self.depthwise = depthwise
+        #: Multiply-adds per output pixel (``_prepared`` leaves the padding out).
+        self.macs = self.w.size
         out = call.outputs[0]
+        kh, kw, cout = w.shape[0], w.shape[1], w.shape[2]
+        cpad = w.shape[3] if w.ndim == 4 else 0
         per_channel = np.broadcast_to(np.asarray(scales, np.float64), bias.shape)
         self.scales = np.concatenate([per_channel, [float(out.scale)]])
         self.params = np.concatenate([
             [1, 1, 1, 1, 0, 0, 1, 1, call.inputs[0].zero_point, out.zero_point, *qrange, depthwise,
-             call.inputs[0].type.dtype == np.int8],
+             call.inputs[0].type.dtype == np.int8, 1, 1, 1, 1, kh, kw, cout, cpad],
             bias.astype(np.int64),
         ]).astype(np.int64)
 
-    def geo(self, sh: int, sw: int, dh: int, dw: int, top: int, left: int, oh: int, ow: int) -> np.ndarray:
-        """The parameter vector of a run with this geometry."""
+    def geo(self, sh: int, sw: int, dh: int, dw: int, top: int, left: int, oh: int, ow: int,
+            shape: tuple[int, ...]) -> np.ndarray:
+        """The parameter vector of a run with this geometry on an input of ``shape`` [N, H, W, Cin]."""
         geo = self.params.copy()
         geo[: _G_OW + 1] = (sh, sw, dh, dw, top, left, oh, ow)
+        geo[_G_N:_G_CIN + 1] = shape
         return geo
 
 
@@ -298,10 +321,8 @@ def _core() -> Callable[..., None] | None:
 
 def _conv_q(core: Callable[..., None], x: np.ndarray, w: np.ndarray, geo: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """The compiled ``_conv_q_into`` of ``x`` into a fresh [N, OH, OW, Cout] array of its dtype."""
-    out = np.empty((x.shape[0], int(geo[_G_OH]), int(geo[_G_OW]), w.shape[3]), x.dtype)
-    if not (x.flags.c_contiguous and x.flags.writeable):
-        x = np.array(x, order="C")
-    core(x.view(np.uint8), w, geo, scales, out.view(np.uint8))
+    out = np.empty((x.shape[0], int(geo[_G_OH]), int(geo[_G_OW]), int(geo[_G_COUT])), x.dtype)
+    core(_bytes(x), w, geo, scales, out.reshape(-1).view(np.uint8))
     return out
 
 
@@ -312,11 +333,16 @@ def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray 
     core = _core()
     if core is None or w.shape[1] * w.shape[2] * (1 if depthwise else w.shape[3]) * 255 * 255 >= 1 << 31:
         return None
-    relaid = w.transpose(1, 2, 0, 3) if depthwise else w.transpose(1, 2, 3, 0)  # [KH, KW, Cin or 1, Cout]
+    # [KH, KW, Cout] (depthwise: [1, KH, KW, Cout]) or [KH, KW, Cout, Cin] (from [Cout, KH, KW, Cin])
+    relaid = w[0] if depthwise else w.transpose(1, 2, 0, 3)
+    if not depthwise:
+        cin = relaid.shape[3]
+        relaid = np.pad(relaid, ((0, 0), (0, 0), (0, 0), (0, -cin % _CIN_BLOCK)))
     prep = _Prepared(core, call, relaid, bias, np.asarray(scales, np.float64), qrange, depthwise)
-    channels = relaid.shape[3] if depthwise else relaid.shape[2]
-    core(_warm_bytes(channels).reshape(1, 1, 1, channels), prep.w, prep.geo(1, 1, 1, 1, 0, 0, 1, 1), prep.scales,
-         _warm_bytes(relaid.shape[3]).reshape(1, 1, 1, -1))
+    prep.macs = w.size
+    cin = relaid.shape[2] if depthwise else w.shape[3]
+    core(_warm_bytes(cin), prep.w, prep.geo(1, 1, 1, 1, 0, 0, 1, 1, (1, 1, 1, cin)), prep.scales,
+         _warm_bytes(relaid.shape[2]))
     return prep
 
 
@@ -340,9 +366,9 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
         x = args[0]
         g = geometry(args)
         hit = None
-        macs = x.shape[0] * g.out_h * g.out_w * prep.w.size
+        macs = x.shape[0] * g.out_h * g.out_w * prep.macs
         if not g.nchw and x.shape[0] and g.out_h and g.out_w and (depthwise or macs <= CONV_MAX_MACS):
-            hit = prep.geo(g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w)
+            hit = prep.geo(g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w, x.shape)
         if len(memo) < 16:
             memo[x.shape] = hit
         return hit
@@ -379,28 +405,30 @@ def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrang
     prep = _prepared(call, w.reshape(units, 1, 1, k), bias, scale, qrange, False)
     if prep is None:
         return None
-    geo = prep.geo(1, 1, 1, 1, 0, 0, 1, 1)
-    sizes: dict[tuple[int, ...], int] = {}
-    core, wc, scales_ = prep.core, prep.w, prep.scales
+    runs: dict[tuple[int, ...], tuple[int, int, np.ndarray]] = {}  # input shape -> rows, K, parameter vector
+    core, wc, scales_, macs = prep.core, prep.w, prep.scales, prep.macs
+
+    def plan(x: np.ndarray, w_in: np.ndarray, b_in: np.ndarray) -> tuple[int, int, np.ndarray]:
+        size = check(x, w_in, b_in)
+        rows = x.size // size
+        hit = rows, size, prep.geo(1, 1, 1, 1, 0, 0, 1, 1, (rows, 1, 1, size))
+        if len(runs) < 16:
+            runs[x.shape] = hit
+        return hit
 
     def run(x: np.ndarray, w_in: np.ndarray, b_in: np.ndarray, act: int) -> KernelResult:
-        size = sizes.get(x.shape)
-        if size is None:
-            size = check(x, w_in, b_in)
-            if len(sizes) < 16:
-                sizes[x.shape] = size
-        rows = x.size // size
-        if rows * wc.size > CONV_MAX_MACS:
+        rows, size, geo = runs.get(x.shape) or plan(x, w_in, b_in)
+        if rows * macs > CONV_MAX_MACS:
             return fallback(x, w_in, b_in, act)
         out = _conv_q(core, x.reshape(rows, 1, 1, size), wc, geo, scales_)
         return out.reshape(rows, units)
 
     def core_call(args: tuple[Any, ...]) -> CoreCall | None:
         x = args[0]
-        rows = x.size // check(x, args[1], args[2])
-        if rows * wc.size > CONV_MAX_MACS:
+        rows, size, geo = plan(x, args[1], args[2])
+        if rows * macs > CONV_MAX_MACS:
             return None
-        return CoreCall(core, (Arg(0, (rows, 1, 1, x.size // rows)), wc, geo, scales_))
+        return CoreCall(core, (Arg(0, (rows, 1, 1, size)), wc, geo, scales_))
 
     set_core_call(run, core_call)
     return run
@@ -467,14 +495,9 @@ def _row_gather(prog: Any, r: Any, arena: Any, ki64: Any) -> None:
 
 
 def _row_conv(prog: Any, r: Any, arena: Any, ki32: Any, ki64: Any, kf64: Any) -> None:
-    """signed, x, n, h, w, c, filter (ki32), kh, kw, ci, co, geo, its length, scales, their length, out."""
-    p = prog[r]
-    x, n, h, w, c = p[2], p[3], p[4], p[5], p[6]
-    wt = ki32[p[7]:p[7] + p[8] * p[9] * p[10] * p[11]].reshape((p[8], p[9], p[10], p[11]))
-    geo, scales = ki64[p[12]:p[12] + p[13]], kf64[p[14]:p[14] + p[15]]
-    src = arena[x:x + n * h * w * c]
-    dst = arena[p[16]:p[16] + n * geo[_G_OH] * geo[_G_OW] * p[11]]
-    _CORE_CONV(src.reshape((n, h, w, c)), wt, geo, scales, dst.reshape((n, geo[_G_OH], geo[_G_OW], p[11])))
+    """x, filter (ki32), parameter vector (ki64), scales (kf64), out: the core reads the
+    dimensions from its parameter vector, so its arrays are views from those offsets on."""
+    _CORE_CONV(arena[prog[r, 1]:], ki32[prog[r, 2]:], ki64[prog[r, 3]:], kf64[prog[r, 4]:], arena[prog[r, 5]:])
 
 
 def _row_quantize(prog: Any, r: Any, arena: Any, ki64: Any, kf64: Any) -> None:
@@ -568,10 +591,9 @@ def encode_core_call(call: CoreCall, ins: list[tuple[int, np.dtype[Any]]], out: 
         return None
     if fn is _conv_q_into:
         _, w, geo, scales = args
-        if len(shapes[0]) != 4 or ins[0][1] not in eight:
+        if len(shapes[0]) != 4 or ins[0][1] not in eight or tuple(geo[_G_N:_G_CIN + 1]) != shapes[0]:
             return None
-        return [OP_CONV, _signed(ins[0][1]), ins[0][0], *shapes[0], consts.add(w, "int32"), *w.shape,
-                consts.add(geo, "int64"), geo.size, consts.add(scales, "float64"), scales.size, out]
+        return [OP_CONV, ins[0][0], consts.add(w, "int32"), consts.add(geo, "int64"), consts.add(scales, "float64"), out]
     if fn is _quantize_q:
         _, scale, params = args
         if ins[0][1] != np.float32:
