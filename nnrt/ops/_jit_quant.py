@@ -57,12 +57,12 @@ _UNPLANNED = object()
 #: and the filter's dimensions), then the int32 bias of each output channel (one array: a numba
 #: call pays ~0.1-0.2 us per argument).
 _G_SH, _G_SW, _G_DH, _G_DW, _G_TOP, _G_LEFT, _G_OH, _G_OW, _G_ZIN, _G_ZOUT, _G_QMIN, _G_QMAX, _G_DEPTHWISE = range(13)
-_G_SIGNED, _G_N, _G_H, _G_W, _G_CIN, _G_KH, _G_KW, _G_COUT, _G_CPAD = range(13, 22)
+_G_SIGNED, _G_N, _G_H, _G_W, _G_CIN, _G_KH, _G_KW, _G_COUT, _G_KPAD = range(13, 22)
 _G_BIAS = 22
-#: A convolution's filter rows (and its centred input) are padded with zeros to a multiple of
-#: this many input channels: the dot products then have no scalar remainder loop (LLVM
+#: A convolution's filter rows (KH x KW x Cin) and each pixel's centred window are padded with
+#: zeros to a multiple of this: the dot products then have no scalar remainder loop (LLVM
 #: vectorizes by 8 int32 lanes x 4), which on 30-60 channels took as long as the vector part.
-_CIN_BLOCK = 32
+_K_BLOCK = 32
 
 # One compiled variant per core (cold start, issue 14): every core takes and writes 8-bit data as
 # C-contiguous uint8 views (an int8 value is its byte; a ``signed`` flag says how to read it) and
@@ -73,18 +73,19 @@ _CIN_BLOCK = 32
 
 def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
     """CONV_2D of NHWC 8-bit ``x`` (uint8 bytes; int8 values when ``geo[_G_SIGNED]``) with the
-    centred int32 filter ``w`` [KH, KW, Cout, Cin padded to ``_CIN_BLOCK``]; when ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D
+    centred int32 filter ``w`` [Cout, KH x KW x Cin padded to ``_K_BLOCK``]; when ``geo[_G_DEPTHWISE]``, DEPTHWISE_CONV_2D
     with ``w`` [KH, KW, Cout] (Cout = Cin x multiplier). ``scales`` holds each output channel's
     real scale, then the output's scale. Writes the bytes ``out`` [N, OH, OW, Cout] (of the
     output's type). Every array is flat and read from its start, the dimensions are in ``geo``:
     a program passes views of its arena and constants, no reshape (a reshaped view cost
     0.13 us per call, more than a small convolution's arithmetic). Sums are int32 (the caller
-    checks they fit). A convolution sums each output channel over the input channels (a dot
-    product, contiguous in ``w``: it vectorizes, and one output channel is one loop, not
-    Cin loops of one); a depthwise one runs along the channels. An int8 byte ``b`` is the
+    checks they fit). A convolution gathers each output pixel's window, centred, in the filter's
+    order (0 outside the input and in the padding), then takes one dot product per output
+    channel (contiguous: it vectorizes; one loop per output channel, not one per tap and input
+    channel); a depthwise one runs along the channels, tap by tap. An int8 byte ``b`` is the
     value ``(b ^ 0x80) - 128``."""
     n, h, wd, cin = geo[_G_N], geo[_G_H], geo[_G_W], geo[_G_CIN]
-    kh, kw, cout, cpad = geo[_G_KH], geo[_G_KW], geo[_G_COUT], geo[_G_CPAD]
+    kh, kw, cout, kpad = geo[_G_KH], geo[_G_KW], geo[_G_COUT], geo[_G_KPAD]
     depthwise = geo[_G_DEPTHWISE] != 0
     mult = cout // cin
     sh, sw, dh, dw, top, left = geo[_G_SH], geo[_G_SW], geo[_G_DH], geo[_G_DW], geo[_G_TOP], geo[_G_LEFT]
@@ -97,44 +98,54 @@ def _conv_q_into(x: Any, w: Any, geo: Any, scales: Any, out: Any) -> None:
     # (integer bounds: truncating then clipping is clipping then truncating)
     lo, hi = float(qmin - zout), float(qmax - zout)
     acc = np.empty(cout, np.int32)
-    xc = np.zeros(cout if depthwise else cpad, np.int32)
+    xc = np.zeros(cout if depthwise else kpad, np.int32)
     # Offsets and inner loop counters unsigned: a signed index may be negative for numba, whose
     # wraparound check on each element stops LLVM from vectorizing (``_jit_float``).
     u = np.uint64
-    ucin, ucout, ucpad = u(cin), u(cout), u(cpad)
+    ucin, ucout, ukpad = u(cin), u(cout), u(kpad)
     at = u(0)
     for b in range(n):
         for oy in range(oh):
             for ox in range(ow):
-                acc[:] = 0
-                for ky in range(kh):
-                    iy = oy * sh - top + ky * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    for kx in range(kw):
-                        ix = ox * sw - left + kx * dw
-                        if ix < 0 or ix >= wd:
+                if not depthwise:
+                    for ky in range(kh):
+                        iy = oy * sh - top + ky * dh
+                        for kx in range(kw):
+                            ix = ox * sw - left + kx * dw
+                            at_k = u((ky * kw + kx) * cin)
+                            if iy < 0 or iy >= h or ix < 0 or ix >= wd:
+                                for ci in range(ucin):
+                                    xc[at_k + ci] = 0
+                                continue
+                            src = u(((b * h + iy) * wd + ix) * cin)
+                            for ci in range(ucin):
+                                xc[at_k + ci] = np.int32(x[src + ci] ^ flip) - zin
+                    for co in range(ucout):
+                        row = co * ukpad
+                        s = np.int32(0)
+                        for k in range(ukpad):
+                            s = np.int32(s + xc[k] * w[row + k])
+                        acc[co] = s
+                else:
+                    acc[:] = 0
+                    for ky in range(kh):
+                        iy = oy * sh - top + ky * dh
+                        if iy < 0 or iy >= h:
                             continue
-                        src = u(((b * h + iy) * wd + ix) * cin)
-                        tap = u((ky * kw + kx) * cout)
-                        if depthwise and mult == 1:
-                            for c in range(ucout):
-                                acc[c] += np.int32(np.int32(x[src + c] ^ flip) - zin) * w[tap + c]
-                            continue
-                        if depthwise:
+                        for kx in range(kw):
+                            ix = ox * sw - left + kx * dw
+                            if ix < 0 or ix >= wd:
+                                continue
+                            src = u(((b * h + iy) * wd + ix) * cin)
+                            tap = u((ky * kw + kx) * cout)
+                            if mult == 1:
+                                for c in range(ucout):
+                                    acc[c] += np.int32(np.int32(x[src + c] ^ flip) - zin) * w[tap + c]
+                                continue
                             for c in range(cout):
                                 xc[c] = np.int32(x[src + u(c // mult)] ^ flip) - zin
                             for c in range(ucout):
                                 acc[c] += xc[c] * w[tap + c]
-                            continue
-                        for ci in range(ucin):
-                            xc[ci] = np.int32(x[src + ci] ^ flip) - zin
-                        for co in range(ucout):
-                            row = (tap + co) * ucpad
-                            s = np.int32(0)
-                            for ci in range(ucpad):
-                                s = np.int32(s + xc[ci] * w[row + ci])
-                            acc[co] += s
                 # from_real: real value, divided by the output scale, rounded half away from zero
                 for c in range(ucout):
                     q = float(acc[c] + geo[u(_G_BIAS) + c]) * scales[c] / out_scale
@@ -288,20 +299,19 @@ class _Prepared:
     __slots__ = ("core", "depthwise", "macs", "params", "scales", "w")
 
     def __init__(self, core: Callable[..., None], call: OpCall, w: np.ndarray, bias: np.ndarray,
-                 scales: np.ndarray, qrange: tuple[int, int], depthwise: bool) -> None:
+                 scales: np.ndarray, qrange: tuple[int, int], depthwise: bool, kernel: tuple[int, int]) -> None:
         self.core = core
         self.w = np.ascontiguousarray(w, dtype=np.int32).reshape(-1)  # (the core's arrays are flat)
         self.depthwise = depthwise
         #: Multiply-adds per output pixel (``_prepared`` leaves the padding out).
         self.macs = self.w.size
         out = call.outputs[0]
-        kh, kw, cout = w.shape[0], w.shape[1], w.shape[2]
-        cpad = w.shape[3] if w.ndim == 4 else 0
+        kh, kw, cout = (w.shape[0], w.shape[1], w.shape[2]) if depthwise else (*kernel, w.shape[0])
         per_channel = np.broadcast_to(np.asarray(scales, np.float64), bias.shape)
         self.scales = np.concatenate([per_channel, [float(out.scale)]])
         self.params = np.concatenate([
             [1, 1, 1, 1, 0, 0, 1, 1, call.inputs[0].zero_point, out.zero_point, *qrange, depthwise,
-             call.inputs[0].type.dtype == np.int8, 1, 1, 1, 1, kh, kw, cout, cpad],
+             call.inputs[0].type.dtype == np.int8, 1, 1, 1, 1, kh, kw, cout, 0 if depthwise else w.shape[1]],
             bias.astype(np.int64),
         ]).astype(np.int64)
 
@@ -333,16 +343,15 @@ def _prepared(call: OpCall, w: np.ndarray, bias: np.ndarray, scales: np.ndarray 
     core = _core()
     if core is None or w.shape[1] * w.shape[2] * (1 if depthwise else w.shape[3]) * 255 * 255 >= 1 << 31:
         return None
-    # [KH, KW, Cout] (depthwise: [1, KH, KW, Cout]) or [KH, KW, Cout, Cin] (from [Cout, KH, KW, Cin])
-    relaid = w[0] if depthwise else w.transpose(1, 2, 0, 3)
-    if not depthwise:
-        cin = relaid.shape[3]
-        relaid = np.pad(relaid, ((0, 0), (0, 0), (0, 0), (0, -cin % _CIN_BLOCK)))
-    prep = _Prepared(core, call, relaid, bias, np.asarray(scales, np.float64), qrange, depthwise)
+    # [KH, KW, Cout] (from depthwise's [1, KH, KW, Cout]) or [Cout, KH x KW x Cin + padding]
+    if depthwise:
+        relaid, cin, cout = w[0], w.shape[3], w.shape[3]
+    else:
+        k = w[0].size
+        relaid, cin, cout = np.pad(w.reshape(w.shape[0], k), ((0, 0), (0, -k % _K_BLOCK))), w.shape[3], w.shape[0]
+    prep = _Prepared(core, call, relaid, bias, np.asarray(scales, np.float64), qrange, depthwise, (w.shape[1], w.shape[2]))
     prep.macs = w.size
-    cin = relaid.shape[2] if depthwise else w.shape[3]
-    core(_warm_bytes(cin), prep.w, prep.geo(1, 1, 1, 1, 0, 0, 1, 1, (1, 1, 1, cin)), prep.scales,
-         _warm_bytes(relaid.shape[2]))
+    core(_warm_bytes(cin), prep.w, prep.geo(1, 1, 1, 1, 0, 0, 1, 1, (1, 1, 1, cin)), prep.scales, _warm_bytes(cout))
     return prep
 
 
