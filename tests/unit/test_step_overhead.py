@@ -101,6 +101,9 @@ def test_a_model_compiled_whole_runs_on_the_arguments(device: nnrt.CpuDevice, na
         assert x.dtype == y.dtype and x.shape == y.shape
         np.testing.assert_array_equal(x, y)
     assert not any(np.shares_memory(x, y) for x in fast[0] for y in fast[1])  # each call its own outputs
+    for x, op in zip(fast[0], plan.output_operands, strict=True):  # fields of the arena: plain arrays
+        assert type(x) is np.ndarray and x.dtype == op.type.dtype and x.shape == op.dimensions
+        assert x.flags.writeable and x.flags.c_contiguous and x.flags.aligned
 
 
 async def test_whole_plan_on_every_entry_point(device: nnrt.CpuDevice) -> None:
