@@ -252,7 +252,7 @@ def _model_order(indexes: tuple[int, ...]) -> Callable[[int], int]:
 
 def _runner(runner: Any, layout: _Layout, buffers: tuple[np.ndarray, ...], label: str) -> Callable[..., Any]:
     """The step's kernel: the segment's inputs joined, the program run, the outputs viewed."""
-    prog, kb, ki32, ki64, kf64 = buffers
+    prog, kb, ki16, ki64, kf64 = buffers
     size, outs, expected = layout.size, layout.outputs, layout.input_bytes
     new = np.ndarray
     # Several outputs: the arena seen as one structured value whose fields are the outputs
@@ -271,7 +271,7 @@ def _runner(runner: Any, layout: _Layout, buffers: tuple[np.ndarray, ...], label
             data = b""
         if len(data) != expected:  # padded inputs, a strided one, or what the program cannot take
             data = _joined(args, layout, label)
-        arena = runner(prog, data, size, kb, ki32, ki64, kf64)
+        arena = runner(prog, data, size, kb, ki16, ki64, kf64)
         if one is not None:
             return new(one[0], one[1], arena, one[2])
         return list(fields(new((), record, arena)))
