@@ -114,11 +114,13 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
     whole = plan.whole
     if (whole is not None and profile is None and not ctx.interrupt and not (whole.stop and ctx.on_loop)
             and (deadline is None or now() < deadline)):
-        # A plan of one kernel step from its inputs to its outputs (a model compiled into one
-        # program) with nothing to stop for before it: the step on the arguments themselves,
-        # without the slots (1 us of the 15 us step of a keyword spotter). Anything else (a
-        # deadline passed, an interrupt, a profile) takes the loop below, which says so.
-        result = _kernel(whole, args)
+        # A plan of one kernel step from its inputs (then constants) to its outputs (a model
+        # compiled into one program, one operation) with nothing to stop for before it: the
+        # step on the arguments themselves, without the slots (1 us of the 15 us step of a
+        # keyword spotter). Anything else (a deadline passed, an interrupt, a profile) takes
+        # the loop below, which says so.
+        tail = plan.whole_tail
+        result = _kernel(whole, [*args, *tail] if tail else args)
         if deadline is not None and now() > deadline:
             raise _finished_late(plan)
         return [result] if whole.out >= 0 else result if type(result) is list else list(result)

@@ -107,8 +107,9 @@ def test_a_model_compiled_whole_runs_on_the_arguments(device: nnrt.CpuDevice, na
 
 
 async def test_whole_plan_on_every_entry_point(device: nnrt.CpuDevice) -> None:
-    """``execute``, ``execute_sync`` with a deadline to spare, and a one-FLOOR model (whose plan is
-    whole too): no template copy, right results."""
+    """``execute``, ``execute_sync`` with a deadline to spare, one-FLOOR and one-ADD models (whose
+    plans are whole too, the ADD's with its constant activation after the inputs): no template
+    copy, right results."""
     prepared, inputs = _streaming(device, MODELS[0])
     counting = _count_loop(prepared)
     ref = prepared.execute_sync(inputs).outputs
@@ -125,9 +126,22 @@ async def test_whole_plan_on_every_entry_point(device: nnrt.CpuDevice) -> None:
     out = (await floor.execute([np.full((1, 4), 2.5, np.float32)])).outputs
     assert counting.copies == 0
     np.testing.assert_array_equal(out[0], np.full((1, 4), 2, np.float32))
-    add = device.prepare_model_sync(zoo.one_add())  # its step reads a constant too: the loop
-    assert add.plan.whole is None
+    add = device.prepare_model_sync(zoo.one_add())  # its step reads a constant after the inputs
+    assert add.plan.whole is add.plan.steps[0] and add.plan.whole_tail == [0]
+    counting = _count_loop(add)
     np.testing.assert_array_equal((await add.execute([ones(1, 4), ones(1, 4)])).outputs[0], np.full((1, 4), 2, np.float32))
+    assert counting.copies == 0
+    m = nnrt.Model()  # ADD(a, a): an input read twice is not a whole plan's
+    a = m.add_operand(T.TENSOR_FLOAT32, [1, 4])
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    c = m.add_operand(T.TENSOR_FLOAT32, [1, 4])
+    m.add_operation(Op.ADD, inputs=[a, a, act], outputs=[c])
+    m.identify_inputs_and_outputs(inputs=[a], outputs=[c])
+    m.finish()
+    twice = device.prepare_model_sync(m)
+    assert twice.plan.whole is None
+    np.testing.assert_array_equal(twice.execute_sync([ones(1, 4)]).outputs[0], np.full((1, 4), 2, np.float32))
 
 
 def test_whole_plan_takes_the_loop_when_it_must(device: nnrt.CpuDevice) -> None:
