@@ -329,9 +329,11 @@ def _core() -> Callable[..., None] | None:
     return compiled(_conv_q_into)
 
 
-def _conv_q(core: Callable[..., None], x: np.ndarray, w: np.ndarray, geo: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """The compiled ``_conv_q_into`` of ``x`` into a fresh [N, OH, OW, Cout] array of its dtype."""
-    out = np.empty((x.shape[0], int(geo[_G_OH]), int(geo[_G_OW]), int(geo[_G_COUT])), x.dtype)
+def _conv_q(core: Callable[..., None], x: np.ndarray, w: np.ndarray, geo: np.ndarray, scales: np.ndarray,
+            shape: tuple[int, ...]) -> np.ndarray:
+    """The compiled ``_conv_q_into`` of ``x`` into a fresh array of ``shape`` (its [N, OH, OW, Cout]
+    elements) and ``x``'s dtype."""
+    out = np.empty(shape, x.dtype)
     core(_bytes(x), w, geo, scales, out.reshape(-1).view(np.uint8))
     return out
 
@@ -375,13 +377,15 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
         return None
     memo: dict[tuple[int, ...], Any] = {}
 
-    def plan(args: tuple[Any, ...]) -> np.ndarray | None:
+    def plan(args: tuple[Any, ...]) -> tuple[np.ndarray, tuple[int, ...]] | None:
+        """The run's parameter vector and output shape, or None (the numpy kernel)."""
         x = args[0]
         g = geometry(args)
         hit = None
         macs = x.shape[0] * g.out_h * g.out_w * prep.macs
         if not g.nchw and x.shape[0] and g.out_h and g.out_w and (depthwise or macs <= CONV_MAX_MACS):
-            hit = prep.geo(g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w, x.shape)
+            geo = prep.geo(g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w, x.shape)
+            hit = geo, (x.shape[0], g.out_h, g.out_w, int(geo[_G_COUT]))
         if len(memo) < 16:
             memo[x.shape] = hit
         return hit
@@ -389,16 +393,16 @@ def conv_runner(call: OpCall, depthwise: bool, w: np.ndarray, bias: np.ndarray, 
     core, wc, scales_ = prep.core, prep.w, prep.scales
 
     def run(x: np.ndarray, *rest: Any) -> KernelResult:
-        geo = memo.get(x.shape, _UNPLANNED)
-        if geo is _UNPLANNED:
-            geo = plan((x, *rest))
-        if geo is None:
+        hit = memo.get(x.shape, _UNPLANNED)
+        if hit is _UNPLANNED:
+            hit = plan((x, *rest))
+        if hit is None:
             return fallback(x, *rest)
-        return _conv_q(core, x, wc, geo, scales_)
+        return _conv_q(core, x, wc, hit[0], scales_, hit[1])
 
     def core_call(args: tuple[Any, ...]) -> CoreCall | None:
-        geo = plan(args)
-        return None if geo is None else CoreCall(core, (Arg(0, args[0].shape), wc, geo, scales_))
+        hit = plan(args)
+        return None if hit is None else CoreCall(core, (Arg(0, args[0].shape), wc, hit[0], scales_))
 
     set_core_call(run, core_call)
     return run
@@ -430,11 +434,10 @@ def fc_runner(call: OpCall, w: np.ndarray, bias: np.ndarray, scale: float, qrang
         return hit
 
     def run(x: np.ndarray, w_in: np.ndarray, b_in: np.ndarray, act: int) -> KernelResult:
-        rows, size, geo = runs.get(x.shape) or plan(x, w_in, b_in)
+        rows, _, geo = runs.get(x.shape) or plan(x, w_in, b_in)
         if rows * macs > CONV_MAX_MACS:
             return fallback(x, w_in, b_in, act)
-        out = _conv_q(core, x.reshape(rows, 1, 1, size), wc, geo, scales_)
-        return out.reshape(rows, units)
+        return _conv_q(core, x, wc, geo, scales_, (rows, units))  # (the core reads x as its rows)
 
     def core_call(args: tuple[Any, ...]) -> CoreCall | None:
         x = args[0]
