@@ -49,6 +49,7 @@ from nnrt.ops._jit import compiled
 __all__ = [
     "BLOCK_BYTES",
     "IM2COL_ROWS_F32",
+    "MEAN_ROWS",
     "MIN_ROWS",
     "PLANES_MAX_CHANNELS",
     "PLANES_ROWS",
@@ -60,6 +61,7 @@ __all__ = [
     "WINO_MIN_SIZE",
     "WINO_OUTPUT_F32",
     "Im2colConv",
+    "PointwiseMean",
     "WinogradConv",
     "im2col_rows_f32",
     "planes_rows_f32",
@@ -483,3 +485,49 @@ def winograd(w: np.ndarray, b: np.ndarray, g: Geometry | None, bias_act: Callabl
     if fin is None or fout is None:
         return None
     return WinogradConv(w, b, fin, fout)
+
+
+# -- 1x1 CONV_2D + global AVERAGE_POOL_2D ----------------------------------------------------
+
+#: Output rows per block of ``PointwiseMean`` (a block of Cout floats per row stays in L2 and is
+#: summed there; measured on [1,112,112,32] -> 64: 512-4096 rows within 3%, 1024 best).
+MEAN_ROWS = 1024
+
+
+class PointwiseMean:
+    """A plain 1x1 float32 CONV_2D (``conv.pointwise_parts``) followed by a global
+    AVERAGE_POOL_2D, as one step (``execution._fuse_pool``): per block of ``MEAN_ROWS`` pixels,
+    one BLAS product into a scratch block, then the convolution's bias and activation and a
+    float64 sum per channel in one compiled pass (``bias_act_sum_f32``). The convolution's
+    output is never stored: the unfused steps write it (3.2 MB in the MobileNet-style block) and
+    the pool reads it back. The sums add the very float32 values the convolution gives, in
+    float64 (the unfused pool sums in float32 through BLAS): the means differ by rounding only."""
+
+    __slots__ = ("_act", "_bias", "_hi", "_lo", "_pool_hi", "_pool_lo", "_weights")
+
+    def __init__(self, parts: tuple[np.ndarray, np.ndarray, np.float32, np.float32], act_sum: Callable[..., Any],
+                 pool_bounds: tuple[np.float32, np.float32]) -> None:
+        self._weights, self._bias, self._lo, self._hi = parts
+        self._act = act_sum
+        self._pool_lo, self._pool_hi = pool_bounds
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """``x`` float32 NHWC [N, H, W, Cin] (H*W > 0): the pooled [N, 1, 1, Cout]."""
+        n, h, w, c = x.shape
+        cout, pixels = self._weights.shape[1], h * w
+        xf = np.ascontiguousarray(x).reshape(n, pixels, c)
+        rows = min(pixels, MEAN_ROWS)
+        buf = _scratch(rows * cout)
+        acc = np.empty(cout, dtype=np.float64)
+        out = np.empty((n, cout), dtype=np.float32)
+        for b in range(n):
+            acc[:] = 0.0
+            for p0 in range(0, pixels, rows):
+                r = min(rows, pixels - p0)
+                block = buf[: r * cout].reshape(r, cout)
+                np.matmul(xf[b, p0 : p0 + r], self._weights, out=block)
+                self._act(block, self._bias, self._lo, self._hi, acc)
+            np.divide(acc, pixels, out=out[b], casting="same_kind")
+        if self._pool_lo <= self._pool_hi:
+            np.clip(out, self._pool_lo, self._pool_hi, out=out)
+        return out.reshape(n, 1, 1, cout)

@@ -35,6 +35,9 @@ Runtime):
   bit-identical (numpy makes one pass and one temporary per operation: 2.3-3.9x slower).
 * The bias and fused activation of a 1x1 CONV_2D: one pass over BLAS's product, in place (numpy:
   an add pass and a clip pass; 20-30% of a large pointwise convolution), bit-identical.
+* A 1x1 CONV_2D whose only reader is a global AVERAGE_POOL_2D (``execution._fuse_pool``): the
+  same bias and activation per block of BLAS's product, summed per channel in float64 instead
+  of stored (``bias_act_sum_f32``), so the convolution's output is never written to memory.
 * MAX_POOL_2D is the same pixel loop taking maxima instead of products (numpy: one pass per
   window row and column over strided views; 3x slower). Maxima are exact: identical results.
   AVERAGE_POOL_2D (not global) has its own one-pass loop adding in numpy's order: identical.
@@ -56,16 +59,19 @@ import numpy as np
 __all__ = [
     "AVERAGE_POOL_F32",
     "BIAS_ACT_F32",
+    "BIAS_ACT_SUM_F32",
     "BILINEAR_F32",
     "BLOCK",
     "DEPTHWISE_ROWS_F32",
     "MEAN_F32",
     "PAD_LAST_F32",
     "PRELU_F32",
+    "SUM_ROWS",
     "UNARY_F32",
     "WINDOW_PIXELS_F32",
     "average_pool_f32",
     "bias_act_f32",
+    "bias_act_sum_f32",
     "bilinear_f32",
     "depthwise_rows_f32",
     "hard_swish_f32",
@@ -359,6 +365,59 @@ def bias_act_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float
                 elif v > hi:
                     v = hi
             o[c] = v
+
+
+#: Rows ``bias_act_sum_f32`` adds in float32 before adding their sums in float64.
+SUM_ROWS = 32
+
+#: The one signature ``bias_act_sum_f32`` is compiled for.
+BIAS_ACT_SUM_F32 = (
+    "void(Array(float32, 2, 'C', readonly=True), Array(float32, 1, 'C', readonly=True), float32, float32,"
+    " float64[::1])"
+)
+
+
+def bias_act_sum_f32(block: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, acc: np.ndarray) -> None:
+    """``acc[c] += sum over p of clip(block[p, c] + bias[c], lo, hi)`` for float32 ``block``
+    [P, C] and ``bias`` [C], float64 ``acc`` [C]: each clipped value is ``bias_act_f32``'s float32
+    value. ``lo > hi`` means no clamp; NaN stays NaN (selects). The values of ``SUM_ROWS`` rows
+    are added in float32, four rows per pass (one load and store of the partial sums per four
+    rows, not per row), and each such partial sum to ``acc`` in float64: 2-2.8x faster than
+    one float64 addition per value (0.17 -> 0.08 ns per value in cache), within 1e-7 of the
+    float64 sum relative to the sum of magnitudes. Deterministic: the order depends on the
+    shape only."""
+    n, c = block.shape
+    bf = block.reshape(-1)
+    u = np.uint64
+    if lo > hi:
+        lo, hi = np.float32(-np.inf), np.float32(np.inf)
+    part = np.empty(c, dtype=np.float32)
+    for p0 in range(0, n, SUM_ROWS):
+        p1 = min(n, p0 + SUM_ROWS)
+        for k in range(c):
+            part[k] = 0.0
+        p = p0
+        while p + 4 <= p1:
+            b0 = u(p * c)
+            b1, b2, b3 = b0 + u(c), b0 + u(2 * c), b0 + u(3 * c)
+            for k in range(u(c)):
+                bk = bias[k]
+                v0, v1, v2, v3 = bf[b0 + k] + bk, bf[b1 + k] + bk, bf[b2 + k] + bk, bf[b3 + k] + bk
+                v0, v1 = (lo if v0 < lo else v0), (lo if v1 < lo else v1)
+                v2, v3 = (lo if v2 < lo else v2), (lo if v3 < lo else v3)
+                v0, v1 = (hi if v0 > hi else v0), (hi if v1 > hi else v1)
+                v2, v3 = (hi if v2 > hi else v2), (hi if v3 > hi else v3)
+                part[k] += (v0 + v1) + (v2 + v3)
+            p += 4
+        while p < p1:
+            b0 = u(p * c)
+            for k in range(u(c)):
+                v0 = bf[b0 + k] + bias[k]
+                v0 = lo if v0 < lo else v0
+                part[k] += hi if v0 > hi else v0
+            p += 1
+        for k in range(c):
+            acc[k] += part[k]
 
 
 #: The one signature ``bilinear_f32`` is compiled for.

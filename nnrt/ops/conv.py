@@ -80,6 +80,7 @@ __all__ = [
     "empty_output",
     "finish_output",
     "geometry",
+    "pointwise_parts",
     "real_bias",
     "real_filter",
 ]
@@ -397,11 +398,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     blocked = Im2colConv(im2col_fn, fused, planes_fn) if fused is not None and im2col_fn is not None else None
 
     def checked(args: tuple[Any, ...]) -> Geometry:
-        g, cin = run_geometry(call, sig, args)
-        w, b = args[1], args[2]
-        if w.shape[3] != cin or b.shape != (w.shape[0],):
-            call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
-        return g
+        return _checked_geometry(call, sig, args)
 
     shape0, g0 = static_geometry(call, checked)
     # Constant float filter and geometry: drop the filter rows and columns that only ever read
@@ -448,6 +445,37 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     return compiled_or(call, sig, types, False, checked, run)
+
+
+def _checked_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> Geometry:
+    """A CONV_2D run's geometry, its filter and bias checked against the input's channels."""
+    g, cin = run_geometry(call, sig, args)
+    w, b = args[1], args[2]
+    if w.shape[3] != cin or b.shape != (w.shape[0],):
+        call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
+    return g
+
+
+def pointwise_parts(call: OpCall) -> tuple[np.ndarray, np.ndarray, np.float32, np.float32] | None:
+    """For a float32 CONV_2D whose every run ``prepare_conv2d`` makes one product plus the bias
+    pass (``plain_pointwise``: constant 1x1 filter and bias, known input shape, no stride or
+    padding, NHWC): its weights [Cin, Cout], bias and activation bounds; else None. For a plan
+    fusion that takes the product over itself (``execution._fuse_pool``)."""
+    if call.type is not Op.CONV_2D or call.outputs[0].type is not T.TENSOR_FLOAT32:
+        return None
+    if call.inputs[0].type is not T.TENSOR_FLOAT32:
+        return None
+    try:
+        sig = conv_signature(call, 3, extra=False, layout_required=False, dilation=True)
+        types = check_conv_types(call, 0)
+    except NnrtError:
+        return None
+    w, b = call.const(1), call.const(2)
+    if w is None or b is None or w.ndim != 4:
+        return None
+    shape, g = static_geometry(call, lambda args: _checked_geometry(call, sig, args))
+    wmat = _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
+    return plain_pointwise(wmat, w, g, shape)
 
 
 def plain_pointwise(wmat: np.ndarray, w: np.ndarray, g: Geometry | None, shape: tuple[int, ...] | None

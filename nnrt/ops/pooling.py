@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from nnrt.errors import NnrtError
 from nnrt.ops._common import (
     activation_bounds,
     apply_activation,
@@ -41,7 +42,7 @@ from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__: list[str] = []
+__all__ = ["global_average_act"]
 
 _TYPES = {
     Op.AVERAGE_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED),
@@ -132,6 +133,24 @@ def _is_global(x: np.ndarray, g: _Geometry) -> bool:
     """One window covering the whole (unpadded) image."""
     return (g.out_h == g.out_w == 1 and g.top == g.left == 0
             and g.k_h >= x.shape[1] and g.k_w >= x.shape[2] and g.stride_h >= 1 and g.stride_w >= 1)
+
+
+def global_average_act(call: OpCall) -> int | None:
+    """For a float32 AVERAGE_POOL_2D with constant parameters over an NHWC input of known shape
+    whose one window covers the whole unpadded image (``_is_global``): its fused activation;
+    else None. For a plan fusion that computes the mean itself (``execution._fuse_pool``)."""
+    if call.type is not Op.AVERAGE_POOL_2D or call.inputs[0].type is not T.TENSOR_FLOAT32:
+        return None
+    dims = call.inputs[0].dimensions
+    params = [call.const(i) for i in range(1, len(call.inputs))]
+    if len(dims) != 4 or 0 in dims or any(v is None for v in params) or len(call.inputs) not in (7, 8, 10, 11):
+        return None
+    try:
+        x = np.broadcast_to(np.float32(0), dims)
+        g = _geometry(call, len(call.inputs) >= 10, (x, *params))
+    except NnrtError:
+        return None
+    return g.act if not g.nchw and _is_global(x, g) else None
 
 
 def _counts(in_n: int, before: int, k: int, stride: int, out_n: int) -> np.ndarray:
