@@ -122,7 +122,10 @@ def depthwise_rows_f32(
     Each output row is done in chunks of ``B*C`` floats with all taps per chunk, so that the
     chunk, its input ranges and the weights stay in L1; each pass over a chunk adds the taps
     of one filter column and up to three filter rows (a load and a store of the chunk per
-    three products, not per product). The arrays are indexed flat with unsigned offsets: no
+    three products, not per product). A 3x3 filter whose rows all lie inside the input makes
+    one pass over the part of the chunk all nine taps reach: bias, nine products and the
+    activation, one store (20 memory accesses per output instead of 28; [1,112,112,32]:
+    282 -> 212 us), adding in the same order as the passes, so the sums are identical. The arrays are indexed flat with unsigned offsets: no
     slice objects in the loops (each costs two atomic reference-count updates in numba, which
     took half the time) and no negative-index checks, so every inner loop vectorizes.
     Compiled with ``fastmath={"contract"}``: fused multiply-adds, each product not rounded
@@ -146,36 +149,62 @@ def depthwise_rows_f32(
                 i_hi -= 1
             for start in range(0, length, block):
                 seg = min(block, length - start)
-                d0 = u(obase + start)
-                for t in range(u(seg)):
-                    of[d0 + t] = bt[t]
-                for j in range(kw):
-                    k0, k1 = max(start, cols[j, 1]), min(start + seg, cols[j, 2])
-                    if k1 <= k0:
+                # A full 3x3 window: where all nine taps reach, one pass with bias and activation.
+                f0 = f1 = start
+                if kh == 3 and kw == 3 and i_lo == 0 and i_hi == 3:
+                    f0 = max(start, cols[0, 1], cols[1, 1], cols[2, 1])
+                    f1 = max(f0, min(start + seg, cols[0, 2], cols[1, 2], cols[2, 2]))
+                if f1 > f0:
+                    m, o0, bo = u(f1 - f0), u(obase + f0), u(f0 - start)
+                    r0 = (b * h + y0) * row + f0
+                    x00, x01, x02 = u(r0 + cols[0, 0]), u(r0 + cols[1, 0]), u(r0 + cols[2, 0])
+                    x10, x11, x12 = x00 + u(step_x), x01 + u(step_x), x02 + u(step_x)
+                    x20, x21, x22 = x10 + u(step_x), x11 + u(step_x), x12 + u(step_x)
+                    w00, w01, w02 = bo, bo + u(block), bo + u(2 * block)
+                    w10, w11, w12 = w00 + u(step_w), w01 + u(step_w), w02 + u(step_w)
+                    w20, w21, w22 = w10 + u(step_w), w11 + u(step_w), w12 + u(step_w)
+                    for t in range(m):  # the row loop's order of additions: identical sums
+                        v = bt[bo + t] + xf[x00 + t] * wf[w00 + t] + xf[x10 + t] * wf[w10 + t] + xf[x20 + t] * wf[w20 + t]
+                        v = v + xf[x01 + t] * wf[w01 + t] + xf[x11 + t] * wf[w11 + t] + xf[x21 + t] * wf[w21 + t]
+                        v = v + xf[x02 + t] * wf[w02 + t] + xf[x12 + t] * wf[w12 + t] + xf[x22 + t] * wf[w22 + t]
+                        if clamp:
+                            v = lo if v < lo else v
+                            v = hi if v > hi else v
+                        of[o0 + t] = v
+                for part in range(2):  # the rest of the chunk, before and after that range
+                    s0, s1 = (start, f0) if part == 0 else (f1, start + seg)
+                    if s1 <= s0:
                         continue
-                    m, o0 = u(k1 - k0), u(obase + k0)
-                    xrow = (b * h + y0) * row + k0 + cols[j, 0]
-                    wcol = j * block + k0 - start
-                    for i in range(i_lo, i_hi, 3):
-                        xa, wa = u(xrow + i * step_x), u(wcol + i * step_w)
-                        if i + 2 < i_hi:
-                            xb, wb = xa + u(step_x), wa + u(step_w)
-                            xc, wc = xb + u(step_x), wb + u(step_w)
-                            for t in range(m):
-                                of[o0 + t] = (of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
-                                              + xf[xc + t] * wf[wc + t])
-                        elif i + 1 < i_hi:
-                            xb, wb = xa + u(step_x), wa + u(step_w)
-                            for t in range(m):
-                                of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
-                        else:
-                            for t in range(m):
-                                of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t]
-                if clamp:  # selects, not branches: the loop vectorizes
-                    for t in range(u(seg)):
-                        v = of[d0 + t]
-                        v = lo if v < lo else v
-                        of[d0 + t] = hi if v > hi else v
+                    d0 = u(obase + s0)
+                    for t in range(u(s1 - s0)):
+                        of[d0 + t] = bt[u(s0 - start) + t]
+                    for j in range(kw):
+                        k0, k1 = max(s0, cols[j, 1]), min(s1, cols[j, 2])
+                        if k1 <= k0:
+                            continue
+                        m, o0 = u(k1 - k0), u(obase + k0)
+                        xrow = (b * h + y0) * row + k0 + cols[j, 0]
+                        wcol = j * block + k0 - start
+                        for i in range(i_lo, i_hi, 3):
+                            xa, wa = u(xrow + i * step_x), u(wcol + i * step_w)
+                            if i + 2 < i_hi:
+                                xb, wb = xa + u(step_x), wa + u(step_w)
+                                xc, wc = xb + u(step_x), wb + u(step_w)
+                                for t in range(m):
+                                    of[o0 + t] = (of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
+                                                  + xf[xc + t] * wf[wc + t])
+                            elif i + 1 < i_hi:
+                                xb, wb = xa + u(step_x), wa + u(step_w)
+                                for t in range(m):
+                                    of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
+                            else:
+                                for t in range(m):
+                                    of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t]
+                    if clamp:  # selects, not branches: the loop vectorizes
+                        for t in range(u(s1 - s0)):
+                            v = of[d0 + t]
+                            v = lo if v < lo else v
+                            of[d0 + t] = hi if v > hi else v
 
 
 #: The one signature ``window_pixels_f32`` is compiled for.
