@@ -109,7 +109,11 @@ def _match(plan: Any, steps: list[tuple[str, str]], theirs: dict[str, list[float
             (t for t in theirs if t.startswith(prefix.get(name, "?"))), None)
         if found is not None:
             node[k] = found
-    return [[node[int(k)] for k in re.findall(r"operation (\d+)", label) if int(k) in node] for label, _ in steps]
+    owner: dict[int, int] = {}  # each operation to the last step naming it (a fused pair's second)
+    for k, (label, _) in enumerate(steps):
+        for op in re.findall(r"operation (\d+)", label):
+            owner[int(op)] = k
+    return [[node[op] for op in sorted(node) if owner.get(op) == k] for k in range(len(steps))]
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ nothing else, so writing into it is invisible.
   outputs of 4096 elements or more: below that an allocation is cheaper than the checks).
 
 First, ``fold_pads`` (``_fuse_pad``) merges a zero PAD into the convolution reading it,
-``fuse_global_pools`` (``_fuse_pool``) a 1x1 convolution into the global average pool reading
-it (within rounding, not exact: its module doc), and
+``fuse_global_pools`` (``_fuse_pool``) has the global average pool reading a 1x1 convolution
+compute both (the convolution's step hands its input on), and
 ``fuse_chains`` (``_fuse_chain``) runs chains of elementwise float32 operations (decomposed
 hardswish / hard-sigmoid, affine, HARD_SWISH after a convolution) as one blocked step; the
 rewrites below apply to what remains; then ``view_steps`` (``_views``) makes RESHAPE, SQUEEZE

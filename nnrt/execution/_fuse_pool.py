@@ -1,5 +1,5 @@
-"""A 1x1 convolution whose only reader is a global average pool, run as one step; done once by
-the plan compiler (``fuse_steps`` calls ``fuse_global_pools`` after ``fold_pads``).
+"""A 1x1 convolution whose only reader is a global average pool, computed by the pool's step;
+done once by the plan compiler (``fuse_steps`` calls ``fuse_global_pools`` after ``fold_pads``).
 
 The head of MobileNet-style classifiers: ``CONV_2D 1x1 -> AVERAGE_POOL_2D`` over the whole
 image. Unfused, the convolution writes its full output (3.2 MB for [1,112,112,64] in
@@ -13,15 +13,17 @@ numbers. When
 * that pool is float32 with constant parameters and one window over the whole unpadded image
   (``pooling.global_average_act``),
 
-the two steps become one (``_jit_conv.PointwiseMean``): per block of pixels one BLAS product
+the pool's step computes both (``_jit_conv.BlockMean``): per block of pixels one BLAS product
 into a buffer that stays in L2, the convolution's bias and activation and a float64 sum per
-channel in one compiled pass. Measured (``benchmarks/block_steps.py``): the two steps' 0.56 +
-0.12-0.16 ms become 0.47-0.50 ms.
+channel in one compiled pass. The convolution's step stays, in its place, and hands its input
+on unchanged (its output slot holds the input; the pool's step is its only reader): the plan
+keeps one step per operation, which the simulator's per-step costs and partitioning rely on.
+Measured (``benchmarks/block_steps.py``): the two steps' 0.56 + 0.12-0.16 ms become 0.47-0.50.
 
-Not exact like the other fusions: the means add the convolution's very float32 values, but in
-float64 and in another order than the pool's float32 BLAS product, so they differ by rounding
-(tested against the unfused plan within the CTS's float32 tolerance). It needs numba (the
-compiled pass); without it (``NNRT_JIT=0``) the steps stay as they are.
+Exact: the unfused steps make the same products in the same blocks
+(``_jit_conv.pointwise_blocks``) and the unfused global pool the same sums
+(``pooling``), so the results are bit for bit the unfused plan's (tested). It needs numba
+(the compiled pass); without it (``NNRT_JIT=0``) the steps stay as they are.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from nnrt.model import Model, Operand
 from nnrt.ops import OpCall
 from nnrt.ops._common import activation_bounds
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_conv import PointwiseMean
+from nnrt.ops._jit_conv import BlockMean
 from nnrt.ops._jit_float import BIAS_ACT_SUM_F32, bias_act_sum_f32
 from nnrt.ops.conv import pointwise_parts
 from nnrt.ops.pooling import global_average_act
@@ -53,8 +55,9 @@ NewStep = Callable[..., "Step"]
 
 
 def fuse_global_pools(model: Model, steps: list[Step], operands: Operands, new: NewStep) -> list[Step]:
-    """``steps`` with each pointwise CONV_2D + global AVERAGE_POOL_2D pair as one step (module
-    doc); ``new`` makes a step (base, label, ins, outs, fn, cost)."""
+    """``steps`` with each pointwise CONV_2D + global AVERAGE_POOL_2D pair computed by the
+    pool's step, the convolution's passing its input on (module doc); ``new`` makes a step
+    (base, label, ins, outs, fn, cost)."""
     pools = [s for s in steps if s.type is Op.AVERAGE_POOL_2D and s.fn is not None and len(s.outs) == 1 and s.ins]
     if not pools:
         return steps
@@ -65,7 +68,6 @@ def fuse_global_pools(model: Model, steps: list[Step], operands: Operands, new: 
     readers: Counter[int] = Counter(i for s in steps for i in s.ins)
     outputs = set(model.output_indexes)
     producer = {s.outs[0]: s for s in steps if s.type is Op.CONV_2D and s.fn is not None and len(s.outs) == 1}
-    dropped: set[int] = set()
     replaced: dict[int, Step] = {}
     for pool in pools:
         x = pool.ins[0]
@@ -76,12 +78,15 @@ def fuse_global_pools(model: Model, steps: list[Step], operands: Operands, new: 
         fn = _fused(model, conv, pool, operands, act_sum)
         if fn is None:
             continue
-        replaced[id(pool)] = new(pool, f"{conv.label} + {pool.label}", (*conv.ins, *pool.ins[1:]), pool.outs, fn,
+        replaced[id(conv)] = new(conv, f"{conv.label} (in the next step)", conv.ins[:1], conv.outs, _hand_on, 0.0)
+        replaced[id(pool)] = new(pool, f"{conv.label} + {pool.label}", pool.ins, pool.outs, fn,
                                  conv.cost_ns + pool.cost_ns)
-        dropped.add(id(conv))
-    if not dropped:
-        return steps
-    return [replaced.get(id(s), s) for s in steps if id(s) not in dropped]
+    return [replaced.get(id(s), s) for s in steps] if replaced else steps
+
+
+def _hand_on(x: np.ndarray) -> np.ndarray:
+    """The convolution's step of a fused pair: its input, for the pool's step to convolve."""
+    return x
 
 
 def _call(model: Model, step: Step, operands: Operands) -> OpCall:
@@ -92,20 +97,22 @@ def _call(model: Model, step: Step, operands: Operands) -> OpCall:
 
 def _fused(model: Model, conv: Step, pool: Step, operands: Operands, act_sum: Callable[..., Any]
            ) -> Callable[..., Any] | None:
-    """The fused kernel (called with the convolution's inputs, then the pool's parameters), or
-    None when the pair does not qualify."""
+    """The pool step's kernel (called with the convolution's input, then the pool's
+    parameters), or None when the pair does not qualify."""
     parts = pointwise_parts(_call(model, conv, operands))
     act = global_average_act(_call(model, pool, operands))
     if parts is None or act is None:
         return None
-    shape = tuple(operands(conv.ins[:1])[0].dimensions)
-    fused = PointwiseMean(parts, act_sum, activation_bounds(act))
-    conv_fn, pool_fn, split = conv.fn, pool.fn, len(conv.ins)
+    conv_ops = operands(conv.ins)
+    shape = tuple(conv_ops[0].dimensions)
+    conv_args = tuple(op.value for op in conv_ops[1:])  # constants (``pointwise_parts``)
+    fused = BlockMean(parts, act_sum, activation_bounds(act))
+    conv_fn, pool_fn = conv.fn, pool.fn
     assert conv_fn is not None and pool_fn is not None
 
-    def run(x: np.ndarray, *rest: Any) -> Any:
+    def run(x: np.ndarray, *pool_args: Any) -> Any:
         if x.shape == shape and x.dtype == np.float32:
             return fused(x)
-        return pool_fn(conv_fn(x, *rest[: split - 1]), *rest[split - 1 :])  # the run's kernels report it
+        return pool_fn(conv_fn(x, *conv_args), *pool_args)  # the run's kernels report what is wrong
 
     return run

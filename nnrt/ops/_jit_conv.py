@@ -61,11 +61,12 @@ __all__ = [
     "WINO_MIN_CHANNELS",
     "WINO_MIN_SIZE",
     "WINO_OUTPUT_F32",
+    "BlockMean",
     "Im2colConv",
-    "PointwiseMean",
     "WinogradConv",
     "im2col_rows_f32",
     "planes_rows_f32",
+    "pointwise_blocks",
     "winograd",
     "winograd_filter",
     "winograd_input_f32",
@@ -537,46 +538,73 @@ def winograd(w: np.ndarray, b: np.ndarray, g: Geometry | None, bias_act: Callabl
     return WinogradConv(w, b, fin, fout)
 
 
-# -- 1x1 CONV_2D + global AVERAGE_POOL_2D ----------------------------------------------------
+# -- 1x1 CONV_2D, global AVERAGE_POOL_2D, and the two as one step ----------------------------
 
-#: Output rows per block of ``PointwiseMean`` (a block of Cout floats per row stays in L2 and is
-#: summed there; measured on [1,112,112,32] -> 64: 512-4096 rows within 3%, 1024 best).
+#: Pixels per block of a plain 1x1 CONV_2D and of a global average pool, per image (a block of
+#: Cout floats per pixel stays in L2 while bias, activation or sums pass over it). Measured on
+#: [1,112,112,32] -> 64: the product with the bias pass 565 -> 533 us against one product over
+#: the whole image; the product summed (``BlockMean``) 512-4096 within 3%. A multiple of
+#: ``SUM_ROWS``: every way of running these blocks adds the same rows in the same order.
 MEAN_ROWS = 1024
 
 
-class PointwiseMean:
-    """A plain 1x1 float32 CONV_2D (``conv.pointwise_parts``) followed by a global
-    AVERAGE_POOL_2D, as one step (``execution._fuse_pool``): per block of ``MEAN_ROWS`` pixels,
-    one BLAS product into a scratch block, then the convolution's bias and activation and a
-    float64 sum per channel in one compiled pass (``bias_act_sum_f32``). The convolution's
-    output is never stored: the unfused steps write it (3.2 MB in the MobileNet-style block) and
-    the pool reads it back. The sums add the very float32 values the convolution gives, in
-    float64 (the unfused pool sums in float32 through BLAS): the means differ by rounding only."""
+def pointwise_blocks(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32,
+                     bias_act: Callable[..., Any]) -> np.ndarray:
+    """A plain 1x1 float32 CONV_2D (``conv.plain_pointwise``) of C-contiguous NHWC ``x``: per
+    image, blocks of ``MEAN_ROWS`` pixels, one BLAS product each written into the output and
+    ``bias_act_f32`` over it while in cache. ``BlockMean`` makes the very same products."""
+    n, h, w, c = x.shape
+    cout, pixels = weights.shape[1], h * w
+    xf = x.reshape(n, pixels, c)
+    out = np.empty((n, pixels, cout), dtype=np.float32)
+    for b in range(n):
+        for p0 in range(0, pixels, MEAN_ROWS):
+            dst = out[b, p0 : p0 + MEAN_ROWS]
+            np.matmul(xf[b, p0 : p0 + MEAN_ROWS], weights, out=dst)
+            bias_act(dst, bias, lo, hi)
+    return out.reshape(n, h, w, cout)
+
+
+class BlockMean:
+    """The means over each image's pixels of float32 NHWC values, sums in float64 over blocks
+    of ``MEAN_ROWS`` pixels by ``bias_act_sum_f32``, then the pool's activation: a global
+    AVERAGE_POOL_2D (``parts`` None: the block is the input's), or a plain 1x1 CONV_2D
+    (``parts``: ``conv.pointwise_parts``) and that pool as one step (``execution._fuse_pool``),
+    where the block is the product ``pointwise_blocks`` makes, written to a scratch block that
+    stays in L2 and summed there with the convolution's bias and activation, never stored. Both
+    add the convolution's very float32 values in the same order, so the fused step gives bit
+    for bit the two steps' result (the unfused pool sums ``x + 0``: the same values)."""
 
     __slots__ = ("_act", "_bias", "_hi", "_lo", "_pool_hi", "_pool_lo", "_weights")
 
-    def __init__(self, parts: tuple[np.ndarray, np.ndarray, np.float32, np.float32], act_sum: Callable[..., Any],
-                 pool_bounds: tuple[np.float32, np.float32]) -> None:
-        self._weights, self._bias, self._lo, self._hi = parts
+    def __init__(self, parts: tuple[np.ndarray, np.ndarray, np.float32, np.float32] | None,
+                 act_sum: Callable[..., Any], pool_bounds: tuple[np.float32, np.float32]) -> None:
+        self._weights = parts[0] if parts is not None else None
+        self._bias = parts[1] if parts is not None else None
+        self._lo, self._hi = (parts[2], parts[3]) if parts is not None else (np.float32(1), np.float32(0))
         self._act = act_sum
         self._pool_lo, self._pool_hi = pool_bounds
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """``x`` float32 NHWC [N, H, W, Cin] (H*W > 0): the pooled [N, 1, 1, Cout]."""
+        """``x`` float32 NHWC [N, H, W, C] (H*W > 0): the pooled [N, 1, 1, Cout]."""
         n, h, w, c = x.shape
-        cout, pixels = self._weights.shape[1], h * w
+        pixels = h * w
+        weights = self._weights
+        cout = weights.shape[1] if weights is not None else c
+        bias = self._bias if self._bias is not None else np.zeros(c, dtype=np.float32)
         xf = np.ascontiguousarray(x).reshape(n, pixels, c)
-        rows = min(pixels, MEAN_ROWS)
-        buf = _scratch(rows * cout)
+        buf = _scratch(min(pixels, MEAN_ROWS) * cout) if weights is not None else None
         acc = np.empty(cout, dtype=np.float64)
         out = np.empty((n, cout), dtype=np.float32)
         for b in range(n):
             acc[:] = 0.0
-            for p0 in range(0, pixels, rows):
-                r = min(rows, pixels - p0)
-                block = buf[: r * cout].reshape(r, cout)
-                np.matmul(xf[b, p0 : p0 + r], self._weights, out=block)
-                self._act(block, self._bias, self._lo, self._hi, acc)
+            for p0 in range(0, pixels, MEAN_ROWS):
+                block = xf[b, p0 : p0 + MEAN_ROWS]
+                if weights is not None and buf is not None:
+                    product = buf[: block.shape[0] * cout].reshape(block.shape[0], cout)
+                    np.matmul(block, weights, out=product)
+                    block = product
+                self._act(block, bias, self._lo, self._hi, acc)
             np.divide(acc, pixels, out=out[b], casting="same_kind")
         if self._pool_lo <= self._pool_hi:
             np.clip(out, self._pool_lo, self._pool_hi, out=out)

@@ -36,8 +36,9 @@ Runtime):
 * The bias and fused activation of a 1x1 CONV_2D: one pass over BLAS's product, in place (numpy:
   an add pass and a clip pass; 20-30% of a large pointwise convolution), bit-identical.
 * A 1x1 CONV_2D whose only reader is a global AVERAGE_POOL_2D (``execution._fuse_pool``): the
-  same bias and activation per block of BLAS's product, summed per channel in float64 instead
-  of stored (``bias_act_sum_f32``), so the convolution's output is never written to memory.
+  same bias and activation per block of BLAS's product, summed per channel instead of stored
+  (``bias_act_sum_f32``), so the convolution's output is never written to memory; a global
+  AVERAGE_POOL_2D alone makes the same sums (``_jit_conv.BlockMean``), so both agree bit for bit.
 * MAX_POOL_2D is the same pixel loop taking maxima instead of products (numpy: one pass per
   window row and column over strided views; 3x slower). Maxima are exact: identical results.
   AVERAGE_POOL_2D (not global) has its own one-pass loop adding in numpy's order: identical.

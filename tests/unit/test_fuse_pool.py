@@ -1,11 +1,12 @@
-"""A plain 1x1 CONV_2D read only by a global AVERAGE_POOL_2D, run as one step
-(``nnrt/execution/_fuse_pool.py``, ``_jit_conv.PointwiseMean``, ``_jit_float.bias_act_sum_f32``):
-the fused plan has one step fewer and gives, within float32 rounding, the unfused plan's results
-(the same model with the convolution's output also a model output, which nothing fuses) and a
-float64 numpy reference, on edge shapes (one pixel, one row, one column, odd sizes, pixels not a
-multiple of the four-row pass, of ``SUM_ROWS`` or of ``MEAN_ROWS``, batches, every activation
-on either side, explicit and implicit pool padding, NaN and inf); pairs that do not qualify
-stay two steps, and ``NNRT_JIT=0`` fuses nothing."""
+"""A plain 1x1 CONV_2D read only by a global AVERAGE_POOL_2D, computed by the pool's step
+(``nnrt/execution/_fuse_pool.py``, ``_jit_conv.BlockMean``, ``_jit_float.bias_act_sum_f32``):
+the fused plan keeps one step per operation (the convolution's hands its input on) and gives
+bit for bit the unfused plan's results (the same model with the convolution's output also a
+model output, which nothing fuses), within 1e-6 of a float64 numpy reference, on edge shapes
+(one pixel, one row, one column, odd sizes, pixels not a multiple of the four-row pass, of
+``SUM_ROWS`` or of ``MEAN_ROWS``, batches, every activation on either side, explicit and
+implicit pool padding, NaN and inf); pairs that do not qualify stay unfused, and
+``NNRT_JIT=0`` fuses nothing. The global pool alone is checked against numpy too."""
 
 from __future__ import annotations
 
@@ -89,15 +90,16 @@ def _act(v: np.ndarray, act: int) -> np.ndarray:
 def _check(device: nnrt.CpuDevice, c: Case, x: np.ndarray | None = None) -> None:
     m, ref = _model(c), _model(c, unfused=True)
     steps = compile_plan(m).steps
-    assert [s.type for s in steps] == [Op.AVERAGE_POOL_2D]
-    assert "(CONV_2D)" in steps[0].label and "(AVERAGE_POOL_2D)" in steps[0].label
-    assert len(compile_plan(ref).steps) == 2
+    assert [s.type for s in steps] == [Op.CONV_2D, Op.AVERAGE_POOL_2D]
+    assert steps[0].label.endswith("(in the next step)") and steps[0].ins == (0,)
+    assert "(CONV_2D) +" in steps[1].label and "(AVERAGE_POOL_2D)" in steps[1].label
+    assert [s.label for s in compile_plan(ref).steps] == ["operation 0 (CONV_2D)", "operation 1 (AVERAGE_POOL_2D)"]
     if x is None:
         x = np.random.default_rng(3).standard_normal(c.shape).astype(np.float32) * 3
     got = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
     want = device.prepare_model_sync(ref).execute_sync([x]).outputs[0]
     assert got.dtype == np.float32 and got.shape == want.shape == (c.shape[0], 1, 1, c.cout)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(got, _reference(c, m, x), rtol=1e-6, atol=1e-6)
 
 
@@ -132,11 +134,25 @@ def test_nan_and_inf_propagate_as_unfused(device: nnrt.CpuDevice) -> None:
     m, ref = _model(c), _model(c, unfused=True)
     got = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
     want = device.prepare_model_sync(ref).execute_sync([x]).outputs[0]
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     assert np.isnan(got[0]).all()  # every output channel mixes the NaN input channel
-    finite = np.isfinite(want)
-    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_another_input_shape_runs_the_two_kernels() -> None:
+    """The fused step decides on the shape known at preparation; given another (a caller of
+    the kernel directly), it runs the convolution's and the pool's own kernels."""
+    c = Case(shape=(1, 4, 5, 3))
+    m, ref = _model(c), _model(c, unfused=True)
+    fused, plain = compile_plan(m).steps[1], compile_plan(ref).steps
+    assert fused.fn is not None and plain[0].fn is not None and plain[1].fn is not None
+    values = [m.operands[i].value for i in range(len(m.operands))]
+    conv_args = [values[i] for i in plain[0].ins[1:]]
+    pool_args = [values[i] for i in fused.ins[1:]]
+    x = np.random.default_rng(9).standard_normal((1, 4, 6, 3)).astype(np.float32)  # one column more
+    got = fused.fn(x, *pool_args)
+    want = plain[1].fn(plain[0].fn(x, *conv_args), *pool_args)
+    assert got.shape == (1, 1, 2, c.cout)
+    np.testing.assert_array_equal(got, want)
 
 
 NOT_FUSED = {
@@ -149,12 +165,14 @@ NOT_FUSED = {
 
 @pytest.mark.parametrize("name", list(NOT_FUSED))
 def test_pairs_that_do_not_qualify_stay(name: str) -> None:
-    assert [s.type for s in compile_plan(_model(NOT_FUSED[name])).steps] == [Op.CONV_2D, Op.AVERAGE_POOL_2D]
+    steps = compile_plan(_model(NOT_FUSED[name])).steps
+    assert [s.label for s in steps] == ["operation 0 (CONV_2D)", "operation 1 (AVERAGE_POOL_2D)"]
 
 
 def test_a_padded_pointwise_conv_stays() -> None:
     c = Case(conv_params=(1, 0, 0, 0, 1, 1), shape=(1, 7, 4, 3))  # explicit left padding 1: 5 columns out
-    assert [s.type for s in compile_plan(_padded_model(c)).steps] == [Op.CONV_2D, Op.AVERAGE_POOL_2D]
+    steps = compile_plan(_padded_model(c)).steps
+    assert [s.label for s in steps] == ["operation 0 (CONV_2D)", "operation 1 (AVERAGE_POOL_2D)"]
 
 
 def _padded_model(c: Case) -> Model:
@@ -177,8 +195,10 @@ def _padded_model(c: Case) -> Model:
 
 def test_a_conv_output_read_twice_or_returned_stays(device: nnrt.CpuDevice) -> None:
     c = Case()
-    assert [s.type for s in compile_plan(_model(c, twice=True)).steps] == [Op.CONV_2D, Op.AVERAGE_POOL_2D, Op.RELU]
-    assert [s.type for s in compile_plan(_model(c, unfused=True)).steps] == [Op.CONV_2D, Op.AVERAGE_POOL_2D]
+    labels = [s.label for s in compile_plan(_model(c, twice=True)).steps]
+    assert labels == ["operation 0 (CONV_2D)", "operation 1 (AVERAGE_POOL_2D)", "operation 2 (RELU)"]
+    labels = [s.label for s in compile_plan(_model(c, unfused=True)).steps]
+    assert labels == ["operation 0 (CONV_2D)", "operation 1 (AVERAGE_POOL_2D)"]
 
 
 def test_nnrt_jit_0_fuses_nothing(device: nnrt.CpuDevice) -> None:
@@ -186,7 +206,7 @@ def test_nnrt_jit_0_fuses_nothing(device: nnrt.CpuDevice) -> None:
     x = np.random.default_rng(2).standard_normal(c.shape).astype(np.float32)
     with _jit.forced(False):
         m = _model(c)
-        assert [s.type for s in compile_plan(m).steps] == [Op.CONV_2D, Op.AVERAGE_POOL_2D]
+        assert [s.label for s in compile_plan(m).steps] == ["operation 0 (CONV_2D)", "operation 1 (AVERAGE_POOL_2D)"]
         got = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
     np.testing.assert_allclose(got, _reference(c, m, x), rtol=1e-6, atol=1e-6)
 
@@ -196,7 +216,30 @@ def test_the_block_runs_fused(device: nnrt.CpuDevice) -> None:
 
     m = zoo.mobilenet_block()
     labels = [s.label for s in compile_plan(m).steps]
-    assert any("(CONV_2D) +" in label and "(AVERAGE_POOL_2D)" in label for label in labels)
+    assert labels[2:4] == ["operation 2 (CONV_2D) (in the next step)", "operation 2 (CONV_2D) + operation 3 (AVERAGE_POOL_2D)"]
+    assert len(labels) == len(m.operations)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 3), (2, 7, 5, 6), (1, 1, MEAN_ROWS + SUM_ROWS + 5, 4), (1, 45, 50, 64)])
+@pytest.mark.parametrize("act", [0, RELU, RELU6])
+def test_global_average_pool_alone(device: nnrt.CpuDevice, shape: tuple[int, int, int, int], act: int) -> None:
+    """The global pool's compiled sums (what the fused step adds) against numpy's mean and the
+    numpy kernel (``NNRT_JIT=0``); NCHW too."""
+    from tests.unit.test_ops_conv import build
+
+    n, h, w, c = shape
+    x = (np.random.default_rng(h * w).standard_normal(shape) * 3).astype(np.float32)
+    want = _act(x.astype(np.float64).mean(axis=(1, 2), keepdims=True), act)
+    for nchw in (False, True):
+        m = build(Op.AVERAGE_POOL_2D, [n, c, h, w] if nchw else list(shape), [], [2, 1, 1, w, h, act, nchw])
+        xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+        got = device.prepare_model_sync(m).execute_sync([xin]).outputs[0]
+        with _jit.forced(False):
+            numpy_only = device.prepare_model_sync(m).execute_sync([xin]).outputs[0]
+        if nchw:
+            got, numpy_only = got.transpose(0, 2, 3, 1), numpy_only.transpose(0, 2, 3, 1)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got, numpy_only, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows", [0, 1, 3, 4, 5, SUM_ROWS, SUM_ROWS + 7, 3 * SUM_ROWS + 2])
