@@ -10,6 +10,7 @@ implicit pool padding, NaN and inf); pairs that do not qualify stay unfused, and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,14 @@ from nnrt.ops._jit_conv import MEAN_ROWS
 from nnrt.ops._jit_float import SUM_ROWS, bias_act_sum_f32
 
 numba = pytest.importorskip("numba")
+
+
+@pytest.fixture(autouse=True)
+def _compiled() -> Iterator[None]:
+    """The fusion needs the compiled pass: on here whatever ``NNRT_JIT`` says (the CI runs the
+    suite both ways); ``test_nnrt_jit_0_fuses_nothing`` turns it off inside."""
+    with _jit.forced(True):
+        yield
 
 F32 = T.TENSOR_FLOAT32
 RELU, RELU1, RELU6 = 1, 2, 3
