@@ -45,10 +45,12 @@ import numpy as np
 
 from nnrt.ops._conv_core import Geometry
 from nnrt.ops._jit import compiled
+from nnrt.ops._jit_float import SUM_ROWS
 
 __all__ = [
     "BLOCK_BYTES",
     "IM2COL_ROWS_F32",
+    "MEAN_BLOCK_FLOATS",
     "MEAN_ROWS",
     "MIN_ROWS",
     "PLANES_MAX_CHANNELS",
@@ -65,6 +67,7 @@ __all__ = [
     "Im2colConv",
     "WinogradConv",
     "im2col_rows_f32",
+    "mean_rows",
     "planes_rows_f32",
     "pointwise_blocks",
     "winograd",
@@ -540,34 +543,43 @@ def winograd(w: np.ndarray, b: np.ndarray, g: Geometry | None, bias_act: Callabl
 
 # -- 1x1 CONV_2D, global AVERAGE_POOL_2D, and the two as one step ----------------------------
 
-#: Pixels per block of a plain 1x1 CONV_2D and of a global average pool, per image (a block of
-#: Cout floats per pixel stays in L2 while bias, activation or sums pass over it). Measured on
-#: [1,112,112,32] -> 64: the product with the bias pass 565 -> 533 us against one product over
-#: the whole image; the product summed (``BlockMean``) 512-4096 within 3%. A multiple of
-#: ``SUM_ROWS``: every way of running these blocks adds the same rows in the same order.
+#: Pixels per block of a plain 1x1 CONV_2D and of a global average pool, per image: at least
+#: ``MEAN_ROWS``, and as many as make ``MEAN_BLOCK_FLOATS`` floats of output (1 MB: bias,
+#: activation or sums pass over it while in L2), a multiple of ``SUM_ROWS`` (``mean_rows``), so
+#: that every way of running these blocks adds the same rows in the same order. Measured
+#: against one product over the whole image, CPU us interleaved at load 4: [1,112,112,32] -> 64
+#: 600 -> ~600 (the fused pool: 0.68-0.75 ms -> 0.47-0.50 for both steps); [1,160,160,16] -> 96
+#: 1490 -> 1260; fixed blocks of 1024 pixels lost 5-8% where Cout is small (96 -> 24).
 MEAN_ROWS = 1024
+MEAN_BLOCK_FLOATS = 1 << 18
+
+
+def mean_rows(cout: int) -> int:
+    """Pixels per block of ``pointwise_blocks`` and ``BlockMean`` for ``cout`` output channels."""
+    return max(MEAN_ROWS, MEAN_BLOCK_FLOATS // max(cout, 1) // SUM_ROWS * SUM_ROWS)
 
 
 def pointwise_blocks(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32,
                      bias_act: Callable[..., Any]) -> np.ndarray:
     """A plain 1x1 float32 CONV_2D (``conv.plain_pointwise``) of C-contiguous NHWC ``x``: per
-    image, blocks of ``MEAN_ROWS`` pixels, one BLAS product each written into the output and
+    image, blocks of ``mean_rows`` pixels, one BLAS product each written into the output and
     ``bias_act_f32`` over it while in cache. ``BlockMean`` makes the very same products."""
     n, h, w, c = x.shape
     cout, pixels = weights.shape[1], h * w
     xf = x.reshape(n, pixels, c)
     out = np.empty((n, pixels, cout), dtype=np.float32)
+    rows = mean_rows(cout)
     for b in range(n):
-        for p0 in range(0, pixels, MEAN_ROWS):
-            dst = out[b, p0 : p0 + MEAN_ROWS]
-            np.matmul(xf[b, p0 : p0 + MEAN_ROWS], weights, out=dst)
+        for p0 in range(0, pixels, rows):
+            dst = out[b, p0 : p0 + rows]
+            np.matmul(xf[b, p0 : p0 + rows], weights, out=dst)
             bias_act(dst, bias, lo, hi)
     return out.reshape(n, h, w, cout)
 
 
 class BlockMean:
     """The means over each image's pixels of float32 NHWC values, sums in float64 over blocks
-    of ``MEAN_ROWS`` pixels by ``bias_act_sum_f32``, then the pool's activation: a global
+    of ``mean_rows`` pixels by ``bias_act_sum_f32``, then the pool's activation: a global
     AVERAGE_POOL_2D (``parts`` None: the block is the input's), or a plain 1x1 CONV_2D
     (``parts``: ``conv.pointwise_parts``) and that pool as one step (``execution._fuse_pool``),
     where the block is the product ``pointwise_blocks`` makes, written to a scratch block that
@@ -593,13 +605,14 @@ class BlockMean:
         cout = weights.shape[1] if weights is not None else c
         bias = self._bias if self._bias is not None else np.zeros(c, dtype=np.float32)
         xf = np.ascontiguousarray(x).reshape(n, pixels, c)
-        buf = _scratch(min(pixels, MEAN_ROWS) * cout) if weights is not None else None
+        rows = mean_rows(cout)
+        buf = _scratch(min(pixels, rows) * cout) if weights is not None else None
         acc = np.empty(cout, dtype=np.float64)
         out = np.empty((n, cout), dtype=np.float32)
         for b in range(n):
             acc[:] = 0.0
-            for p0 in range(0, pixels, MEAN_ROWS):
-                block = xf[b, p0 : p0 + MEAN_ROWS]
+            for p0 in range(0, pixels, rows):
+                block = xf[b, p0 : p0 + rows]
                 if weights is not None and buf is not None:
                     product = buf[: block.shape[0] * cout].reshape(block.shape[0], cout)
                     np.matmul(block, weights, out=product)

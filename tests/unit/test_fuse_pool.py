@@ -112,7 +112,8 @@ def _check(device: nnrt.CpuDevice, c: Case, x: np.ndarray | None = None) -> None
     np.testing.assert_allclose(got, _reference(c, m, x), rtol=1e-6, atol=1e-6)
 
 
-_ODD = MEAN_ROWS + SUM_ROWS + 5  # pixels: a partial last block, a partial last float32 sum, a 1-row tail
+# pixels: at 256 channels or more, a partial last block, a partial last float32 sum, a 1-row tail
+_ODD = MEAN_ROWS + SUM_ROWS + 5
 FUSED = {
     "odd sizes, relu6": Case(),
     "one pixel": Case(shape=(1, 1, 1, 5)),
@@ -120,8 +121,10 @@ FUSED = {
     "one column": Case(shape=(1, 9, 1, 3), conv_act=0),
     "three pixels (below one four-row pass)": Case(shape=(1, 1, 3, 2), conv_act=RELU1),
     "batch of 3, relu": Case(shape=(3, 5, 6, 4), cout=7, conv_act=RELU),
-    "partial blocks": Case(shape=(1, 1, _ODD, 8), cout=16),
-    "several blocks, 64 channels": Case(shape=(2, 45, 50, 32), cout=64),
+    "partial blocks": Case(shape=(1, 1, _ODD, 8), cout=256),
+    "64 channels": Case(shape=(2, 45, 50, 32), cout=64),
+    "several blocks, 256 channels": Case(shape=(2, 40, 60, 8), cout=256),  # blocks of 1024 pixels
+    "several blocks of a rounded size, 96 channels": Case(shape=(1, 61, 97, 5), cout=96),  # 2720 pixels
     "pool activation relu6 after no conv activation": Case(conv_act=0, pool_act=RELU6),
     "pool activation relu1": Case(pool_act=RELU1),
     "explicit zero padding, explicit pool": Case(conv_params=(0, 0, 0, 0, 1, 1), pool_params=(0, 0, 0, 0, 1, 1, 5, 7)),
@@ -229,7 +232,7 @@ def test_the_block_runs_fused(device: nnrt.CpuDevice) -> None:
     assert len(labels) == len(m.operations)
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1, 3), (2, 7, 5, 6), (1, 1, MEAN_ROWS + SUM_ROWS + 5, 4), (1, 45, 50, 64)])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 3), (2, 7, 5, 6), (1, 1, _ODD, 256), (1, 45, 50, 64)])
 @pytest.mark.parametrize("act", [0, RELU, RELU6])
 def test_global_average_pool_alone(device: nnrt.CpuDevice, shape: tuple[int, int, int, int], act: int) -> None:
     """The global pool's compiled sums (what the fused step adds) against numpy's mean and the
