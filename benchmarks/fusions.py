@@ -11,7 +11,9 @@ less than wall time. The process takes the latency settings ``nnrt bench`` runs 
 without the latter, page faults on fresh intermediates dominate every comparison). The
 outputs of both plans are compared first (the fusions are exact: the largest difference is
 printed, and must be 0 unless a fusion says it rounds differently). The fused plan's top
-three op types (``nnrt bench --profile``'s attribution) follow.
+three op types (``nnrt bench --profile``'s attribution) follow. A third plan has every fusion
+but the convolution epilogues (``_fuse_epilogue``, "no epi"); the "epi" column is fused / that,
+the epilogues' own effect.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 from real_models import VENDORED, find_models
 
+import nnrt.execution._fuse as fuse_module
 import nnrt.execution._plan as plan_module
 from nnrt import CpuDevice
 from nnrt.bench._inputs import input_specs, make_inputs, open_model, with_initial_state
@@ -46,6 +49,17 @@ def unfused() -> Iterator[None]:
         yield
     finally:
         plan_module.fuse_steps = original
+
+
+@contextmanager
+def without_epilogues() -> Iterator[None]:
+    """Compile plans with every fusion but the convolution epilogues (``_fuse_epilogue``)."""
+    original = fuse_module.fold_epilogues
+    fuse_module.fold_epilogues = lambda model, steps, *rest: steps
+    try:
+        yield
+    finally:
+        fuse_module.fold_epilogues = original
 
 
 def execute(plan: Plan, args: list[Any]) -> tuple[list[np.ndarray], int]:
@@ -72,8 +86,9 @@ def main() -> int:
     args = parser.parse_args()
     rounds, per_round = (3, 4) if args.quick else (5, 10)
     models = [(p, e) for p, e in find_models([*args.models, VENDORED]) if args.only in p.name]
-    print(f"{'model':46} {'steps':>9} {'unfused ms':>11} {'fused ms':>9} {'ratio':>6}  max diff  top op types (fused)")
-    ratios = []
+    print(f"{'model':46} {'steps':>13} {'unfused ms':>11} {'no epi ms':>9} {'fused ms':>9} {'ratio':>6} "
+          f"{'epi':>5}  max diff  top op types (fused)")
+    ratios, epi_ratios = [], []
     for path, entry in models:
         try:
             loaded = open_model(path, entry.get("input_shapes"), entry.get("load_values"))
@@ -82,25 +97,32 @@ def main() -> int:
             fused = compile_plan(loaded.model)
             with unfused():
                 base = compile_plan(loaded.model)
+            with without_epilogues():
+                plain = compile_plan(loaded.model)
         except NnrtError as err:
             print(f"{path.name:46} skipped: {str(err).splitlines()[0][:80]}")
             continue
+        want = execute(base, inputs)[0]
         diff = max((float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
-                    for a, b in zip(execute(base, inputs)[0], execute(fused, inputs)[0], strict=True)), default=0.0)
-        times: dict[str, list[int]] = {"base": [], "fused": []}
+                    for plan in (fused, plain) for a, b in zip(want, execute(plan, inputs)[0], strict=True)),
+                   default=0.0)
+        times: dict[str, list[int]] = {"base": [], "plain": [], "fused": []}
         for _ in range(rounds):
-            for name, plan in (("base", base), ("fused", fused)):
+            for name, plan in (("base", base), ("plain", plain), ("fused", fused)):
                 for _ in range(per_round):
                     times[name].append(execute(plan, inputs)[1])
-        b_ms, f_ms = (statistics.median(times[k]) / 1e6 for k in ("base", "fused"))
+        b_ms, p_ms, f_ms = (statistics.median(times[k]) / 1e6 for k in ("base", "plain", "fused"))
         ratios.append(f_ms / b_ms)
+        epi_ratios.append(f_ms / p_ms)
         prof = profile_plan(fused, inputs, runs=per_round)
         top = ", ".join(f"{t.op_type} {t.share:.0%}" for t in prof.op_types[:3])
-        steps = f"{len(base.steps)}>{len(fused.steps)}"
-        print(f"{path.name:46} {steps:>9} {b_ms:11.3f} {f_ms:9.3f} {f_ms / b_ms:6.2f}  {diff:8.2g}  {top}")
+        steps = f"{len(base.steps)}>{len(plain.steps)}>{len(fused.steps)}"
+        print(f"{path.name:46} {steps:>13} {b_ms:11.3f} {p_ms:9.3f} {f_ms:9.3f} {f_ms / b_ms:6.2f} {f_ms / p_ms:5.2f}"
+              f"  {diff:8.2g}  {top}")
         sys.stdout.flush()
     if ratios:
-        print(f"median fused/unfused CPU time over {len(ratios)} models: {statistics.median(ratios):.2f}")
+        print(f"median fused/unfused CPU time over {len(ratios)} models: {statistics.median(ratios):.2f}; "
+              f"with/without the convolution epilogues: {statistics.median(epi_ratios):.2f}")
     return 0
 
 

@@ -100,8 +100,10 @@ class _Link:
 
 
 def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewStep,
-                fresh: Callable[[Step], bool]) -> tuple[list[Step], set[int]]:
-    """``steps`` with each chain (module doc) made one step, and the ids of those steps.
+                fresh: Callable[[Step], bool]) -> tuple[list[Step], dict[int, bool]]:
+    """``steps`` with each chain (module doc) made one step, and by the id of each such step
+    whether it computes just a hardswish (a HARD_SWISH, or ADD 3 / RELU6 / MUL / DIV 6: it may
+    become a convolution's epilogue, ``_fuse_epilogue``).
     ``fresh(step)``: the step's result is a fresh array of its own (``_fuse._FRESH``)."""
     ops = model.operands
     outputs = set(model.output_indexes)
@@ -113,6 +115,7 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
     producer = {s.outs[0]: s for s in steps if len(s.outs) == 1}
     consumed: set[int] = set()
     replaced: dict[int, Step] = {}
+    hard_swish: dict[int, bool] = {}
 
     def temp(i: int) -> bool:
         return (i not in outputs and ops[i].lifetime is OperandLifeTime.TEMPORARY_VARIABLE
@@ -154,10 +157,18 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
         for link in links:
             consumed.add(id(link.step))
         replaced[id(last)] = step
+        hard_swish[id(step)] = _just_hard_swish(links)
     if not replaced:
-        return steps, set()
+        return steps, {}
     out = [replaced.get(id(s), s) for s in steps if id(s) not in consumed or id(s) in replaced]
-    return out, {id(s) for s in replaced.values()}
+    return out, hard_swish
+
+
+def _just_hard_swish(links: list[_Link]) -> bool:
+    """Whether the chain of ``links`` is one hardswish (``_hard_swish_spans``)."""
+    program = _hard_swish_spans([(_BINARY.get(link.type), link.type, link.args, link.act, k + 1)
+                                 for k, link in enumerate(links)])
+    return [entry[1] for entry in program] == [Op.HARD_SWISH]
 
 
 def _dims_size(dims: Sequence[int]) -> int:

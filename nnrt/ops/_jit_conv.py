@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.ops._conv_core import Geometry
+from nnrt.ops._epilogue import Epilogue
 from nnrt.ops._jit import compiled
 
 __all__ = [
@@ -251,10 +252,11 @@ class Im2colConv:
         self._planes = planes
 
     def __call__(self, x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry,
-                 lo: np.float32, hi: np.float32) -> np.ndarray:
+                 lo: np.float32, hi: np.float32, epilogue: Epilogue | None = None) -> np.ndarray:
         """``x`` real float32 NHWC [N, H, W, C] (any strides), ``wmat`` the [K+1, Cout] matrix of
         ``conv._conv_matrix`` (taps in (kh, kw, c) order, then the bias row); returns a fresh
-        NHWC [N, OH, OW, Cout] result, activation applied (``lo > hi``: none)."""
+        NHWC [N, OH, OW, Cout] result, activation applied (``lo > hi``: none), then
+        ``epilogue`` (``_epilogue``) on each block of rows while it is in cache."""
         n, h, w, c = x.shape
         k = k_h * k_w * c
         cout = wmat.shape[1]
@@ -275,7 +277,10 @@ class Im2colConv:
             fill(xf, block, p0, c, k_h, k_w, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w)
             dst = out[p0 : p0 + r]
             np.matmul(block.T if planes else block, weights, out=dst)
-            self._bias_act(dst, bias, lo, hi)
+            if epilogue is None:
+                self._bias_act(dst, bias, lo, hi)
+            else:
+                epilogue.with_bias(dst, bias, lo, hi, p0, self._bias_act)
         return out.reshape(n, g.out_h, g.out_w, cout)
 
 
@@ -437,8 +442,10 @@ class WinogradConv:
         overflow; such inputs take the im2col path (two reductions: 2-3% of the convolution)."""
         return bool(x.min() > -WINO_LIMIT and x.max() < WINO_LIMIT)
 
-    def __call__(self, x: np.ndarray, g: Geometry, lo: np.float32, hi: np.float32) -> np.ndarray:
-        """``x`` real float32 NHWC (``takes(x)``); returns a fresh NHWC result, bias and activation applied."""
+    def __call__(self, x: np.ndarray, g: Geometry, lo: np.float32, hi: np.float32,
+                 epilogue: Epilogue | None = None) -> np.ndarray:
+        """``x`` real float32 NHWC (``takes(x)``); returns a fresh NHWC result, bias and activation
+        applied, then ``epilogue`` (``_epilogue``) on each block's output rows while in cache."""
         n, h, w, c = x.shape
         cout = self._u.shape[2]
         th, tw = -(-g.out_h // 2), -(-g.out_w // 2)
@@ -463,6 +470,10 @@ class WinogradConv:
             self._fin(xf, vb, c, tw, ty0, ty1)
             np.matmul(vb, self._u, out=mb)
             self._fout(mb, self._bias, out, tw, ty0, ty1, lo, hi)
+            if epilogue is not None:
+                y0, y1 = 2 * ty0, min(2 * ty1, g.out_h)
+                for b in range(n):
+                    epilogue.after(out[b, y0:y1].reshape(-1, cout), (b * g.out_h + y0) * g.out_w)
         return out
 
 

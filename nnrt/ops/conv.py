@@ -54,6 +54,7 @@ from nnrt.ops._conv_core import (
     live_taps,
     padded,
 )
+from nnrt.ops._epilogue import Epilogue, accept_epilogue
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_conv import (
     IM2COL_ROWS_F32,
@@ -416,10 +417,14 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     wino = winograd(w_live, const_b, trimmed[3] if trimmed else g0, fused) if mat0 is not None else None
     pointwise = plain_pointwise(mat0[0], const_w, g0, shape0) if fused is not None and mat0 is not None else None
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any, epilogue: Epilogue | None = None
+            ) -> np.ndarray:
         if pointwise is not None and fused is not None and x.shape == shape0 and x.flags.c_contiguous:
             pw: np.ndarray = np.matmul(x.reshape(-1, x.shape[3]), pointwise[0])
-            fused(pw, *pointwise[1:])
+            if epilogue is None:
+                fused(pw, *pointwise[1:])
+            else:
+                epilogue.with_bias(pw, *pointwise[1:], 0, fused)
             return pw.reshape(*x.shape[:3], pw.shape[1])
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
@@ -432,22 +437,36 @@ def prepare_conv2d(call: OpCall) -> Kernel:
                 wmat, kh, kw, g = trimmed
             if fused is not None and not g.nchw and kh == kw == 1:  # bias + activation in one pass
                 lo, hi = activation_bounds(g.act)
+                if epilogue is not None:
+                    then = epilogue
+                    return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: then.with_bias(o, row, lo, hi, 0, fused))[0]
                 return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi))[0]
             if wino is not None and x.shape == shape0 and wino.takes(xin):  # Winograd F(2x2, 3x3) (_jit_conv)
-                res = wino(xin, g, *activation_bounds(g.act))
+                res = wino(xin, g, *activation_bounds(g.act), epilogue)
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
             if blocked is not None and kh * kw > 1:  # compiled im2col in blocks (_jit_conv)
-                res = blocked(xin, wmat, kh, kw, g, *activation_bounds(g.act))
+                res = blocked(xin, wmat, kh, kw, g, *activation_bounds(g.act), epilogue)
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
             out, in_layout = conv_nhwc(xin, wmat, kh, kw, g, g.nchw)
-            return finish_output(call, out, g, in_layout)
+            return _then(finish_output(call, out, g, in_layout), epilogue)
         xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
         if zero:
             xc -= wmat.dtype.type(zero)
         sums = conv_nhwc(xc, wmat, kh, kw, g)[0]
-        return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
+        return _then(finish_output(call, np.multiply(sums, scales, dtype=np.float64), g), epilogue)
 
-    return compiled_or(call, sig, types, False, checked, run)
+    kern = compiled_or(call, sig, types, False, checked, run)
+    if kern is run and call.outputs[0].type is T.TENSOR_FLOAT32 and nchw_const is False:
+        accept_epilogue(run)  # NHWC float32: its rows are the output pixels (``_epilogue``)
+    return kern
+
+
+def _then(res: np.ndarray, epilogue: Epilogue | None) -> np.ndarray:
+    """A fresh NHWC float32 CONV_2D result with ``epilogue`` applied (in blocks, after the fact)."""
+    if epilogue is not None and res.size:
+        res = np.ascontiguousarray(res)
+        epilogue.after(res.reshape(-1, res.shape[-1]))
+    return res
 
 
 def plain_pointwise(wmat: np.ndarray, w: np.ndarray, g: Geometry | None, shape: tuple[int, ...] | None
