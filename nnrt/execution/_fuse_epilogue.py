@@ -7,9 +7,10 @@ by block instead of by a later step reading the whole output back and writing an
 step
 
 * is a HARD_SWISH, a chain that computes just a hardswish (``_fuse_chain``: ``x * relu6(x + 3)
-  / 6`` as PaddleOCR exports it), or an ADD of the value and a float32 tensor of the same known
-  shape (a residual: every input of a step is computed before it), with a constant fused
-  activation (and at most one RELU-family step folded into it by ``_fuse``),
+  / 6`` as PaddleOCR exports it), a PRELU with a constant float32 slope (one value, or one per
+  channel), or an ADD of the value and a float32 tensor of the same known shape (a residual:
+  every input of a step is computed before it) with a constant fused activation (and at most
+  one RELU-family step folded into it by ``_fuse``),
 * reads a value that a CONV_2D taking an epilogue made, read by this step alone, not a model
   output and a temporary of the plan,
 
@@ -31,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnrt.model import Model, Operand
+from nnrt.ops import _epilogue as epilogues
 from nnrt.ops._common import ACT_NONE
-from nnrt.ops._epilogue import ADD, HARD_SWISH, Epilogue, takes_epilogue
+from nnrt.ops._epilogue import Epilogue, takes_epilogue
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 if TYPE_CHECKING:
@@ -46,9 +48,6 @@ NewStep = Callable[..., "Step"]
 #: One run's arguments of the successor (its running value None) -> the epilogue, or None when
 #: this run does not fit it (the kernels then run one after the other).
 Bind = Callable[[list[Any]], Epilogue | None]
-
-_HARD_SWISH = Epilogue(HARD_SWISH)
-
 
 def fold_epilogues(model: Model, steps: list[Step], operands: Operands, new: NewStep, hard_swish: dict[int, bool],
                    plain: set[int], acts: dict[int, tuple[int, ...]]) -> list[Step]:
@@ -111,7 +110,10 @@ def _successor(s: Step, operands: Operands, hard_swish: dict[int, bool], plain: 
         return []
     extra = acts.get(id(s), ())
     if hard_swish.get(id(s)) or (id(s) in plain and s.type is Op.HARD_SWISH and len(s.ins) == 1):
-        return [] if extra else [(s.ins[0], lambda args: _HARD_SWISH)]
+        epi = epilogues.hard_swish()
+        return [] if extra else [(s.ins[0], lambda args: epi)]
+    if id(s) in plain and s.type is Op.PRELU and len(s.ins) == 2 and s.fn is not None and not extra:
+        return _prelu(s, s.fn, operands(s.ins[1:])[0], out.dimensions[3])
     if id(s) not in plain or s.type is not Op.ADD or len(s.ins) != 3 or s.ins[0] == s.ins[1]:
         return []
     ins = operands(s.ins)
@@ -133,11 +135,25 @@ def _residual(k: int, act: int, effective: int, dims: tuple[int, ...]) -> Bind:
     prepared; ``effective`` with a RELU-family step folded after it), whose other operand is
     a tensor: the ``_epilogue.ADD`` kind when this run's operand fits (the sum commutes)."""
 
+    make = epilogues.add(effective)
+
     def bind(args: list[Any]) -> Epilogue | None:
         r = args[1 - k]
         if (args[2] != act or not isinstance(r, np.ndarray) or r.shape != dims or r.dtype != np.float32
                 or not r.flags.c_contiguous):
             return None
-        return Epilogue(ADD, r.reshape(-1, dims[3]), effective)
+        return make(r.reshape(-1, dims[3]))
 
     return bind
+
+
+def _prelu(s: Step, kernel: Callable[..., Any], slope: Operand, channels: int) -> list[tuple[int, Bind]]:
+    """A PRELU with a constant float32 slope of one value or one per channel (the slopes its
+    kernel runs compiled: ``activations._prelu_const``)."""
+    a = slope.value if slope.is_constant else None
+    if (not isinstance(a, np.ndarray) or a.dtype != np.float32 or not channels or a.ndim > 4
+            or a.size not in (1, channels) or a.shape[-1] != a.size or s.ins[0] == s.ins[1]):
+        return []
+    row = np.ascontiguousarray(np.broadcast_to(a.reshape(-1), (channels,)), dtype=np.float32)
+    epi = epilogues.prelu(row, lambda x: kernel(x, a))
+    return [(s.ins[0], lambda args: epi)]

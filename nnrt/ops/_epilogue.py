@@ -1,18 +1,19 @@
 """The convolution epilogue hook, and the one-pass SiLU tail.
 
 An *epilogue* (``Epilogue``) is elementwise work that a float32 CONV_2D over NHWC does on its own
-output: a HARD_SWISH, or an ADD of a residual (a tensor of the output's shape computed before)
-and the ADD's fused activation. The plan compiler makes one from the step that is a
+output: a HARD_SWISH, an ADD of a residual (a tensor of the output's shape computed before)
+and the ADD's fused activation, or a PRELU with a constant slope. The plan compiler makes one from the step that is a
 convolution's only reader (``nnrt.execution._fuse_epilogue``) and passes it to the kernel per run
 as its ``epilogue`` keyword; kernels that take the keyword say so with ``accept_epilogue``. Every
 path of such a kernel applies it exactly once to each output element, with the same float32
 operations as the successor's own kernel (bit for bit, tested):
 
 * the blocked im2col and the pointwise paths fuse it into their compiled bias pass
-  (``bias_epilogue_f32``: one pass over the block while BLAS's result is in
+  (``bias_hard_swish_f32``, ``bias_add_f32``, ``bias_prelu_f32``: one pass over the block while BLAS's result is in
   cache, where the two kernels made two passes over the whole tensor and a step between);
-* Winograd applies it to each block of output rows after its output transform; the numpy paths
-  (``NNRT_JIT=0``) to the whole result (``Epilogue.after``).
+* Winograd (its output transform applies bias and activation) and the numpy paths
+  (``NNRT_JIT=0``) apply it to the whole result afterwards (``Epilogue.after``: per block of
+  Winograd's tile rows it measured 1.05-1.1x the separate step).
 
 Measured against the separate steps, CPU time, the same shapes in one run (``benchmarks/
 fusions.py`` has the per-model figures): HARD_SWISH after a 1x1 convolution 0.64-0.97 ([1,160,
@@ -41,28 +42,37 @@ import numpy as np
 
 from nnrt.ops._common import ACT_NONE, activation_bounds, apply_activation
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_float import UNARY_F32, hard_swish_f32
+from nnrt.ops._jit_float import PRELU_F32, UNARY_F32, hard_swish_f32, prelu_f32
 
 __all__ = [
     "ADD",
-    "BIAS_EPILOGUE_F32",
+    "BIAS_ADD_F32",
+    "BIAS_PRELU_F32",
+    "BIAS_UNARY_F32",
     "HARD_SWISH",
+    "PRELU",
     "SILU_OVER_F32",
     "SILU_TAIL_F32",
     "Epilogue",
     "accept_epilogue",
-    "bias_epilogue_f32",
+    "add",
+    "bias_add_f32",
+    "bias_hard_swish_f32",
+    "bias_prelu_f32",
+    "hard_swish",
+    "prelu",
     "silu",
     "silu_over_f32",
     "silu_tail_f32",
     "takes_epilogue",
 ]
 
-#: Epilogue kinds: a HARD_SWISH; an ADD of a residual, then the ADD's fused activation.
-HARD_SWISH, ADD = 1, 2
+#: Epilogue kinds: a HARD_SWISH; an ADD of a residual, then the ADD's fused activation; a PRELU
+#: with a constant slope (one value or one per channel).
+HARD_SWISH, ADD, PRELU = 1, 2, 3
 
-#: The residual rows ``bias_epilogue_f32`` reads for a HARD_SWISH (never: one row for the signature).
-_NO_ROWS = np.zeros((1, 1), np.float32)
+#: Bounds that clamp nothing (lo > hi).
+_NO_CLAMP = (np.float32(1), np.float32(0))
 
 _takers: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
 
@@ -79,12 +89,18 @@ def takes_epilogue(kernel: Callable[..., Any] | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Epilogue:
-    """Elementwise work on a convolution's output (module doc): ``kind`` ``HARD_SWISH``, or
-    ``ADD`` of ``residual`` (the other operand as [N*OH*OW, Cout] rows) then the fused
-    activation ``act``."""
+    """Elementwise work on a convolution's output (module doc), made by ``hard_swish``,
+    ``prelu`` or ``add``: ``kind``; ``rows``, the ADD's other operand as [N*OH*OW, Cout] rows or
+    the PRELU's slope as [1, Cout]; the ADD's fused activation ``act`` and its bounds ``lo``,
+    ``hi``; ``fast``, the compiled bias pass (None without numba); ``kernel``, the PRELU's own
+    kernel with its slope (run on blocks by ``after`` when numba is not in use)."""
 
     kind: int
-    residual: np.ndarray | None = None
+    rows: np.ndarray | None = None
+    lo: np.float32 = _NO_CLAMP[0]
+    hi: np.float32 = _NO_CLAMP[1]
+    fast: Callable[..., None] | None = None
+    kernel: Callable[[np.ndarray], np.ndarray] | None = None
     act: int = ACT_NONE
 
     def with_bias(self, out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, row0: int,
@@ -92,79 +108,133 @@ class Epilogue:
         """The convolution's bias and activation (``lo > hi``: none; ``bias_act`` is its
         compiled pass), then this epilogue, in one compiled pass over a C-contiguous float32
         [R, Cout] block of rows ``row0 ..``."""
-        fast = compiled(bias_epilogue_f32, BIAS_EPILOGUE_F32)
-        if fast is not None:
-            res = _NO_ROWS if self.residual is None else self.residual[row0 : row0 + out.shape[0]]
-            fast(out, bias, lo, hi, res, *activation_bounds(self.act), self.kind)
+        if self.fast is not None:
+            if self.kind == HARD_SWISH:
+                self.fast(out, bias, lo, hi)
+            elif self.kind == PRELU and self.rows is not None:
+                self.fast(out, bias, lo, hi, self.rows[0])
+            elif self.rows is not None:
+                self.fast(out, bias, lo, hi, self.rows[row0 : row0 + out.shape[0]], self.lo, self.hi)
             return
         bias_act(out, bias, lo, hi)
-        self.after(out, row0)
+        res = self.after(out) if self.kind != ADD else self.after_rows(out, row0)
+        if res is not out:
+            np.copyto(out, res)
 
-    def after(self, out: np.ndarray, row0: int = 0) -> None:
-        """This epilogue on a C-contiguous float32 [R, Cout] block of rows ``row0 ..`` whose bias
-        and activation are applied (Winograd's blocks, the numpy paths' whole result)."""
-        if self.residual is None:
-            hard_swish_rows(out)
-        else:
-            np.add(out, self.residual[row0 : row0 + out.shape[0]], out=out)
-            apply_activation(out, self.act)
+    def after_rows(self, out: np.ndarray, row0: int) -> np.ndarray:
+        """``after`` for an ADD on the block of rows ``row0 ..`` of the result."""
+        assert self.rows is not None
+        return add(self.act)(self.rows[row0 : row0 + out.shape[0]]).after(out)
+
+    def after(self, out: np.ndarray) -> np.ndarray:
+        """This epilogue on a whole C-contiguous float32 [P, Cout] result whose bias and
+        activation are applied (Winograd's, the numpy paths'): the result, ``out`` itself or,
+        from a compiled loop that cannot write onto its own input, a new array (no copy back:
+        that cost 1.05-1.1x the separate step)."""
+        if self.kind == ADD and self.rows is not None:
+            np.add(out, self.rows, out=out)
+            return apply_activation(out, self.act)
+        if self.kind == HARD_SWISH:
+            fast = compiled(hard_swish_f32, UNARY_F32)
+            if fast is None:  # the numpy calls of the kernel: x * clip(x + 3, 0, 6) / 6
+                t = np.add(out, np.float32(3))
+                np.clip(t, np.float32(0), np.float32(6), out=t)
+                np.multiply(t, out, out=out)
+                return np.divide(out, np.float32(6), out=out)  # type: ignore[no-any-return]
+            res = np.empty(out.shape, np.float32)
+            fast(out.reshape(-1), res.reshape(-1))
+            return res
+        fast = compiled(prelu_f32, PRELU_F32)
+        if fast is not None and self.rows is not None:  # the loop the PRELU kernel runs
+            res = np.empty(out.shape, np.float32)
+            fast(out, self.rows[0], res)
+            return res
+        assert self.kernel is not None  # the PRELU kernel itself, on the result as a 4-D tensor
+        return self.kernel(out.reshape(1, 1, *out.shape)).reshape(out.shape)
 
 
-def hard_swish_rows(rows: np.ndarray) -> None:
-    """HARD_SWISH in place, as its kernel computes it (``activations``): the compiled loop when
-    numba is in use (into scratch: a loop onto its own input does not vectorize), else the
-    numpy calls ``x * clip(x + 3, 0, 6) / 6``."""
-    t = np.empty(rows.shape, np.float32)
-    fast = compiled(hard_swish_f32, UNARY_F32)
-    if fast is not None:
-        fast(rows.reshape(-1), t.reshape(-1))
-        np.copyto(rows, t)
-        return
-    np.add(rows, np.float32(3), out=t)
-    np.clip(t, np.float32(0), np.float32(6), out=t)
-    np.multiply(t, rows, out=rows)
-    np.divide(rows, np.float32(6), out=rows)
+def hard_swish() -> Epilogue:
+    """A HARD_SWISH epilogue."""
+    return Epilogue(HARD_SWISH, fast=compiled(bias_hard_swish_f32, BIAS_UNARY_F32))
 
 
-#: The signature ``bias_epilogue_f32`` is compiled for.
-BIAS_EPILOGUE_F32 = (
+def prelu(slope: np.ndarray, kernel: Callable[[np.ndarray], np.ndarray]) -> Epilogue:
+    """A PRELU epilogue: ``slope`` one float32 value per output channel, ``kernel`` the PRELU
+    kernel with its slope operand (for the numpy paths)."""
+    return Epilogue(PRELU, slope.reshape(1, -1), fast=compiled(bias_prelu_f32, BIAS_PRELU_F32), kernel=kernel)
+
+
+def add(act: int) -> Callable[[np.ndarray], Epilogue]:
+    """The maker of ADD epilogues with the fused activation ``act``, given the other operand as
+    [N*OH*OW, Cout] float32 rows (one per run; the compiled pass is looked up once, here)."""
+    lo, hi = activation_bounds(act)
+    fast = compiled(bias_add_f32, BIAS_ADD_F32)
+
+    def make(rows: np.ndarray) -> Epilogue:
+        return Epilogue(ADD, rows, lo, hi, fast, None, act)
+
+    return make
+
+
+#: The signatures the fused bias passes are compiled for.
+BIAS_UNARY_F32 = "void(float32[:, ::1], Array(float32, 1, 'C', readonly=True), float32, float32)"
+BIAS_ADD_F32 = (
     "void(float32[:, ::1], Array(float32, 1, 'C', readonly=True), float32, float32,"
-    " Array(float32, 2, 'C', readonly=True), float32, float32, int64)"
+    " Array(float32, 2, 'C', readonly=True), float32, float32)"
+)
+BIAS_PRELU_F32 = (
+    "void(float32[:, ::1], Array(float32, 1, 'C', readonly=True), float32, float32,"
+    " Array(float32, 1, 'C', readonly=True))"
 )
 
+# Each pass below is ``_jit_float.bias_act_f32`` (``out = clip(out + bias, lo, hi)``, ``lo > hi``:
+# no clamp) followed, on the same value, by the successor's float32 operations, each rounded
+# as the separate kernels round it (bit for bit, tested). One function per successor: a
+# branch on the kind inside the loop kept it from vectorizing (ADD on [9216, 16]: 41 -> 27 us).
 
-def bias_epilogue_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, res: np.ndarray,
-                      lo2: np.float32, hi2: np.float32, kind: int) -> None:
-    """``_jit_float.bias_act_f32`` (``out = clip(out + bias, lo, hi)``, ``lo > hi``: no clamp) then,
-    in the same pass, the epilogue ``kind``: ``HARD_SWISH`` as ``_jit_float.hard_swish_f32``, or
-    ``ADD``: ``+ res`` [P, C] clamped to [``lo2``, ``hi2``]. Each value rounded as the separate
-    kernels round it (bit for bit; the loop-invariant branches are hoisted by the compiler)."""
-    clamp, clamp2 = lo <= hi, lo2 <= hi2
+
+def bias_hard_swish_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32) -> None:
+    """The bias pass, then HARD_SWISH as ``_jit_float.hard_swish_f32``."""
+    clamp = lo <= hi
     three, six, zero = np.float32(3), np.float32(6), np.float32(0)
     for p in range(out.shape[0]):
-        o, r = out[p], res[p % res.shape[0]]
+        o = out[p]
         for c in range(out.shape[1]):
             v = o[c] + bias[c]
             if clamp:
-                if v < lo:
-                    v = lo
-                elif v > hi:
-                    v = hi
-            if kind == HARD_SWISH:
-                t = v + three
-                if t < zero:
-                    t = zero
-                elif t > six:
-                    t = six
-                v = t * v / six
-            else:
-                v = v + r[c]
-                if clamp2:
-                    if v < lo2:
-                        v = lo2
-                    elif v > hi2:
-                        v = hi2
+                v = lo if v < lo else (hi if v > hi else v)
+            t = v + three
+            t = zero if t < zero else (six if t > six else t)
+            o[c] = t * v / six
+
+
+def bias_add_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, res: np.ndarray,
+                 lo2: np.float32, hi2: np.float32) -> None:
+    """The bias pass, then ``+ res`` [P, C] clamped to [``lo2``, ``hi2``] (none when ``lo2 > hi2``)."""
+    clamp, clamp2 = lo <= hi, lo2 <= hi2
+    for p in range(out.shape[0]):
+        o, r = out[p], res[p]
+        for c in range(out.shape[1]):
+            v = o[c] + bias[c]
+            if clamp:
+                v = lo if v < lo else (hi if v > hi else v)
+            v = v + r[c]
+            if clamp2:
+                v = lo2 if v < lo2 else (hi2 if v > hi2 else v)
             o[c] = v
+
+
+def bias_prelu_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, slope: np.ndarray) -> None:
+    """The bias pass, then PRELU with one ``slope`` per channel as ``_jit_float.prelu_f32``."""
+    clamp = lo <= hi
+    zero = np.float32(0)
+    for p in range(out.shape[0]):
+        o = out[p]
+        for c in range(out.shape[1]):
+            v = o[c] + bias[c]
+            if clamp:
+                v = lo if v < lo else (hi if v > hi else v)
+            o[c] = v if v >= zero else v * slope[c]
 
 
 #: The signatures the SiLU tails are compiled for.

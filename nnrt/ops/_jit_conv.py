@@ -445,7 +445,7 @@ class WinogradConv:
     def __call__(self, x: np.ndarray, g: Geometry, lo: np.float32, hi: np.float32,
                  epilogue: Epilogue | None = None) -> np.ndarray:
         """``x`` real float32 NHWC (``takes(x)``); returns a fresh NHWC result, bias and activation
-        applied, then ``epilogue`` (``_epilogue``) on each block's output rows while in cache."""
+        applied, then ``epilogue`` (``_epilogue``) on the whole result."""
         n, h, w, c = x.shape
         cout = self._u.shape[2]
         th, tw = -(-g.out_h // 2), -(-g.out_w // 2)
@@ -470,10 +470,8 @@ class WinogradConv:
             self._fin(xf, vb, c, tw, ty0, ty1)
             np.matmul(vb, self._u, out=mb)
             self._fout(mb, self._bias, out, tw, ty0, ty1, lo, hi)
-            if epilogue is not None:
-                y0, y1 = 2 * ty0, min(2 * ty1, g.out_h)
-                for b in range(n):
-                    epilogue.after(out[b, y0:y1].reshape(-1, cout), (b * g.out_h + y0) * g.out_w)
+        if epilogue is not None:  # per block of tile rows it measured 1.05-1.1x the separate step
+            return epilogue.after(out.reshape(-1, cout)).reshape(out.shape)
         return out
 
 

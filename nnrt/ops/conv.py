@@ -465,7 +465,7 @@ def _then(res: np.ndarray, epilogue: Epilogue | None) -> np.ndarray:
     """A fresh NHWC float32 CONV_2D result with ``epilogue`` applied (in blocks, after the fact)."""
     if epilogue is not None and res.size:
         res = np.ascontiguousarray(res)
-        epilogue.after(res.reshape(-1, res.shape[-1]))
+        return epilogue.after(res.reshape(-1, res.shape[-1])).reshape(res.shape)
     return res
 
 

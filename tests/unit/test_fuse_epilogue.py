@@ -1,5 +1,5 @@
 """Convolution epilogues (``nnrt/execution/_fuse_epilogue.py``, ``nnrt/ops/_epilogue.py``): a
-HARD_SWISH, a chain computing a hardswish, or an ADD of a residual folded into the CONV_2D that
+HARD_SWISH, a chain computing a hardswish, a PRELU or an ADD of a residual folded into the CONV_2D that
 is its only reader gives the unfused plan's bits on every kernel path (pointwise, 1x1 with
 stride, blocked im2col, channel-major planes, Winograd, the numpy paths) and the edge
 geometries; it is not folded where NNAPI's semantics or the measurements say no."""
@@ -16,8 +16,8 @@ from nnrt import Model
 from nnrt import OperationType as Op
 from nnrt.execution._plan import compile_plan
 from nnrt.ops import _jit
-from nnrt.ops._epilogue import ADD, HARD_SWISH, Epilogue, bias_epilogue_f32, silu, silu_over_f32, silu_tail_f32
-from nnrt.ops._jit_float import bias_act_f32, hard_swish_f32
+from nnrt.ops._epilogue import add, bias_add_f32, bias_hard_swish_f32, bias_prelu_f32, silu, silu_over_f32, silu_tail_f32
+from nnrt.ops._jit_float import bias_act_f32, hard_swish_f32, prelu_f32
 from tests.unit.test_fuse import Graph
 from tests.unit.test_fuse_chain import _compare, _scalar, _values
 
@@ -58,6 +58,12 @@ def _successor(kind: str, g: Graph, c: int, out: list[int], r: int | None) -> in
         t = g.op(Op.ADD, [c, _scalar(g, 3.0), g.act(3)], out)
         p = g.op(Op.MUL, [c, t, g.act(0)], out)
         return g.op(Op.DIV, [p, _scalar(g, 6.0), g.act(0)], out)
+    if kind == "prelu":  # one slope per channel, some of them 0, 1 and above 1
+        slope = np.linspace(-0.5, 1.5, out[3], dtype=F32)
+        slope[0] = 0
+        return g.op(Op.PRELU, [c, g.const(slope.reshape(1, 1, out[3]))], out)
+    if kind == "prelu, one slope":
+        return g.op(Op.PRELU, [c, g.const(np.array([0.25], F32))], out)
     assert r is not None
     if kind == "residual":
         return g.op(Op.ADD, [c, r, g.act(0)], out)
@@ -67,7 +73,8 @@ def _successor(kind: str, g: Graph, c: int, out: list[int], r: int | None) -> in
     return g.op(Op.RELU, [g.op(Op.ADD, [c, r, g.act(0)], out)], out)
 
 
-KINDS = ["hard_swish", "chain", "residual", "residual first, relu6", "residual, then RELU"]
+KINDS = ["hard_swish", "chain", "prelu", "prelu, one slope", "residual", "residual first, relu6",
+         "residual, then RELU"]
 
 
 def _model(geometry: str, kind: str, act: int = 0) -> tuple[Callable[[], Model], list[np.ndarray]]:
@@ -97,7 +104,7 @@ def test_epilogue_gives_the_unfused_bits(device: nnrt.CpuDevice, geometry: str, 
     assert steps[0].type is Op.CONV_2D and "(CONV_2D) + " in steps[0].label
 
 
-@pytest.mark.parametrize("kind", ["hard_swish", "residual, then RELU"])
+@pytest.mark.parametrize("kind", ["hard_swish", "prelu", "residual, then RELU"])
 @pytest.mark.parametrize("geometry", ["pointwise", "im2col 3x3", "winograd"])
 def test_after_a_fused_activation_and_without_numba(device: nnrt.CpuDevice, geometry: str, kind: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,6 +139,9 @@ def test_not_folded_where_the_output_is_needed_or_the_work_does_not_pay() -> Non
         if kind == "broadcast residual":
             r = g.t([1, 1, 1, 8])
             return [s.label for s in compile_plan(g.done([x, r], [g.op(Op.ADD, [c, r, g.act(0)], out)])).steps]
+        if kind == "full slope":  # a PRELU slope of the whole shape: not one per channel
+            y = g.op(Op.PRELU, [c, g.const(np.full(out, 0.5, F32))], out)
+            return [s.label for s in compile_plan(g.done([x], [y])).steps]
         if kind == "constant":  # a per-channel constant: numpy calls per block measured no gain
             y = g.op(Op.ADD, [c, g.const(np.arange(8, dtype=F32)), g.act(0)], out)
             return [s.label for s in compile_plan(g.done([x], [y])).steps]
@@ -139,7 +149,7 @@ def test_not_folded_where_the_output_is_needed_or_the_work_does_not_pay() -> Non
         s = g.op(Op.LOGISTIC, [c], out)
         return [s.label for s in compile_plan(g.done([x], [g.op(Op.MUL, [c, s, g.act(0)], out)])).steps]
 
-    for kind in ("output", "two readers", "broadcast residual", "constant", "silu"):
+    for kind in ("output", "two readers", "broadcast residual", "full slope", "constant", "silu"):
         labels = plan(kind)
         assert len(labels) >= 2 and labels[0].endswith("(CONV_2D)"), (kind, labels)
 
@@ -184,16 +194,23 @@ def test_fused_bias_passes_are_the_two_kernels(bounds: tuple[float, float]) -> N
     hard_swish_f32(want.reshape(-1), hs.reshape(-1))
     with np.errstate(all="ignore"):
         added = np.clip(want + res, F32(0), F32(6))
-    for fn in {bias_epilogue_f32, _jit.compiled(bias_epilogue_f32)} - {None}:
-        assert fn is not None
+    slopes = np.empty_like(want)
+    prelu_f32(want, res[1], slopes)
+    for fns in ((bias_hard_swish_f32, bias_add_f32, bias_prelu_f32),  # as plain Python, then compiled
+                tuple(_jit.compiled(f) for f in (bias_hard_swish_f32, bias_add_f32, bias_prelu_f32))):
+        if None in fns:
+            continue
         got = out.copy()
-        fn(got, bias, lo, hi, res[:1], F32(1), F32(0), HARD_SWISH)
+        fns[0](got, bias, lo, hi)
         np.testing.assert_array_equal(got.view(np.uint32), hs.view(np.uint32))
         got = out.copy()
-        fn(got, bias, lo, hi, res, F32(0), F32(6), ADD)
+        fns[1](got, bias, lo, hi, res, F32(0), F32(6))
         np.testing.assert_array_equal(got.view(np.uint32), added.view(np.uint32))
+        got = out.copy()
+        fns[2](got, bias, lo, hi, res[1])
+        np.testing.assert_array_equal(got.view(np.uint32), slopes.view(np.uint32))
     got = want.copy()
-    Epilogue(ADD, res, 3).after(got)
+    add(3)(res).after(got)
     np.testing.assert_array_equal(got.view(np.uint32), added.view(np.uint32))
 
 
