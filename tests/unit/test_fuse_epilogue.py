@@ -237,3 +237,20 @@ def test_silu_is_logistic_then_mul(jit: bool, n: int) -> None:
             np.testing.assert_array_equal(y.view(np.uint32), want[:50].view(np.uint32))
     np.testing.assert_array_equal(into.view(np.uint32), want.view(np.uint32))
     np.testing.assert_array_equal(same.view(np.uint32), want.view(np.uint32))
+
+
+def test_after_a_folded_pad(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PAD -> CONV_2D -> HARD_SWISH: the PAD folded into the convolution (``_fuse_pad``), the
+    HARD_SWISH its epilogue; one step, the unfused bits."""
+    shape = (1, 20, 22, 8)
+
+    def build() -> Model:
+        g = Graph()
+        x = g.t(shape)
+        pads = g.const(np.array([[0, 0], [1, 1], [2, 0], [0, 0]], np.int32), nnrt.OperandType.TENSOR_INT32)
+        p = g.op(Op.PAD, [x, pads], [1, 22, 24, 8])
+        c, out = _conv(g, p, (1, 22, 24, 8), 3, 16, 1, 1, 0)
+        return g.done([x], [g.op(Op.HARD_SWISH, [c], out)])
+
+    steps = _compare(device, build, [_values(shape, 6)], 1, monkeypatch)
+    assert "(PAD) + " in steps[0].label and "(HARD_SWISH)" in steps[0].label
