@@ -141,8 +141,8 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
         return step
 
     steps = fold_pads(model, steps, operands, new)
-    steps, hard_swish = fuse_chains(model, steps, operands, new, lambda p: p.type in _FRESH)
-    chains = set(hard_swish)
+    steps, forms = fuse_chains(model, steps, operands, new, lambda p: p.type in _FRESH)
+    chains = set(forms)
     steps = view_steps(model, steps, operands, new)
     ops = model.operands
     readers: Counter[int] = Counter(i for s in steps for i in s.ins)
@@ -177,11 +177,11 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
                                             _then_activation(first.fn, _ACTIVATIONS[s.type]),
                                             first.cost_ns + s.cost_ns)
             dropped.add(id(s))
-            if id(first) in plain or id(first) in hard_swish:
+            if id(first) in plain or id(first) in forms:
                 if id(first) in plain:
                     plain.add(id(wrapped))
                 else:
-                    hard_swish[id(wrapped)] = hard_swish[id(first)]
+                    forms[id(wrapped)] = forms[id(first)]
                 acts[id(wrapped)] = (*acts.get(id(first), ()), _ACTIVATIONS[s.type])
         elif s.type is Op.MUL and len(s.ins) == 3 and (act := const_act(s.ins[2])) is not None:
             a, b = s.ins[0], s.ins[1]
@@ -201,7 +201,7 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
             plain.add(id(replaced[id(s)]))  # the same operation, written in place
     if replaced or dropped:
         steps = [replaced.get(id(s), s) for s in steps if id(s) not in dropped]
-    return fold_epilogues(model, steps, operands, new, hard_swish, plain, acts)
+    return fold_epilogues(model, steps, operands, new, forms, plain, acts)
 
 
 def _in_place_binary(s: Step, fresh_temp: Callable[[int], Step | None], replaced: dict[int, Step], act: int,

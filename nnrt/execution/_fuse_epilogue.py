@@ -7,7 +7,8 @@ by block instead of by a later step reading the whole output back and writing an
 step
 
 * is a HARD_SWISH, a chain that computes just a hardswish (``_fuse_chain``: ``x * relu6(x + 3)
-  / 6`` as PaddleOCR exports it), a PRELU with a constant float32 slope (one value, or one per
+  / 6`` as PaddleOCR exports it) with scalar affines ``x * s + b`` before or after it (as
+  PP-LCNetV3 exports it), a PRELU with a constant float32 slope (one value, or one per
   channel), or an ADD of the value and a float32 tensor of the same known shape (a residual:
   every input of a step is computed before it) with a constant fused activation (and at most
   one RELU-family step folded into it by ``_fuse``),
@@ -27,10 +28,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from nnrt.execution._fuse_chain import Affines
 from nnrt.model import Model, Operand
 from nnrt.ops import _epilogue as epilogues
 from nnrt.ops._common import ACT_NONE
@@ -49,10 +51,14 @@ NewStep = Callable[..., "Step"]
 #: this run does not fit it (the kernels then run one after the other).
 Bind = Callable[[list[Any]], Epilogue | None]
 
-def fold_epilogues(model: Model, steps: list[Step], operands: Operands, new: NewStep, hard_swish: dict[int, bool],
-                   plain: set[int], acts: dict[int, tuple[int, ...]]) -> list[Step]:
+#: A HARD_SWISH alone: the affines around it change no value (``x * 1 + -0.0``).
+_IDENTITIES: Affines = (np.float32(1), np.float32(-0.0), np.float32(1), np.float32(-0.0))
+
+def fold_epilogues(model: Model, steps: list[Step], operands: Operands, new: NewStep,
+                   forms: dict[int, Affines | None], plain: set[int], acts: dict[int, tuple[int, ...]]) -> list[Step]:
     """``steps`` with each foldable successor (module doc) merged into its convolution. By step
-    id: ``hard_swish``, whether a chain step made before computes just a hardswish; ``plain``,
+    id: ``forms``, the chain steps made before, with the affines around the hardswish a chain
+    computes if that is all it computes (``_fuse_chain._epilogue_form``); ``plain``,
     the steps that compute their own operation (not rewritten into something else); ``acts``,
     fused activations folded into a step after it (``_fuse``: RELU after an ADD), in order."""
     ops = model.operands
@@ -71,7 +77,7 @@ def fold_epilogues(model: Model, steps: list[Step], operands: Operands, new: New
     for s in steps:
         if s.fn is None or len(s.outs) != 1 or not s.ins:
             continue
-        found = next(((x, bind) for x, bind in _successor(s, operands, hard_swish, plain, acts) if foldable(x)), None)
+        found = next(((x, bind) for x, bind in _successor(s, operands, forms, plain, acts) if foldable(x)), None)
         if found is None:
             continue
         x, bind = found
@@ -102,17 +108,18 @@ def _fused(conv: Callable[..., Any], n: int, succ: Callable[..., Any], k: int, b
     return run
 
 
-def _successor(s: Step, operands: Operands, hard_swish: dict[int, bool], plain: set[int],
+def _successor(s: Step, operands: Operands, forms: dict[int, Affines | None], plain: set[int],
                acts: dict[int, tuple[int, ...]]) -> list[tuple[int, Bind]]:
     """The values ``s`` may take as its running value, each with its epilogue maker."""
     out = operands(s.outs)[0]
-    if out.type is not OperandType.TENSOR_FLOAT32 or len(out.dimensions) != 4:
+    if out.type is not OperandType.TENSOR_FLOAT32 or len(out.dimensions) != 4 or s.fn is None:
         return []
     extra = acts.get(id(s), ())
-    if hard_swish.get(id(s)) or (id(s) in plain and s.type is Op.HARD_SWISH and len(s.ins) == 1):
-        epi = epilogues.hard_swish()
+    affines = forms.get(id(s)) if id(s) in forms else _IDENTITIES if id(s) in plain and s.type is Op.HARD_SWISH else None
+    if affines is not None and len(s.ins) == 1:
+        epi = epilogues.hard_swish(affines, cast(Callable[[np.ndarray], np.ndarray], s.fn))
         return [] if extra else [(s.ins[0], lambda args: epi)]
-    if id(s) in plain and s.type is Op.PRELU and len(s.ins) == 2 and s.fn is not None and not extra:
+    if id(s) in plain and s.type is Op.PRELU and len(s.ins) == 2 and not extra:
         return _prelu(s, s.fn, operands(s.ins[1:])[0], out.dimensions[3])
     if id(s) not in plain or s.type is not Op.ADD or len(s.ins) != 3 or s.ins[0] == s.ins[1]:
         return []

@@ -42,13 +42,12 @@ import numpy as np
 
 from nnrt.ops._common import ACT_NONE, activation_bounds, apply_activation
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_float import PRELU_F32, UNARY_F32, hard_swish_f32, prelu_f32
 
 __all__ = [
     "ADD",
     "BIAS_ADD_F32",
     "BIAS_PRELU_F32",
-    "BIAS_UNARY_F32",
+    "BIAS_HARD_SWISH_F32",
     "HARD_SWISH",
     "PRELU",
     "SILU_OVER_F32",
@@ -102,6 +101,7 @@ class Epilogue:
     fast: Callable[..., None] | None = None
     kernel: Callable[[np.ndarray], np.ndarray] | None = None
     act: int = ACT_NONE
+    affines: tuple[np.float32, ...] = ()
 
     def with_bias(self, out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, row0: int,
                   bias_act: Callable[..., Any]) -> None:
@@ -110,16 +110,16 @@ class Epilogue:
         [R, Cout] block of rows ``row0 ..``."""
         if self.fast is not None:
             if self.kind == HARD_SWISH:
-                self.fast(out, bias, lo, hi)
+                self.fast(out, bias, lo, hi, *self.affines)
             elif self.kind == PRELU and self.rows is not None:
                 self.fast(out, bias, lo, hi, self.rows[0])
             elif self.rows is not None:
                 self.fast(out, bias, lo, hi, self.rows[row0 : row0 + out.shape[0]], self.lo, self.hi)
             return
         bias_act(out, bias, lo, hi)
-        res = self.after(out) if self.kind != ADD else self.after_rows(out, row0)
+        res = self.after(out.reshape(1, 1, *out.shape)) if self.kind != ADD else self.after_rows(out, row0)
         if res is not out:
-            np.copyto(out, res)
+            np.copyto(out, res.reshape(out.shape))
 
     def after_rows(self, out: np.ndarray, row0: int) -> np.ndarray:
         """``after`` for an ADD on the block of rows ``row0 ..`` of the result."""
@@ -127,40 +127,29 @@ class Epilogue:
         return add(self.act)(self.rows[row0 : row0 + out.shape[0]]).after(out)
 
     def after(self, out: np.ndarray) -> np.ndarray:
-        """This epilogue on a whole C-contiguous float32 [P, Cout] result whose bias and
-        activation are applied (Winograd's, the numpy paths'): the result, ``out`` itself or,
-        from a compiled loop that cannot write onto its own input, a new array (no copy back:
-        that cost 1.05-1.1x the separate step)."""
+        """This epilogue on a whole C-contiguous float32 NHWC result whose bias and activation
+        are applied (Winograd's, the numpy paths'): the result, ``out`` itself or a new array.
+        An ADD adds in place; the others run the successor's own kernel (exact by construction:
+        a copy back into ``out`` cost 1.05-1.1x the separate step)."""
         if self.kind == ADD and self.rows is not None:
-            np.add(out, self.rows, out=out)
-            return apply_activation(out, self.act)
-        if self.kind == HARD_SWISH:
-            fast = compiled(hard_swish_f32, UNARY_F32)
-            if fast is None:  # the numpy calls of the kernel: x * clip(x + 3, 0, 6) / 6
-                t = np.add(out, np.float32(3))
-                np.clip(t, np.float32(0), np.float32(6), out=t)
-                np.multiply(t, out, out=out)
-                return np.divide(out, np.float32(6), out=out)  # type: ignore[no-any-return]
-            res = np.empty(out.shape, np.float32)
-            fast(out.reshape(-1), res.reshape(-1))
-            return res
-        fast = compiled(prelu_f32, PRELU_F32)
-        if fast is not None and self.rows is not None:  # the loop the PRELU kernel runs
-            res = np.empty(out.shape, np.float32)
-            fast(out, self.rows[0], res)
-            return res
-        assert self.kernel is not None  # the PRELU kernel itself, on the result as a 4-D tensor
-        return self.kernel(out.reshape(1, 1, *out.shape)).reshape(out.shape)
+            flat = out.reshape(-1, out.shape[-1])
+            np.add(flat, self.rows, out=flat)
+            apply_activation(flat, self.act)
+            return out
+        assert self.kernel is not None
+        return self.kernel(out)
 
 
-def hard_swish() -> Epilogue:
-    """A HARD_SWISH epilogue."""
-    return Epilogue(HARD_SWISH, fast=compiled(bias_hard_swish_f32, BIAS_UNARY_F32))
+def hard_swish(affines: tuple[np.float32, ...], kernel: Callable[[np.ndarray], np.ndarray]) -> Epilogue:
+    """A HARD_SWISH epilogue, ``x * s1 + b1`` before it and ``* s2 + b2`` after it (``affines``
+    (s1, b1, s2, b2); ``(1, -0.0)`` changes no value); ``kernel`` the successor step's own."""
+    return Epilogue(HARD_SWISH, fast=compiled(bias_hard_swish_f32, BIAS_HARD_SWISH_F32), kernel=kernel,
+                    affines=affines)
 
 
 def prelu(slope: np.ndarray, kernel: Callable[[np.ndarray], np.ndarray]) -> Epilogue:
     """A PRELU epilogue: ``slope`` one float32 value per output channel, ``kernel`` the PRELU
-    kernel with its slope operand (for the numpy paths)."""
+    kernel with its slope operand."""
     return Epilogue(PRELU, slope.reshape(1, -1), fast=compiled(bias_prelu_f32, BIAS_PRELU_F32), kernel=kernel)
 
 
@@ -177,7 +166,10 @@ def add(act: int) -> Callable[[np.ndarray], Epilogue]:
 
 
 #: The signatures the fused bias passes are compiled for.
-BIAS_UNARY_F32 = "void(float32[:, ::1], Array(float32, 1, 'C', readonly=True), float32, float32)"
+BIAS_HARD_SWISH_F32 = (
+    "void(float32[:, ::1], Array(float32, 1, 'C', readonly=True), float32, float32, float32, float32, float32,"
+    " float32)"
+)
 BIAS_ADD_F32 = (
     "void(float32[:, ::1], Array(float32, 1, 'C', readonly=True), float32, float32,"
     " Array(float32, 2, 'C', readonly=True), float32, float32)"
@@ -193,8 +185,10 @@ BIAS_PRELU_F32 = (
 # branch on the kind inside the loop kept it from vectorizing (ADD on [9216, 16]: 41 -> 27 us).
 
 
-def bias_hard_swish_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32) -> None:
-    """The bias pass, then HARD_SWISH as ``_jit_float.hard_swish_f32``."""
+def bias_hard_swish_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, s1: np.float32,
+                        b1: np.float32, s2: np.float32, b2: np.float32) -> None:
+    """The bias pass, then ``x * s1 + b1`` (``_fuse_chain.affine_f32``), HARD_SWISH as
+    ``_jit_float.hard_swish_f32``, ``* s2 + b2``."""
     clamp = lo <= hi
     three, six, zero = np.float32(3), np.float32(6), np.float32(0)
     for p in range(out.shape[0]):
@@ -203,9 +197,10 @@ def bias_hard_swish_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: n
             v = o[c] + bias[c]
             if clamp:
                 v = lo if v < lo else (hi if v > hi else v)
+            v = v * s1 + b1
             t = v + three
             t = zero if t < zero else (six if t > six else t)
-            o[c] = t * v / six
+            o[c] = (t * v / six) * s2 + b2
 
 
 def bias_add_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, res: np.ndarray,

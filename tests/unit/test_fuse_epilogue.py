@@ -58,6 +58,14 @@ def _successor(kind: str, g: Graph, c: int, out: list[int], r: int | None) -> in
         t = g.op(Op.ADD, [c, _scalar(g, 3.0), g.act(3)], out)
         p = g.op(Op.MUL, [c, t, g.act(0)], out)
         return g.op(Op.DIV, [p, _scalar(g, 6.0), g.act(0)], out)
+    if kind == "affine chain":  # PP-LCNetV3: x * s + b, hardswish, * s + b
+        a = g.op(Op.MUL, [_scalar(g, 0.94), c, g.act(0)], out)
+        v = g.op(Op.ADD, [a, _scalar(g, 0.5), g.act(0)], out)
+        t = g.op(Op.ADD, [v, _scalar(g, 3.0), g.act(0)], out)
+        r = g.op(Op.RELU6, [t], out)
+        d = g.op(Op.DIV, [g.op(Op.MUL, [v, r, g.act(0)], out), _scalar(g, 6.0), g.act(0)], out)
+        e = g.op(Op.MUL, [_scalar(g, 0.47), d, g.act(0)], out)
+        return g.op(Op.ADD, [e, _scalar(g, -0.007), g.act(0)], out)
     if kind == "prelu":  # one slope per channel, some of them 0, 1 and above 1
         slope = np.linspace(-0.5, 1.5, out[3], dtype=F32)
         slope[0] = 0
@@ -73,7 +81,7 @@ def _successor(kind: str, g: Graph, c: int, out: list[int], r: int | None) -> in
     return g.op(Op.RELU, [g.op(Op.ADD, [c, r, g.act(0)], out)], out)
 
 
-KINDS = ["hard_swish", "chain", "prelu", "prelu, one slope", "residual", "residual first, relu6",
+KINDS = ["hard_swish", "chain", "affine chain", "prelu", "prelu, one slope", "residual", "residual first, relu6",
          "residual, then RELU"]
 
 
@@ -104,7 +112,7 @@ def test_epilogue_gives_the_unfused_bits(device: nnrt.CpuDevice, geometry: str, 
     assert steps[0].type is Op.CONV_2D and "(CONV_2D) + " in steps[0].label
 
 
-@pytest.mark.parametrize("kind", ["hard_swish", "prelu", "residual, then RELU"])
+@pytest.mark.parametrize("kind", ["hard_swish", "affine chain", "prelu", "residual, then RELU"])
 @pytest.mark.parametrize("geometry", ["pointwise", "im2col 3x3", "winograd"])
 def test_after_a_fused_activation_and_without_numba(device: nnrt.CpuDevice, geometry: str, kind: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +209,7 @@ def test_fused_bias_passes_are_the_two_kernels(bounds: tuple[float, float]) -> N
         if None in fns:
             continue
         got = out.copy()
-        fns[0](got, bias, lo, hi)
+        fns[0](got, bias, lo, hi, F32(1), F32(-0.0), F32(1), F32(-0.0))  # affines that change nothing
         np.testing.assert_array_equal(got.view(np.uint32), hs.view(np.uint32))
         got = out.copy()
         fns[1](got, bias, lo, hi, res, F32(0), F32(6))
