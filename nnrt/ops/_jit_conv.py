@@ -471,7 +471,7 @@ class WinogradConv:
             np.matmul(vb, self._u, out=mb)
             self._fout(mb, self._bias, out, tw, ty0, ty1, lo, hi)
         if epilogue is not None:  # per block of tile rows it measured 1.05-1.1x the separate step
-            return epilogue.after(out.reshape(-1, cout)).reshape(out.shape)
+            return epilogue.after(out)
         return out
 
 

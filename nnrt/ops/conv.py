@@ -436,11 +436,9 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             if trimmed is not None and g is g0:
                 wmat, kh, kw, g = trimmed
             if fused is not None and not g.nchw and kh == kw == 1:  # bias + activation in one pass
-                lo, hi = activation_bounds(g.act)
-                if epilogue is not None:
-                    then = epilogue
-                    return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: then.with_bias(o, row, lo, hi, 0, fused))[0]
-                return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi))[0]
+                lo, hi, then = *activation_bounds(g.act), epilogue
+                return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi) if then is None
+                                 else then.with_bias(o, row, lo, hi, 0, fused))[0]
             if wino is not None and x.shape == shape0 and wino.takes(xin):  # Winograd F(2x2, 3x3) (_jit_conv)
                 res = wino(xin, g, *activation_bounds(g.act), epilogue)
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
@@ -448,25 +446,18 @@ def prepare_conv2d(call: OpCall) -> Kernel:
                 res = blocked(xin, wmat, kh, kw, g, *activation_bounds(g.act), epilogue)
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
             out, in_layout = conv_nhwc(xin, wmat, kh, kw, g, g.nchw)
-            return _then(finish_output(call, out, g, in_layout), epilogue)
+            res = finish_output(call, out, g, in_layout)
+            return res if epilogue is None else epilogue.after(np.ascontiguousarray(res))
         xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
         if zero:
             xc -= wmat.dtype.type(zero)
         sums = conv_nhwc(xc, wmat, kh, kw, g)[0]
-        return _then(finish_output(call, np.multiply(sums, scales, dtype=np.float64), g), epilogue)
+        return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     kern = compiled_or(call, sig, types, False, checked, run)
     if kern is run and call.outputs[0].type is T.TENSOR_FLOAT32 and nchw_const is False:
         accept_epilogue(run)  # NHWC float32: its rows are the output pixels (``_epilogue``)
     return kern
-
-
-def _then(res: np.ndarray, epilogue: Epilogue | None) -> np.ndarray:
-    """A fresh NHWC float32 CONV_2D result with ``epilogue`` applied (in blocks, after the fact)."""
-    if epilogue is not None and res.size:
-        res = np.ascontiguousarray(res)
-        return epilogue.after(res.reshape(-1, res.shape[-1])).reshape(res.shape)
-    return res
 
 
 def plain_pointwise(wmat: np.ndarray, w: np.ndarray, g: Geometry | None, shape: tuple[int, ...] | None
