@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import nnrt
+import nnrt.execution._fuse_epilogue as fuse_epilogue
 from nnrt import Model
 from nnrt import OperationType as Op
 from nnrt.execution._plan import compile_plan
@@ -79,6 +80,12 @@ def _successor(kind: str, g: Graph, c: int, out: list[int], r: int | None) -> in
         return g.op(Op.ADD, [r, c, g.act(3)], out)
     assert kind == "residual, then RELU"
     return g.op(Op.RELU, [g.op(Op.ADD, [c, r, g.act(0)], out)], out)
+
+
+@pytest.fixture(autouse=True)
+def _small_residuals_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The geometries here are small: fold their residuals too (``test_small_residuals_keep_their_add``)."""
+    monkeypatch.setattr(fuse_epilogue, "RESIDUAL_MIN_ELEMENTS", 0)
 
 
 KINDS = ["hard_swish", "chain", "affine chain", "prelu", "prelu, one slope", "residual", "residual first, relu6",
@@ -262,3 +269,15 @@ def test_after_a_folded_pad(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPa
 
     steps = _compare(device, build, [_values(shape, 6)], 1, monkeypatch)
     assert "(PAD) + " in steps[0].label and "(HARD_SWISH)" in steps[0].label
+
+
+def test_small_residuals_keep_their_add(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``RESIDUAL_MIN_ELEMENTS`` a residual ADD stays a step (it measured no gain there)."""
+    monkeypatch.undo()
+    assert fuse_epilogue.RESIDUAL_MIN_ELEMENTS == 1 << 18
+    for shape, steps in (((1, 13, 14, 16), 2), ((1, 128, 128, 16), 1)):  # 4,368 and 393,216 outputs of 24 channels
+        g = Graph()
+        x = g.t(shape)
+        c, out = _conv(g, x, shape, 1, 24, 1, 1, 0)
+        r = g.t(out)
+        assert len(compile_plan(g.done([x, r], [g.op(Op.ADD, [c, r, g.act(0)], out)])).steps) == steps
