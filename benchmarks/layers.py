@@ -58,7 +58,7 @@ def main() -> None:
     shapes = {name: [int(d) for d in dims.split(",") if d] for name, _, dims in
               (text.partition("=") for text in args.input_shape)}
     wanted = {t for t in args.ops.split(",") if t}
-    model = open_model(args.model).model
+    model = open_model(args.model, shapes).model
     device = CpuDevice(blas_threads=1, tune_malloc=True)  # as ``nnrt bench`` runs
     try:
         prepared = device.prepare_model_sync(model)

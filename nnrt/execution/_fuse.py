@@ -8,8 +8,9 @@ by a kernel known to return a fresh array of its own (``_FRESH``): such an array
 nothing else, so writing into it is invisible.
 
 * SiLU: ``LOGISTIC(x) -> s; MUL(x, s)`` (either order, constant activation) becomes one step
-  computing ``x * sigmoid(x)`` in one array: four passes instead of six, two allocations fewer;
-  on large tensors in cache-sized blocks, into ``x`` when only these two read it.
+  computing ``x * sigmoid(x)`` in one array: numpy's negative and exp then one compiled pass
+  (``nnrt.ops._epilogue.silu``), three passes instead of six, two allocations fewer; on large
+  tensors in cache-sized blocks, into ``x`` when only these two read it.
 * Activation folding: ``RELU``/``RELU1``/``RELU6`` after a fresh producer clips the producer's
   result in place (no new array; the step disappears).
 * In-place binary arithmetic: ``ADD``/``SUB``/``MUL``/``DIV`` on float32 whose operand is a
@@ -23,6 +24,9 @@ compute both (the convolution's step hands its input on), and
 hardswish / hard-sigmoid, affine, HARD_SWISH after a convolution) as one blocked step; the
 rewrites below apply to what remains; then ``view_steps`` (``_views``) makes RESHAPE, SQUEEZE
 and EXPAND_DIMS with constant parameters views of their input (no copy, checks once per shape).
+
+Last, ``fold_epilogues`` (``_fuse_epilogue``) makes a HARD_SWISH (or a chain computing one) or
+a residual ADD that is a CONV_2D's only reader part of the convolution's compiled bias pass.
 
 Fused steps keep the consumer's operation type and output; their label names both operations.
 Only float32 tensors are rewritten: other types keep their kernels' own conversions.
@@ -43,11 +47,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnrt.execution._fuse_chain import BLOCK, fuse_chains
+from nnrt.execution._fuse_epilogue import fold_epilogues
 from nnrt.execution._fuse_pad import fold_pads
 from nnrt.execution._fuse_pool import fuse_global_pools
 from nnrt.execution._views import view_steps
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops._common import ACT_NONE, apply_activation
+from nnrt.ops._epilogue import silu
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 if TYPE_CHECKING:
@@ -139,7 +145,8 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
 
     steps = fold_pads(model, steps, operands, new)
     steps = fuse_global_pools(model, steps, operands, new)
-    steps, chains = fuse_chains(model, steps, operands, new, lambda p: p.type in _FRESH)
+    steps, forms = fuse_chains(model, steps, operands, new, lambda p: p.type in _FRESH)
+    chains = set(forms)
     steps = view_steps(model, steps, operands, new)
     ops = model.operands
     readers: Counter[int] = Counter(i for s in steps for i in s.ins)
@@ -162,15 +169,24 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
 
     dropped: set[int] = set()  # ids of steps merged into a later one
     replaced: dict[int, Step] = {}
+    plain = {id(s) for s in steps if id(s) not in chains}  # steps computing just their operation
+    acts: dict[int, tuple[int, ...]] = {}  # activations folded into a plain or chain step
     for s in steps:
         if s.fn is None or len(s.outs) != 1 or not f32(s.outs[0]) or id(s) in chains:
             continue
         if s.type in _ACTIVATIONS and (p := fresh_temp(s.ins[0])) is not None and id(p) not in dropped:
             first = replaced.get(id(p), p)
             assert first.fn is not None
-            replaced[id(p)] = new(first, f"{first.label} + {s.label}", first.ins, s.outs,
-                                  _then_activation(first.fn, _ACTIVATIONS[s.type]), first.cost_ns + s.cost_ns)
+            wrapped = replaced[id(p)] = new(first, f"{first.label} + {s.label}", first.ins, s.outs,
+                                            _then_activation(first.fn, _ACTIVATIONS[s.type]),
+                                            first.cost_ns + s.cost_ns)
             dropped.add(id(s))
+            if id(first) in plain or id(first) in forms:
+                if id(first) in plain:
+                    plain.add(id(wrapped))
+                else:
+                    forms[id(wrapped)] = forms[id(first)]
+                acts[id(wrapped)] = (*acts.get(id(first), ()), _ACTIVATIONS[s.type])
         elif s.type is Op.MUL and len(s.ins) == 3 and (act := const_act(s.ins[2])) is not None:
             a, b = s.ins[0], s.ins[1]
             for x, g in ((a, b), (b, a)):
@@ -185,9 +201,11 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
                 _in_place_binary(s, fresh_temp, replaced, act, new, ops[s.outs[0]].dimensions)
         elif s.type in _UFUNCS and len(s.ins) == 3 and (act := const_act(s.ins[2])) is not None:
             _in_place_binary(s, fresh_temp, replaced, act, new, ops[s.outs[0]].dimensions)
-    if not replaced and not dropped:
-        return steps
-    return [replaced.get(id(s), s) for s in steps if id(s) not in dropped]
+        if s.type in _UFUNCS and id(s) in replaced and len(replaced[id(s)].ins) == 3:
+            plain.add(id(replaced[id(s)]))  # the same operation, written in place
+    if replaced or dropped:
+        steps = [replaced.get(id(s), s) for s in steps if id(s) not in dropped]
+    return fold_epilogues(model, steps, operands, new, forms, plain, acts)
 
 
 def _in_place_binary(s: Step, fresh_temp: Callable[[int], Step | None], replaced: dict[int, Step], act: int,
@@ -216,21 +234,20 @@ def _then_activation(fn: Callable[..., Any], act: int) -> Callable[..., Any]:
 
 
 def _silu(act: int, in_place: bool = False) -> Callable[[np.ndarray], np.ndarray]:
-    """x * (1 / (1 + exp(-x))), the very operations LOGISTIC then MUL perform, in one array;
-    from ``_SILU_BLOCKED_MIN`` elements in cache-sized blocks (``_fuse_chain.BLOCK``) with one
-    block of scratch, into ``x`` itself when ``in_place`` (x is a fresh temporary read by the
-    LOGISTIC and the MUL alone). Measured, CPU time, malloc tuned, on ddddocr det's first SiLU
-    [1,208,208,24]: one array 1.5 ms, blocks into x 1.0 (blocks into a new array 1.1-1.2); on
-    [1,52,52,128] 0.40 -> 0.34 ms; [1,26,26,256] 0.157 vs 0.170 (hence the threshold)."""
+    """x * (1 / (1 + exp(-x))), the very operations LOGISTIC then MUL perform
+    (``nnrt.ops._epilogue.silu``: numpy's negative and exp, one compiled pass for the rest), in
+    one array; from ``_SILU_BLOCKED_MIN`` elements in cache-sized blocks (``_fuse_chain.BLOCK``)
+    with one block of scratch, into ``x`` itself when ``in_place`` (x is a fresh temporary read
+    by the LOGISTIC and the MUL alone). Measured, CPU time, malloc tuned, on ddddocr det's first
+    SiLU [1,208,208,24] with numpy's five passes: one array 1.5 ms, blocks into x 1.0 (blocks
+    into a new array 1.1-1.2); on [1,52,52,128] 0.40 -> 0.34 ms; [1,26,26,256] 0.157 vs 0.170
+    (hence the threshold). The compiled tail: [1,52,52,96] 0.30 -> 0.21 ms."""
 
     def run(x: np.ndarray) -> np.ndarray:
         if x.size >= _SILU_BLOCKED_MIN and x.flags.c_contiguous and (x.flags.writeable or not in_place):
             return _silu_blocked(x, act, in_place)
-        t: np.ndarray = np.negative(x)
-        np.exp(t, out=t)
-        t += np.float32(1)
-        np.reciprocal(t, out=t)
-        np.multiply(x, t, out=t)
+        t = np.empty(x.shape, np.float32)
+        silu(np.ascontiguousarray(x, dtype=np.float32), t)
         return apply_activation(t, act) if act != ACT_NONE else t
 
     return run
@@ -242,14 +259,8 @@ def _silu_blocked(x: np.ndarray, act: int, in_place: bool) -> np.ndarray:
     n = flat.size
     scratch = np.empty(min(BLOCK, n), np.float32)
     for s in range(0, n, BLOCK):
-        xs = flat[s:s + BLOCK]
-        t = scratch[:xs.size]
-        np.negative(xs, out=t)
-        np.exp(t, out=t)
-        t += np.float32(1)
-        np.reciprocal(t, out=t)
-        w = out[s:s + BLOCK]
-        np.multiply(xs, t, out=w)
+        xs, w = flat[s:s + BLOCK], out[s:s + BLOCK]
+        silu(xs, w, scratch[:xs.size])
         if act != ACT_NONE:
             apply_activation(w, act)
     return out.reshape(x.shape)

@@ -58,7 +58,7 @@ from nnrt.types import OperandLifeTime, OperandType, OperationType
 if TYPE_CHECKING:
     from nnrt.execution._plan import Step
 
-__all__ = ["BLOCK", "MIN_ELEMENTS", "SINGLE_MIN_ELEMENTS", "fuse_chains"]
+__all__ = ["BLOCK", "MIN_ELEMENTS", "SINGLE_MIN_ELEMENTS", "Affines", "fuse_chains"]
 
 Op = OperationType
 Operands = Callable[[tuple[int, ...]], tuple[Operand, ...]]
@@ -89,6 +89,8 @@ _F32 = np.float32
 
 #: An operand of a link: ("t",) the running value, ("c", array) a constant, ("r", j) value j of the chain.
 Arg = tuple[Any, ...]
+#: (s1, b1, s2, b2): a chain ``x * s1 + b1``, hardswish, ``* s2 + b2`` (``_epilogue_form``).
+Affines = tuple[np.float32, np.float32, np.float32, np.float32]
 
 
 @dataclass(slots=True)
@@ -100,8 +102,10 @@ class _Link:
 
 
 def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewStep,
-                fresh: Callable[[Step], bool]) -> tuple[list[Step], set[int]]:
-    """``steps`` with each chain (module doc) made one step, and the ids of those steps.
+                fresh: Callable[[Step], bool]) -> tuple[list[Step], dict[int, Affines | None]]:
+    """``steps`` with each chain (module doc) made one step, and by the id of each such step
+    ``_epilogue_form``: the affines around the hardswish it computes, if that is all it
+    computes (it may then become a convolution's epilogue, ``_fuse_epilogue``).
     ``fresh(step)``: the step's result is a fresh array of its own (``_fuse._FRESH``)."""
     ops = model.operands
     outputs = set(model.output_indexes)
@@ -113,6 +117,7 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
     producer = {s.outs[0]: s for s in steps if len(s.outs) == 1}
     consumed: set[int] = set()
     replaced: dict[int, Step] = {}
+    forms: dict[int, Affines | None] = {}
 
     def temp(i: int) -> bool:
         return (i not in outputs and ops[i].lifetime is OperandLifeTime.TEMPORARY_VARIABLE
@@ -154,10 +159,33 @@ def fuse_chains(model: Model, steps: list[Step], operands: Operands, new: NewSte
         for link in links:
             consumed.add(id(link.step))
         replaced[id(last)] = step
+        forms[id(step)] = _epilogue_form(links)
     if not replaced:
-        return steps, set()
+        return steps, {}
     out = [replaced.get(id(s), s) for s in steps if id(s) not in consumed or id(s) in replaced]
-    return out, {id(s) for s in replaced.values()}
+    return out, forms
+
+
+#: An affine ``x * 1 + -0.0`` that changes no value (-0.0 and NaN included): a missing one.
+_IDENTITY = (np.float32(1), np.float32(-0.0))
+
+
+def _epilogue_form(links: list[_Link]) -> Affines | None:
+    """``(s1, b1, s2, b2)`` when the chain of ``links`` is ``x * s1 + b1``, then a hardswish,
+    then ``* s2 + b2`` (scalar affines, each optional: ``_IDENTITY``; no activations; as
+    PP-LCNetV3 exports it), else None (``_hard_swish_spans``, ``_affine_spans``)."""
+    program = _affine_spans(_hard_swish_spans([(_BINARY.get(link.type), link.type, link.args, link.act, k + 1)
+                                               for k, link in enumerate(links)]))
+    kinds = [entry[1] for entry in program]
+    if Op.HARD_SWISH not in kinds or any(entry[3] != ACT_NONE for entry in program):
+        return None
+    h = kinds.index(Op.HARD_SWISH)
+    if kinds[:h] not in ([], [_AFFINE]) or kinds[h + 1:] not in ([], [_AFFINE]):
+        return None
+    pre, post = program[:h], program[h + 1:]
+    s1, b1 = (pre[0][2][0][1], pre[0][2][1][1]) if pre else _IDENTITY
+    s2, b2 = (post[0][2][0][1], post[0][2][1][1]) if post else _IDENTITY
+    return np.float32(s1), np.float32(b1), np.float32(s2), np.float32(b2)
 
 
 def _dims_size(dims: Sequence[int]) -> int:

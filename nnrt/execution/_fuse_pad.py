@@ -35,6 +35,7 @@ from nnrt.errors import NnrtError
 from nnrt.model import Model, Operand
 from nnrt.ops import OpCall, prepare_function
 from nnrt.ops._common import implicit_padding, same_quant
+from nnrt.ops._epilogue import accept_epilogue, takes_epilogue
 from nnrt.ops.conv import conv_signature
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
@@ -153,7 +154,9 @@ def _folded_conv(model: Model, pad: Step, conv: Step, operands: Operands) -> Cal
         return None
     rest = tuple(op.value for op in ins[3:])
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> Any:
-        return kern(x, w, b, *rest)
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, **epilogue: Any) -> Any:
+        return kern(x, w, b, *rest, **epilogue)
 
+    if takes_epilogue(kern):
+        accept_epilogue(run)
     return run

@@ -13,7 +13,7 @@ numbers. When
 * that pool is float32 with constant parameters and one window over the whole unpadded image
   (``pooling.global_average_act``),
 
-the pool's step computes both (``_jit_conv.BlockMean``): per block of pixels one BLAS product
+the pool's step computes both (``_jit_pointwise.BlockMean``): per block of pixels one BLAS product
 into a buffer that stays in L2, the convolution's bias and activation and a float64 sum per
 channel in one compiled pass. The convolution's step stays, in its place, and hands its input
 on unchanged (its output slot holds the input; the pool's step is its only reader): the plan
@@ -21,7 +21,7 @@ keeps one step per operation, which the simulator's per-step costs and partition
 Measured (``benchmarks/block_steps.py``): the two steps' 0.56 + 0.12-0.16 ms become 0.47-0.50.
 
 Exact: the unfused steps make the same products in the same blocks
-(``_jit_conv.pointwise_blocks``) and the unfused global pool the same sums
+(``_jit_pointwise.pointwise_blocks``) and the unfused global pool the same sums
 (``pooling``), so the results are bit for bit the unfused plan's (tested). It needs numba
 (the compiled pass); without it (``NNRT_JIT=0``) the steps stay as they are.
 """
@@ -38,8 +38,8 @@ from nnrt.model import Model, Operand
 from nnrt.ops import OpCall
 from nnrt.ops._common import activation_bounds
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_conv import BlockMean
 from nnrt.ops._jit_float import BIAS_ACT_SUM_F32, bias_act_sum_f32
+from nnrt.ops._jit_pointwise import BlockMean
 from nnrt.ops.conv import pointwise_parts
 from nnrt.ops.pooling import global_average_act
 from nnrt.types import OperandLifeTime, OperationType

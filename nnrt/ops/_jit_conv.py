@@ -44,14 +44,13 @@ from typing import Any
 import numpy as np
 
 from nnrt.ops._conv_core import Geometry
+from nnrt.ops._epilogue import Epilogue
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_float import SUM_ROWS
 
 __all__ = [
+    "scratch",
     "BLOCK_BYTES",
     "IM2COL_ROWS_F32",
-    "MEAN_BLOCK_FLOATS",
-    "MEAN_ROWS",
     "MIN_ROWS",
     "PLANES_MAX_CHANNELS",
     "PLANES_OUT_FLOATS",
@@ -63,13 +62,10 @@ __all__ = [
     "WINO_MIN_CHANNELS",
     "WINO_MIN_SIZE",
     "WINO_OUTPUT_F32",
-    "BlockMean",
     "Im2colConv",
     "WinogradConv",
     "im2col_rows_f32",
-    "mean_rows",
     "planes_rows_f32",
-    "pointwise_blocks",
     "winograd",
     "winograd_filter",
     "winograd_input_f32",
@@ -282,7 +278,7 @@ _local = threading.local()
 SCRATCH_MAX = 4 << 20
 
 
-def _scratch(size: int) -> np.ndarray:
+def scratch(size: int) -> np.ndarray:
     """A float32 buffer of ``size`` elements private to the calling thread, reused by every
     CONV_2D kernel that runs on it (a kernel never suspends while it uses it). A fresh buffer
     per call would cost its page faults each time: 0.5 ms per MB on this machine, as much as
@@ -307,10 +303,11 @@ class Im2colConv:
         self._planes = planes
 
     def __call__(self, x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry,
-                 lo: np.float32, hi: np.float32) -> np.ndarray:
+                 lo: np.float32, hi: np.float32, epilogue: Epilogue | None = None) -> np.ndarray:
         """``x`` real float32 NHWC [N, H, W, C] (any strides), ``wmat`` the [K+1, Cout] matrix of
         ``conv._conv_matrix`` (taps in (kh, kw, c) order, then the bias row); returns a fresh
-        NHWC [N, OH, OW, Cout] result, activation applied (``lo > hi``: none)."""
+        NHWC [N, OH, OW, Cout] result, activation applied (``lo > hi``: none), then
+        ``epilogue`` (``_epilogue``) on each block of rows while it is in cache."""
         n, h, w, c = x.shape
         k = k_h * k_w * c
         cout = wmat.shape[1]
@@ -324,14 +321,17 @@ class Im2colConv:
             fill, rows = self._planes, min(p, max(PLANES_ROWS, PLANES_OUT_FLOATS // cout))
         else:
             rows = min(p, max(MIN_ROWS, max(BLOCK_BYTES, 8 * weights.size) // (4 * k)))
-        buf = _scratch(rows * k)
+        buf = scratch(rows * k)
         for p0 in range(0, p, rows):
             r = min(rows, p - p0)
             block = buf[: r * k].reshape((k, r) if planes else (r, k))
             fill(xf, block, p0, c, k_h, k_w, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w)
             dst = out[p0 : p0 + r]
             np.matmul(block.T if planes else block, weights, out=dst)
-            self._bias_act(dst, bias, lo, hi)
+            if epilogue is None:
+                self._bias_act(dst, bias, lo, hi)
+            else:
+                epilogue.with_bias(dst, bias, lo, hi, p0, self._bias_act)
         return out.reshape(n, g.out_h, g.out_w, cout)
 
 
@@ -493,8 +493,10 @@ class WinogradConv:
         overflow; such inputs take the im2col path (two reductions: 2-3% of the convolution)."""
         return bool(x.min() > -WINO_LIMIT and x.max() < WINO_LIMIT)
 
-    def __call__(self, x: np.ndarray, g: Geometry, lo: np.float32, hi: np.float32) -> np.ndarray:
-        """``x`` real float32 NHWC (``takes(x)``); returns a fresh NHWC result, bias and activation applied."""
+    def __call__(self, x: np.ndarray, g: Geometry, lo: np.float32, hi: np.float32,
+                 epilogue: Epilogue | None = None) -> np.ndarray:
+        """``x`` real float32 NHWC (``takes(x)``); returns a fresh NHWC result, bias and activation
+        applied, then ``epilogue`` (``_epilogue``) on the whole result."""
         n, h, w, c = x.shape
         cout = self._u.shape[2]
         th, tw = -(-g.out_h // 2), -(-g.out_w // 2)
@@ -503,7 +505,7 @@ class WinogradConv:
         tiles = n * rows * tw
         size = n * hp * wp * c
         own = size > SCRATCH_MAX  # a padded copy this large is not kept for the thread's life
-        buf = _scratch(16 * tiles * (c + cout) + (0 if own else size))
+        buf = scratch(16 * tiles * (c + cout) + (0 if own else size))
         xp = (np.empty(size, dtype=np.float32) if own else buf[-size:]).reshape(n, hp, wp, c)
         xp.fill(0.0)
         hh, ww = min(h, hp - g.top), min(w, wp - g.left)
@@ -519,6 +521,8 @@ class WinogradConv:
             self._fin(xf, vb, c, tw, ty0, ty1)
             np.matmul(vb, self._u, out=mb)
             self._fout(mb, self._bias, out, tw, ty0, ty1, lo, hi)
+        if epilogue is not None:  # per block of tile rows it measured 1.05-1.1x the separate step
+            return epilogue.after(out)
         return out
 
 
@@ -539,86 +543,3 @@ def winograd(w: np.ndarray, b: np.ndarray, g: Geometry | None, bias_act: Callabl
     if fin is None or fout is None:
         return None
     return WinogradConv(w, b, fin, fout)
-
-
-# -- 1x1 CONV_2D, global AVERAGE_POOL_2D, and the two as one step ----------------------------
-
-#: Pixels per block of a plain 1x1 CONV_2D and of a global average pool, per image: at least
-#: ``MEAN_ROWS``, and as many as make ``MEAN_BLOCK_FLOATS`` floats of output (1 MB: bias,
-#: activation or sums pass over it while in L2), a multiple of ``SUM_ROWS`` (``mean_rows``), so
-#: that every way of running these blocks adds the same rows in the same order. Measured
-#: against one product over the whole image, CPU us interleaved at load 4: [1,112,112,32] -> 64
-#: 600 -> ~600 (the fused pool: 0.68-0.75 ms -> 0.47-0.50 for both steps); [1,160,160,16] -> 96
-#: 1490 -> 1260; fixed blocks of 1024 pixels lost 5-8% where Cout is small (96 -> 24).
-MEAN_ROWS = 1024
-MEAN_BLOCK_FLOATS = 1 << 18
-
-
-def mean_rows(cout: int) -> int:
-    """Pixels per block of ``pointwise_blocks`` and ``BlockMean`` for ``cout`` output channels."""
-    return max(MEAN_ROWS, MEAN_BLOCK_FLOATS // max(cout, 1) // SUM_ROWS * SUM_ROWS)
-
-
-def pointwise_blocks(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32,
-                     bias_act: Callable[..., Any]) -> np.ndarray:
-    """A plain 1x1 float32 CONV_2D (``conv.plain_pointwise``) of C-contiguous NHWC ``x``: per
-    image, blocks of ``mean_rows`` pixels, one BLAS product each written into the output and
-    ``bias_act_f32`` over it while in cache. ``BlockMean`` makes the very same products."""
-    n, h, w, c = x.shape
-    cout, pixels = weights.shape[1], h * w
-    xf = x.reshape(n, pixels, c)
-    out = np.empty((n, pixels, cout), dtype=np.float32)
-    rows = mean_rows(cout)
-    for b in range(n):
-        for p0 in range(0, pixels, rows):
-            dst = out[b, p0 : p0 + rows]
-            np.matmul(xf[b, p0 : p0 + rows], weights, out=dst)
-            bias_act(dst, bias, lo, hi)
-    return out.reshape(n, h, w, cout)
-
-
-class BlockMean:
-    """The means over each image's pixels of float32 NHWC values, sums in float64 over blocks
-    of ``mean_rows`` pixels by ``bias_act_sum_f32``, then the pool's activation: a global
-    AVERAGE_POOL_2D (``parts`` None: the block is the input's), or a plain 1x1 CONV_2D
-    (``parts``: ``conv.pointwise_parts``) and that pool as one step (``execution._fuse_pool``),
-    where the block is the product ``pointwise_blocks`` makes, written to a scratch block that
-    stays in L2 and summed there with the convolution's bias and activation, never stored. Both
-    add the convolution's very float32 values in the same order, so the fused step gives bit
-    for bit the two steps' result (the unfused pool sums ``x + 0``: the same values)."""
-
-    __slots__ = ("_act", "_bias", "_hi", "_lo", "_pool_hi", "_pool_lo", "_weights")
-
-    def __init__(self, parts: tuple[np.ndarray, np.ndarray, np.float32, np.float32] | None,
-                 act_sum: Callable[..., Any], pool_bounds: tuple[np.float32, np.float32]) -> None:
-        self._weights = parts[0] if parts is not None else None
-        self._bias = parts[1] if parts is not None else None
-        self._lo, self._hi = (parts[2], parts[3]) if parts is not None else (np.float32(1), np.float32(0))
-        self._act = act_sum
-        self._pool_lo, self._pool_hi = pool_bounds
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """``x`` float32 NHWC [N, H, W, C] (H*W > 0): the pooled [N, 1, 1, Cout]."""
-        n, h, w, c = x.shape
-        pixels = h * w
-        weights = self._weights
-        cout = weights.shape[1] if weights is not None else c
-        bias = self._bias if self._bias is not None else np.zeros(c, dtype=np.float32)
-        xf = np.ascontiguousarray(x).reshape(n, pixels, c)
-        rows = mean_rows(cout)
-        buf = _scratch(min(pixels, rows) * cout) if weights is not None else None
-        acc = np.empty(cout, dtype=np.float64)
-        out = np.empty((n, cout), dtype=np.float32)
-        for b in range(n):
-            acc[:] = 0.0
-            for p0 in range(0, pixels, rows):
-                block = xf[b, p0 : p0 + rows]
-                if weights is not None and buf is not None:
-                    product = buf[: block.shape[0] * cout].reshape(block.shape[0], cout)
-                    np.matmul(block, weights, out=product)
-                    block = product
-                self._act(block, bias, self._lo, self._hi, acc)
-            np.divide(acc, pixels, out=out[b], casting="same_kind")
-        if self._pool_lo <= self._pool_hi:
-            np.clip(out, self._pool_lo, self._pool_hi, out=out)
-        return out.reshape(n, 1, 1, cout)

@@ -38,7 +38,7 @@ Runtime):
 * A 1x1 CONV_2D whose only reader is a global AVERAGE_POOL_2D (``execution._fuse_pool``): the
   same bias and activation per block of BLAS's product, summed per channel instead of stored
   (``bias_act_sum_f32``), so the convolution's output is never written to memory; a global
-  AVERAGE_POOL_2D alone makes the same sums (``_jit_conv.BlockMean``), so both agree bit for bit.
+  AVERAGE_POOL_2D alone makes the same sums (``_jit_pointwise.BlockMean``), so both agree bit for bit.
 * MAX_POOL_2D is the same pixel loop taking maxima instead of products (numpy: one pass per
   window row and column over strided views; 3x slower). Maxima are exact: identical results.
   AVERAGE_POOL_2D (not global) has its own one-pass loop adding in numpy's order: identical.

@@ -20,7 +20,7 @@ block of output rows at a time so the accumulator stays in cache, fused activati
 With numba (``nnrt.ops._jit``), float32 DEPTHWISE_CONV_2D runs a compiled loop of
 ``_jit_float`` instead, chosen and compiled once at preparation (``compiled_depthwise``), a
 float32 1x1 CONV_2D adds its bias and fused activation in one compiled pass per block of
-pixels (``_jit_conv.pointwise_blocks``), and a float32 KxK
+pixels (``_jit_pointwise.pointwise_blocks``), and a float32 KxK
 CONV_2D builds its im2col rows with a compiled loop in blocks that stay in L2, one BLAS product
 per block (``_jit_conv.Im2colConv``: 1.2-2.5x faster on the real models' shapes).
 """
@@ -55,6 +55,7 @@ from nnrt.ops._conv_core import (
     live_taps,
     padded,
 )
+from nnrt.ops._epilogue import Epilogue, accept_epilogue
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_conv import (
     IM2COL_ROWS_F32,
@@ -62,10 +63,10 @@ from nnrt.ops._jit_conv import (
     Im2colConv,
     im2col_rows_f32,
     planes_rows_f32,
-    pointwise_blocks,
     winograd,
 )
 from nnrt.ops._jit_float import BIAS_ACT_F32, bias_act_f32
+from nnrt.ops._jit_pointwise import pointwise_blocks
 from nnrt.ops._jit_quant import conv_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
@@ -415,9 +416,10 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     wino = winograd(w_live, const_b, trimmed[3] if trimmed else g0, fused) if mat0 is not None else None
     pointwise = plain_pointwise(mat0[0], const_w, g0, shape0) if fused is not None and mat0 is not None else None
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any, epilogue: Epilogue | None = None
+            ) -> np.ndarray:
         if pointwise is not None and fused is not None and x.shape == shape0 and x.flags.c_contiguous:
-            return pointwise_blocks(x, *pointwise, fused)
+            return pointwise_blocks(x, *pointwise, fused, epilogue)
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
@@ -428,23 +430,28 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             if trimmed is not None and g is g0:
                 wmat, kh, kw, g = trimmed
             if fused is not None and not g.nchw and kh == kw == 1:  # bias + activation in one pass
-                lo, hi = activation_bounds(g.act)
-                return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi))[0]
+                lo, hi, then = *activation_bounds(g.act), epilogue
+                return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi) if then is None
+                                 else then.with_bias(o, row, lo, hi, 0, fused))[0]
             if wino is not None and x.shape == shape0 and wino.takes(xin):  # Winograd F(2x2, 3x3) (_jit_conv)
-                res = wino(xin, g, *activation_bounds(g.act))
+                res = wino(xin, g, *activation_bounds(g.act), epilogue)
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
             if blocked is not None and kh * kw > 1:  # compiled im2col in blocks (_jit_conv)
-                res = blocked(xin, wmat, kh, kw, g, *activation_bounds(g.act))
+                res = blocked(xin, wmat, kh, kw, g, *activation_bounds(g.act), epilogue)
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
             out, in_layout = conv_nhwc(xin, wmat, kh, kw, g, g.nchw)
-            return finish_output(call, out, g, in_layout)
+            res = finish_output(call, out, g, in_layout)
+            return res if epilogue is None else epilogue.after(np.ascontiguousarray(res))
         xc = (from_nchw(x) if g.nchw else x).astype(wmat.dtype)
         if zero:
             xc -= wmat.dtype.type(zero)
         sums = conv_nhwc(xc, wmat, kh, kw, g)[0]
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
-    return compiled_or(call, sig, types, False, checked, run)
+    kern = compiled_or(call, sig, types, False, checked, run)
+    if kern is run and call.outputs[0].type is T.TENSOR_FLOAT32 and nchw_const is False:
+        accept_epilogue(run)  # NHWC float32: its rows are the output pixels (``_epilogue``)
+    return kern
 
 
 def _checked_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> Geometry:

@@ -12,7 +12,7 @@ KH+KW passes instead of KH*KW. With numba, float32 MAX_POOL_2D runs a compiled l
 (``_jit_float.window_pixels_f32`` taking maxima: one pass, activation included, identical), and
 so does a float32 AVERAGE_POOL_2D (``average_pool_f32``: numpy's order of additions, identical
 values up to the sign of a zero sum; a global one sums in float64 over blocks of pixels,
-``_jit_conv.BlockMean``, as a 1x1 CONV_2D fused into it does: 0.12 ms on [1,112,112,64], the
+``_jit_pointwise.BlockMean``, as a 1x1 CONV_2D fused into it does: 0.12 ms on [1,112,112,64], the
 numpy path's BLAS gemv 0.10-0.12, with the fused step bit for bit the unfused plan).
 """
 
@@ -39,7 +39,6 @@ from nnrt.ops._common import (
     to_real,
 )
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_conv import BlockMean
 from nnrt.ops._jit_float import (
     AVERAGE_POOL_F32,
     BIAS_ACT_SUM_F32,
@@ -48,6 +47,7 @@ from nnrt.ops._jit_float import (
     bias_act_sum_f32,
     window_pixels_f32,
 )
+from nnrt.ops._jit_pointwise import BlockMean
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op

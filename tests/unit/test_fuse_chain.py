@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nnrt
+import nnrt.execution._fuse as fuse_module
 import nnrt.execution._plan as plan_module
 from nnrt import Model, zoo
 from nnrt import OperandType as T
@@ -90,6 +91,7 @@ def test_paddle_hardswish_chain_is_one_step_with_the_same_bits(device: nnrt.CpuD
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     assert shape[1] * shape[2] * 8 >= MIN_ELEMENTS
     assert shape[1] * shape[2] * 8 % BLOCK != 0 or shape[2] < 100  # the last shape spans blocks, one partly filled
+    monkeypatch.setattr(fuse_module, "fold_epilogues", lambda model, steps, *rest: steps)  # the chain alone
     steps = _compare(device, _paddle_hardswish(shape), [_values(tuple(shape))], 2, monkeypatch)
     assert steps[1].label.count(" + ") == 7 and steps[1].type is Op.MUL
 
@@ -111,6 +113,7 @@ def test_a_long_chain_is_cut_every_max_links(device: nnrt.CpuDevice, monkeypatch
 def test_a_value_read_outside_ends_the_chain(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
     # d (after the DIV) is also a model output: the chain stops there, the affine after it is another chain.
     shape = (1, 26, 27, 3)
+    monkeypatch.setattr(fuse_module, "fold_epilogues", lambda model, steps, *rest: steps)  # the chain alone
     steps = _compare(device, _paddle_hardswish(list(shape), also_output=True), [_values(shape)], 3, monkeypatch)
     assert "(DIV)" in steps[1].label and steps[1].label.endswith("(DIV)")
 
@@ -167,6 +170,8 @@ def test_every_link_kind_keeps_its_operand_order(device: nnrt.CpuDevice, monkeyp
 
 
 def test_hard_swish_after_a_conv_runs_in_its_buffer(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fuse_module, "fold_epilogues", lambda model, steps, *rest: steps)  # the chain alone
+
     def build(hw: int, twice: bool = False) -> Callable[[], Model]:
         def make() -> Model:
             g = Graph()
@@ -233,6 +238,7 @@ def test_hardswish_reading_the_conv_twice(device: nnrt.CpuDevice, hw: int, monke
     """ppocr cls's hardswish right after a conv, x * relu6(x + 3) / 6 reading the conv's result
     twice: in its buffer (a block's input kept aside) beyond one block, a new array within one."""
     assert (hw * hw * 8 > BLOCK) == (hw > 90)
+    monkeypatch.setattr(fuse_module, "fold_epilogues", lambda model, steps, *rest: steps)  # the chain alone
 
     def build() -> Model:
         g = Graph()
@@ -303,6 +309,7 @@ def test_paddle_chain_with_and_without_compiled_kernels(device: nnrt.CpuDevice, 
     from nnrt.ops import _jit
 
     monkeypatch.setenv("NNRT_JIT", jit)
+    monkeypatch.setattr(fuse_module, "fold_epilogues", lambda model, steps, *rest: steps)  # the chain alone
     _jit.reset_for_tests()
     try:
         steps = _compare(device, _paddle_hardswish([1, 40, 41, 3]), [_values((1, 40, 41, 3))], 2, monkeypatch)

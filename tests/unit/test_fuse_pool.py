@@ -1,5 +1,5 @@
 """A plain 1x1 CONV_2D read only by a global AVERAGE_POOL_2D, computed by the pool's step
-(``nnrt/execution/_fuse_pool.py``, ``_jit_conv.BlockMean``, ``_jit_float.bias_act_sum_f32``):
+(``nnrt/execution/_fuse_pool.py``, ``_jit_pointwise.BlockMean``, ``_jit_float.bias_act_sum_f32``):
 the fused plan keeps one step per operation (the convolution's hands its input on) and gives
 bit for bit the unfused plan's results (the same model with the convolution's output also a
 model output, which nothing fuses), within 1e-6 of a float64 numpy reference, on edge shapes
@@ -22,8 +22,8 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.execution._plan import compile_plan
 from nnrt.ops import _jit
-from nnrt.ops._jit_conv import MEAN_ROWS
 from nnrt.ops._jit_float import SUM_ROWS, bias_act_sum_f32
+from nnrt.ops._jit_pointwise import MEAN_ROWS
 
 numba = pytest.importorskip("numba")
 

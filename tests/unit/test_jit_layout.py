@@ -207,7 +207,7 @@ def test_average_pool_identical(device: nnrt.CpuDevice, monkeypatch: pytest.Monk
                                 act: int) -> None:
     """Padding on some sides, windows over padding only, strides above the window, NCHW, NaN
     and infinities: numpy's additions in numpy's order, so the same values. A global window
-    sums in float64 instead (``_jit_conv.BlockMean``, what a 1x1 CONV_2D fused into it adds):
+    sums in float64 instead (``_jit_pointwise.BlockMean``, what a 1x1 CONV_2D fused into it adds):
     numpy's float32 BLAS product within an ulp or two, NaN and inf in the same places."""
     x = _with_specials((np.random.default_rng(sum(shape)).standard_normal(shape) * 4).astype(np.float32))
     x.reshape(-1)[-2] = np.nan
