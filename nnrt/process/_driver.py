@@ -60,6 +60,9 @@ class RemoteDriver:
         self.wire = wire
         self.options = options
         self.cost_ns = 0.0
+        #: The model's recent time on the service's device (seconds, a moving average): whether
+        #: the app polls for a reply, and how long (``ServiceProcess._reply_window``).
+        self.device_s = 0.0
         self.handle = 0
         self.service: ServiceProcess | None = None
         self.arena = device._arena
@@ -76,14 +79,20 @@ class RemoteDriver:
     async def reprepare(self, service: ServiceProcess) -> None:
         """Prepare the model on ``service`` (the first time)."""
         self.handle, self.cost_ns = await service.call("prepare", self.app, self.wire, self.options)
+        self.device_s = self.cost_ns * 1e-9
         self.service = service
         self._forms.clear()  # they carry the handle
 
     def reprepare_sync(self, service: ServiceProcess) -> None:
         """Prepare the model again on a new ``service`` (after a restart; blocking)."""
         self.handle, self.cost_ns = service.call_sync("prepare", self.app, self.wire, self.options)
+        self.device_s = self.cost_ns * 1e-9
         self.service = service
         self._forms.clear()  # they carry the handle
+
+    def _took(self, device_ns: int) -> None:
+        """A reply came from the rings after ``device_ns`` on the device (``device_s``)."""
+        self.device_s += 0.25 * (device_ns * 1e-9 - self.device_s)
 
     def release(self) -> None:
         service = self.service
@@ -210,9 +219,10 @@ class RemoteDriver:
             packet = self._packet(service, values, ctx, app)
             if packet is not None:
                 rid, write, expect, blocks = packet
-                sent, reply = service.ring_call_sync(rid, write, expect)
+                sent, reply = service.ring_call_sync(rid, write, expect, self.device_s)
                 if sent:
                     ring_outputs, ring_ns = reply
+                    self._took(ring_ns)
                     return _finish(gen, ctx, ring_outputs, ring_ns, staged)
                 self._free(blocks)
                 blocks = []
@@ -232,13 +242,14 @@ class RemoteDriver:
             packet = self._packet(service, values, ctx, app)
             if packet is not None:
                 rid, write, expect, blocks = packet
-                fut = service.ring_call(rid, write, expect)
+                fut = service.ring_call(rid, write, expect, self.device_s)
                 if fut is not None:
                     try:
                         ring_outputs, ring_ns = await fut
                     except asyncio.CancelledError:
                         service.ring_cancelled(rid)
                         raise
+                    self._took(ring_ns)
                     return _finish(gen, ctx, ring_outputs, ring_ns, staged)
                 self._free(blocks)
                 blocks = []
