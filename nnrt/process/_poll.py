@@ -19,11 +19,12 @@ missed, its score fell and both sides settled into sleeping. Hence the **joint p
   it says so *before* it rings: the request ring's *polling* word is set, its result ring's
   *sleeping* word cleared (a service that answers while the app is still in its doorbell's
   system call must not ring back);
-* the service (``next_request_window``, in ``nnrt.process._service``) polls for the next request
-  only for an app that polls and was awake when its result was published, for a window fitted
-  to the app's observed gap between a reply and its next request; never while its own
-  executions run on worker threads (they need the interpreter lock); then it sleeps on its
-  doorbell (an idle device burns no CPU);
+* the service (``RequestPoller``, in ``nnrt.process._service``) polls for the next request
+  when the app was awake as its result was published (it polls for its replies, or its loop
+  handles results and refills the ring after them), for a window fitted to the app's observed
+  gap, learnt apart for the two; never for an app asleep (it sends nothing before it woke up),
+  never while its own executions run on worker threads (they need the interpreter lock); then
+  it sleeps on its doorbell (an idle device burns no CPU);
 * both keep polling only while it pays (``Poller``'s score, its CPU-share rule: on a machine
   whose cores are taken, spinners share a core with their peer and polling only makes it later).
 
@@ -38,7 +39,7 @@ from collections.abc import Callable
 
 from nnrt.process._fmq import STRONGLY_ORDERED
 
-__all__ = ["Poller", "ReplyPoller", "next_request_window"]
+__all__ = ["Poller", "ReplyPoller", "RequestPoller"]
 
 
 class Poller:
@@ -156,26 +157,17 @@ class Poller:
             self.expected = extra if self.expected is None else self.expected + self.LEARN * (extra - self.expected)
 
 
-class ReplyPoller:
-    """The app's side of the joint policy (module docstring): whether to poll for the reply to
-    the request just sent, and how long; two ``Poller``s, for a service that was awake when the
-    request went (it answers after its work) and for one that had to be woken (~45 us more)."""
+class _Kinds:
+    """One ``Poller`` per kind of wait (``pollers[kind]``): each learns its own wait and score."""
+
+    KINDS = 2
 
     def __init__(self, window: float, *, clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.thread_time) -> None:
-        self.pollers = (Poller(window, clock=clock, cpu_clock=cpu_clock),
-                        Poller(window, clock=clock, cpu_clock=cpu_clock))
+        self.pollers = tuple(Poller(window, clock=clock, cpu_clock=cpu_clock) for _ in range(self.KINDS))
 
-    def should(self, alone: bool, service_awake: bool, base: float) -> float:
-        """Seconds to poll for the reply (0.0: sleep on the doorbell): only for the one request
-        outstanding in this process (``alone``), expected ``base`` seconds of device work."""
-        return self.pollers[service_awake].should(service_awake, base) if alone else 0.0
-
-    def wait(self, ready: Callable[[], bool], window: float, service_awake: bool, base: float,
-             since: float) -> bool:
-        """Poll ``ready`` for up to ``window`` seconds after the request was sent (``since``),
-        and learn from it; True when it answered in time."""
-        poller = self.pollers[service_awake]
+    def _wait(self, kind: int, ready: Callable[[], bool], window: float, since: float | None, base: float) -> bool:
+        poller = self.pollers[kind]
         waited = poller.spin(ready, window, since)
         poller.record(waited, base)
         return waited >= 0
@@ -189,14 +181,44 @@ class ReplyPoller:
         return sum(p.hits for p in self.pollers)
 
 
-def next_request_window(poller: Poller, *, app_polls: bool, app_awake: bool, busy: bool) -> float:
-    """The service's side of the joint policy (module docstring): seconds to poll for the app's
-    next request after publishing its results (0.0: sleep on the doorbell at once). Only for an
-    app that polls for its replies (``app_polls``: the request ring's *polling* word) and was
-    awake when its result was published (``app_awake``): its next request follows after its own
-    work, no wake-up in between; the window is fitted to that gap as observed. Never while the
-    service's executions run on worker threads (``busy``: they need the interpreter lock), nor
-    for an app that sleeps: with several requests in flight the cores are the services'."""
-    if busy or not app_polls or not app_awake:
-        return 0.0
-    return poller.should(True)
+class ReplyPoller(_Kinds):
+    """The app's side of the joint policy (module docstring): whether to poll for the reply to
+    the request just sent, and how long; two ``Poller``s, for a service that was awake when the
+    request went (it answers after its work) and for one that had to be woken (~45 us more)."""
+
+    def should(self, alone: bool, service_awake: bool, base: float) -> float:
+        """Seconds to poll for the reply (0.0: sleep on the doorbell): only for the one request
+        outstanding in this process (``alone``), expected ``base`` seconds of device work."""
+        return self.pollers[service_awake].should(service_awake, base) if alone else 0.0
+
+    def wait(self, ready: Callable[[], bool], window: float, service_awake: bool, base: float,
+             since: float) -> bool:
+        """Poll ``ready`` for up to ``window`` seconds after the request was sent (``since``),
+        and learn from it; True when it answered in time."""
+        return self._wait(service_awake, ready, window, since, base)
+
+
+class RequestPoller(_Kinds):
+    """The service's side of the joint policy (module docstring): whether to poll for the app's
+    next request after publishing its results, and how long; one ``Poller`` per kind of app
+    (``kind``): 2, one that polls for its replies (the request ring's *polling* word: its next
+    request follows after its own work, no wake-up in between); 1, one merely awake (its loop
+    was handling results, and refills the ring after them: several requests in flight); 0, one
+    asleep (its refill comes after its wake-up: polled for only while that pays)."""
+
+    KINDS = 3
+
+    @staticmethod
+    def kind(app_polls: bool, app_awake: bool) -> int:
+        return 2 if app_polls and app_awake else int(app_awake)
+
+    def should(self, kind: int, *, busy: bool) -> float:
+        """Seconds to poll for the next request (0.0: sleep on the doorbell at once); never while
+        the service's executions run on worker threads (``busy``: they need the interpreter
+        lock); the window is fitted to the gap observed for this kind of app."""
+        return 0.0 if busy else self.pollers[kind].should(kind > 0)
+
+    def wait(self, ready: Callable[[], bool], window: float, kind: int, since: float | None) -> bool:
+        """Poll ``ready`` for up to ``window`` seconds after the results were published
+        (``since``), and learn from it; True when the request came in time."""
+        return self._wait(kind, ready, window, since, 0.0)

@@ -68,7 +68,7 @@ from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
 from nnrt.process._fmq import Channel
-from nnrt.process._poll import Poller, next_request_window
+from nnrt.process._poll import RequestPoller
 from nnrt.process._pools import Pools
 from nnrt.process._transport import (
     FormCache,
@@ -123,7 +123,7 @@ class _Service:
         self.device = device
         self.test_hooks = test_hooks
         self.channel = None if ring is None else Channel(*ring[:4])
-        self.poller = Poller(ring[4] * 1e-6 if ring is not None else 0.0)
+        self.poller = RequestPoller(ring[4] * 1e-6 if ring is not None else 0.0)
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
         self.forms = FormCache()
         self.fast_results = 0  # results written in place through a result form
@@ -286,24 +286,20 @@ class _Service:
                     ring.advance()
                 continue
             self._flush(ch)  # before polling: the app waits for these
-            window = self._next_window(ch, ring)
-            if window:
-                waited = self.poller.spin(ring.readable, window, self._published or None)
-                self.poller.record(waited)
-                if waited >= 0:
-                    continue
+            kind = self._app_kind(ch, ring.producer_polling)
+            window = self.poller.should(kind, busy=bool(self.tasks))
+            if window and self.poller.wait(ring.readable, window, kind, self._published or None):
+                continue
             if not ring.set_sleeping(True):
                 return
             ring.set_sleeping(False)
 
-    def _next_window(self, ch: Channel, ring: Any) -> float:
-        """How long to poll for the app's next request (0: sleep on the doorbell at once):
-        ``_poll.next_request_window``, for an app that polls for its replies and was awake when
-        its last result was published (or is now)."""
+    def _app_kind(self, ch: Channel, app_polls: bool) -> int:
+        """What the app does as this service looks for its next request (``_poll.RequestPoller``):
+        it polls for its replies, or was awake when its last result was published (or is now)."""
         awake = self._app_awake or not ch.results.consumer_sleeping
         self._app_awake = False
-        return next_request_window(self.poller, app_polls=ring.producer_polling, app_awake=awake,
-                                   busy=bool(self.tasks))
+        return self.poller.kind(app_polls, awake)
 
     def _serve_packet(self, pkt: memoryview) -> None:
         rid = packet_id(pkt)

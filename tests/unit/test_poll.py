@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from nnrt.process._fmq import STRONGLY_ORDERED
-from nnrt.process._poll import Poller, ReplyPoller, next_request_window
+from nnrt.process._poll import Poller, ReplyPoller, RequestPoller
 
 pytestmark = pytest.mark.skipif(not STRONGLY_ORDERED, reason="weakly ordered CPUs never poll (tested below)")
 
@@ -143,43 +143,54 @@ def test_the_app_polls_only_for_its_one_request_and_learns_per_service_state() -
     assert (app.polls, app.hits) == (7, 1)
 
 
-def test_the_service_polls_only_for_an_app_that_polls() -> None:
-    poller, _ = make()
-    assert next_request_window(poller, app_polls=True, app_awake=True, busy=False) == Poller.MAX_WINDOW
-    assert next_request_window(poller, app_polls=False, app_awake=True, busy=False) == 0.0
-    assert next_request_window(poller, app_polls=True, app_awake=False, busy=False) == 0.0
-    assert next_request_window(poller, app_polls=True, app_awake=True, busy=True) == 0.0
+def test_the_service_learns_per_kind_of_app() -> None:
+    clock = FakeClock()
+    service = RequestPoller(50 * US, clock=clock, cpu_clock=clock.cpu(1.0))
+    for p in service.pollers:
+        p.yield_ = lambda: None
+    polling, awake, asleep = (service.kind(True, True), service.kind(False, True), service.kind(False, False))
+    assert (polling, awake, asleep) == (2, 1, 0) and service.kind(True, False) == asleep
+    assert all(service.should(k, busy=False) == Poller.MAX_WINDOW for k in (polling, awake, asleep))
+    assert service.should(polling, busy=True) == 0.0  # executions on worker threads need the GIL
+    for _ in range(3):  # an app asleep sends its next request only after its wake-up: stop for it ...
+        assert not service.wait(lambda: False, 100 * US, asleep, clock())
+    assert service.should(asleep, busy=False) == 0.0
+    assert service.should(awake, busy=False) > 0  # ... not for the others
+    for _ in range(3):
+        assert not service.wait(lambda: False, 100 * US, awake, clock())
+    assert service.should(awake, busy=False) > 0  # an awake app: down to AWAKE_SCORE
+    assert service.wait(arrives(clock, 20 * US), 200 * US, polling, clock())
+    assert service.should(polling, busy=False) == 50 * US  # 2 x ~20 us, at least the configured window
+    assert (service.polls, service.hits) == (7, 1)
 
 
 def simulate(share: float, calls: int = 300) -> list[tuple[bool, bool]]:
     """One app and one service exchanging one-ADD requests, on fake clocks: each side works
-    15 us per call, a sleeping side takes 45 us more to wake; a spinner runs ``share`` of the
-    time. Per call: (the app polled and caught the reply, the service caught the next request)."""
+    15 us per call, a sleeping side takes 45 us more to wake. A spinner runs ``share`` of the
+    time: 1.0, each side has a core; less, they share one, and the peer works only while the
+    spinner does not run (its work takes 1 / (1 - share) longer). Per call: (the app caught the
+    reply polling, the service caught the next request polling)."""
     clock = FakeClock(0.5 * US)
     cpu = clock.cpu(share)
     app = ReplyPoller(50 * US, clock=clock, cpu_clock=cpu)
-    service = Poller(50 * US, clock=clock, cpu_clock=cpu)
-    for p in (*app.pollers, service):
+    service = RequestPoller(50 * US, clock=clock, cpu_clock=cpu)
+    for p in (*app.pollers, *service.pollers):
         p.yield_ = lambda: None
-    work, wake, base = 15 * US, 45 * US, 5 * US
+    work = 15 * US / (1.0 - share if share < 1 else 1.0)
+    wake, base = 45 * US, 5 * US
     service_awake = False
     out = []
     for _ in range(calls):
         sent = clock.now
         window = app.should(True, service_awake, base)
-        reply = work + (0.0 if service_awake else wake)
-        caught = window > 0 and app.wait(arrives(clock, reply - (clock.now - sent)), window, service_awake, base, sent)
-        clock.now = max(clock.now, sent + reply + (0.0 if caught else wake))
-        published = sent + reply
-        window = next_request_window(service, app_polls=window > 0, app_awake=caught, busy=False)
-        gap = clock.now - published + work  # the app's wake-up (if it slept) and its work
-        if window:
-            waited = service.spin(arrives(clock, published + gap - clock.now), window, published)
-            service.record(waited)
-            service_awake = waited >= 0
-        else:
-            service_awake = False
-        clock.now = max(clock.now, published + gap)
+        published = sent + work + (0.0 if service_awake else wake)
+        caught = window > 0 and app.wait(lambda: clock.now >= published, window, service_awake, base, sent)
+        clock.now = published  # the service's side, from the moment it published the result
+        kind = service.kind(window > 0, caught)
+        window = service.should(kind, busy=False)
+        arrival = published + (0.0 if caught else wake) + work  # the app's wake-up (if it slept), its work
+        service_awake = bool(window) and service.wait(lambda: clock.now >= arrival, window, kind, published)
+        clock.now = max(clock.now, arrival)
         out.append((caught, service_awake))
     return out
 
