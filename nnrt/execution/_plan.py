@@ -132,6 +132,21 @@ class Plan:
     #: Fast-path executions to go before the next one is measured (``observe_fast``).
     fast_countdown: int = 0
     _step_share: float = -1.0
+    #: The plan's one step when it is a kernel from the plan's inputs (in their order, then
+    #: constants: ``whole_tail``) to its outputs, in their order (a model compiled into one
+    #: program, ``_compiled_plan``, or a one-operation model): the interpreter then calls it on
+    #: the request's arguments, without slots (``run_plan``).
+    whole: Step | None = field(init=False, default=None)
+    #: The constant values (or None, omitted) ``whole`` reads after the plan's inputs.
+    whole_tail: list[Any] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.steps) == 1:
+            step, n = self.steps[0], len(self.inputs)
+            if (step.kind == KERNEL and step.fn is not None and step.ins[:n] == self.inputs
+                    and not set(step.ins[n:]) & set(self.inputs) and step.outs == self.outputs):
+                self.whole = step
+                self.whole_tail = [self.template[i] for i in step.ins[n:]]
 
     @property
     def cost(self) -> CostModel:

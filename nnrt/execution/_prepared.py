@@ -1,7 +1,9 @@
 """``PreparedModel``: a compiled model bound to a device; executions are coroutines on it.
 
 A prepared model is made by ``Device.prepare_model`` (no public constructor). It validates
-each request against the model (count, dtype, rank, fixed dimensions: INVALID_ARGUMENT),
+each request against the model (count, dtype, rank, fixed dimensions: INVALID_ARGUMENT; a
+request of plain arrays of the exact dtypes and dimensions in one pass, any other input by
+input in ``nnrt.execution._request``),
 refuses a deadline already passed (MISSED_DEADLINE_PERSISTENT, no compute spent), runs the
 plan through its device's ``Driver`` and turns the plan's outputs into an
 ``ExecutionResult``: outputs written into caller arrays when given, actual output shapes,
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import operator
 from collections.abc import Callable, Coroutine, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,7 +35,7 @@ from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlin
 from nnrt.execution._fenced import execute_fenced
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
 from nnrt.execution._plan import Plan
-from nnrt.execution._request import ResolvedOutputs, check_omitted, is_pool_arg, request_args, resolve_request
+from nnrt.execution._request import ResolvedOutputs, check_request, is_pool_arg
 from nnrt.model import Model, Operand
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Partition, Priority, Timing
 
@@ -113,6 +116,10 @@ def resolve_loop_timeout(loop_timeout: float | None) -> float:
     return min(float(loop_timeout), MAX_LOOP_TIMEOUT_S)
 
 
+#: What the common request's check reads of each input (``PreparedModel._validate_request``).
+_SIGNATURE = operator.attrgetter("__class__", "dtype", "shape")
+
+
 class _InputSpec:
     __slots__ = ("dims", "dtype", "k", "operand", "scalar")
 
@@ -144,6 +151,11 @@ class PreparedModel:
         self.priority = priority
         self.app = app
         self._inputs = [_InputSpec(k, model.operands[i]) for k, i in enumerate(model.input_indexes)]
+        # Per input, what ``_SIGNATURE`` reads of an array of exactly its operand's dtype and
+        # dimensions; None when some input is not a tensor of known dimensions: then every
+        # request takes ``_validate_request``'s checks one by one.
+        exact = [(np.ndarray, s.dtype, s.dims) for s in self._inputs if not s.scalar and s.operand.fully_specified]
+        self._exact_inputs = exact if len(exact) == len(self._inputs) else None
         self._outputs = [model.operands[i] for i in model.output_indexes]
         # The OutputShape of an output whose result has exactly the model's dimensions (shared:
         # OutputShape is immutable), so the common case allocates none.
@@ -393,61 +405,29 @@ class PreparedModel:
     def _validate_request(
         self, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None
     ) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
-        specs = self._inputs
-        if type(inputs) is not list and type(inputs) is not tuple:
-            inputs = request_args(inputs, "inputs")
-        if outputs is not None and type(outputs) is not list and type(outputs) is not tuple:
-            outputs = request_args(outputs, "outputs")
-        if isinstance(inputs, np.ndarray) or len(inputs) != len(specs):
-            n = 1 if isinstance(inputs, np.ndarray) else len(inputs)
-            raise InvalidArgumentError(f"the model has {len(specs)} inputs, the request gives {n}")
-        args: list[Any] = []
-        for spec, x in zip(specs, inputs):
-            if x is None:
-                check_omitted(self, spec.k, spec.operand)
-                args.append(None)
-                continue
-            if not isinstance(x, np.ndarray) or x.dtype != spec.dtype:
-                if is_pool_arg(x):  # a memory location or device buffer: nnrt.execution._request
-                    return resolve_request(self, inputs, outputs)
-                x = self._coerce_input(spec, x)
-            if spec.scalar:
-                if x.size != 1:
-                    raise InvalidArgumentError(f"input {spec.k} ({spec.operand.label}) is a scalar; got shape {x.shape}")
-                args.append(x.reshape(()).item())
-                continue
-            dims = spec.dims
-            if dims and x.shape != dims:
-                shape = x.shape
-                if len(shape) != len(dims):
-                    raise InvalidArgumentError(
-                        f"input {spec.k} ({spec.operand.label}) has rank {len(shape)}; the model says {len(dims)} {list(dims)}"
-                    )
-                for d, s in zip(dims, shape):
-                    if d and d != s:
-                        raise InvalidArgumentError(
-                            f"input {spec.k} ({spec.operand.label}) has shape {list(shape)}; the model says {list(dims)}"
-                        )
-            args.append(x)
-        if outputs is not None and not self._validate_outputs(outputs):
-            return resolve_request(self, inputs, outputs)
-        return args, outputs
+        exact = self._exact_inputs
+        if exact is not None and (type(inputs) is list or type(inputs) is tuple):
+            # The common request: plain arrays of exactly each operand's dtype and dimensions,
+            # read in one pass (``map`` of an attrgetter: 0.9 us for seven inputs where the loop
+            # below takes 1.3) and compared with what preparation worked out. Anything else (a
+            # subclass, an equal dtype, a pool view, a wrong shape) takes the checks below,
+            # which name the input.
+            try:
+                same = list(map(_SIGNATURE, inputs)) == exact
+            except AttributeError:  # not an array: checked below
+                same = False
+            if same:
+                if outputs is None:
+                    return list(inputs), None
+                if (type(outputs) is list or type(outputs) is tuple) and self._validate_outputs(outputs):
+                    return list(inputs), outputs
+        return self._check_request(inputs, outputs)
 
-    @staticmethod
-    def _coerce_input(spec: _InputSpec, x: Any) -> np.ndarray:
-        where = f"input {spec.k} ({spec.operand.label})"
-        if isinstance(x, np.ndarray):
-            raise InvalidArgumentError(f"{where} has dtype {x.dtype}; the model's {spec.operand.type.name} needs {spec.dtype}")
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"{where}: {type(x).__name__} is not an array") from None
-        if arr.dtype == object or (arr.dtype.kind == "f" and spec.dtype.kind in "iub") or arr.dtype.kind not in "biuf":
-            raise InvalidArgumentError(f"{where}: values of kind {arr.dtype} cannot be {spec.operand.type.name}")
-        converted = arr.astype(spec.dtype)
-        if arr.dtype.kind in "iu" and spec.dtype.kind in "iu" and not np.array_equal(converted, arr):
-            raise InvalidArgumentError(f"{where}: values do not fit in {spec.dtype}")
-        return converted
+    def _check_request(
+        self, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None
+    ) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
+        """``_validate_request`` input by input (``nnrt.execution._request.check_request``)."""
+        return check_request(self, inputs, outputs)
 
     def _validate_outputs(self, outputs: Sequence[np.ndarray | None]) -> bool:
         """Check output arrays; False when one is a memory location or device buffer."""

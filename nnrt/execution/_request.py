@@ -18,8 +18,10 @@ an array and the request is validated again, now all arrays:
   (``ResolvedOutputs.commit``, called by ``_finish``); a result of the wrong shape is
   GENERAL_FAILURE.
 
-It also holds the type checks of the request's containers that the fast path leaves to the
-rare case (``request_args``: ``inputs``/``outputs`` that are not a list or tuple) and the rule
+It also holds the input-by-input checks of a request the one-pass check does not take
+(``check_request``: conversions of lists and scalars, each rejection naming its input), the type
+checks of the request's containers (``request_args``: ``inputs``/``outputs`` that are not a list
+or tuple) and the rule
 for ``None`` arguments (``check_omitted``): a model input may be omitted only where every
 operation reading it takes that input as optional; otherwise the request is INVALID_ARGUMENT,
 before any kernel sees it.
@@ -43,9 +45,9 @@ from nnrt.ops import OpCall, prepare_function
 from nnrt.types import OperandLifeTime, OperationType, OutputShape
 
 if TYPE_CHECKING:
-    from nnrt.execution._prepared import PreparedModel
+    from nnrt.execution._prepared import PreparedModel, _InputSpec
 
-__all__ = ["ResolvedOutputs", "check_omitted", "is_pool_arg", "request_args", "resolve_request"]
+__all__ = ["ResolvedOutputs", "check_omitted", "check_request", "is_pool_arg", "request_args", "resolve_request"]
 
 
 def request_args(values: Any, what: str) -> Any:
@@ -268,3 +270,65 @@ def _location_view(loc: MemoryLocation, op: Operand, where: str, *, output: bool
         raise InvalidArgumentError(f"{where}: the memory is read-only")
     view = raw.view(dtype)
     return view if dims is None else view.reshape(dims)
+
+
+def check_request(
+    prepared: PreparedModel, inputs: Sequence[Any], outputs: Sequence[np.ndarray | None] | None
+) -> tuple[list[Any], Sequence[np.ndarray | None] | None]:
+    """``PreparedModel._validate_request`` input by input, for a request its one-pass check does
+    not take: conversions, omitted inputs, pool views, and each rejection's error naming its
+    input."""
+    specs = prepared._inputs
+    if type(inputs) is not list and type(inputs) is not tuple:
+        inputs = request_args(inputs, "inputs")
+    if outputs is not None and type(outputs) is not list and type(outputs) is not tuple:
+        outputs = request_args(outputs, "outputs")
+    if isinstance(inputs, np.ndarray) or len(inputs) != len(specs):
+        n = 1 if isinstance(inputs, np.ndarray) else len(inputs)
+        raise InvalidArgumentError(f"the model has {len(specs)} inputs, the request gives {n}")
+    args: list[Any] = []
+    for spec, x in zip(specs, inputs):
+        if x is None:
+            check_omitted(prepared, spec.k, spec.operand)
+            args.append(None)
+            continue
+        if not isinstance(x, np.ndarray) or x.dtype != spec.dtype:
+            if is_pool_arg(x):  # a memory location or device buffer: nnrt.execution._request
+                return resolve_request(prepared, inputs, outputs)
+            x = _coerce_input(spec, x)
+        if spec.scalar:
+            if x.size != 1:
+                raise InvalidArgumentError(f"input {spec.k} ({spec.operand.label}) is a scalar; got shape {x.shape}")
+            args.append(x.reshape(()).item())
+            continue
+        dims = spec.dims
+        if dims and x.shape != dims:
+            shape = x.shape
+            if len(shape) != len(dims):
+                raise InvalidArgumentError(
+                    f"input {spec.k} ({spec.operand.label}) has rank {len(shape)}; the model says {len(dims)} {list(dims)}"
+                )
+            for d, s in zip(dims, shape):
+                if d and d != s:
+                    raise InvalidArgumentError(
+                        f"input {spec.k} ({spec.operand.label}) has shape {list(shape)}; the model says {list(dims)}"
+                    )
+        args.append(x)
+    if outputs is not None and not prepared._validate_outputs(outputs):
+        return resolve_request(prepared, inputs, outputs)
+    return args, outputs
+
+def _coerce_input(spec: _InputSpec, x: Any) -> np.ndarray:
+    where = f"input {spec.k} ({spec.operand.label})"
+    if isinstance(x, np.ndarray):
+        raise InvalidArgumentError(f"{where} has dtype {x.dtype}; the model's {spec.operand.type.name} needs {spec.dtype}")
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{where}: {type(x).__name__} is not an array") from None
+    if arr.dtype == object or (arr.dtype.kind == "f" and spec.dtype.kind in "iub") or arr.dtype.kind not in "biuf":
+        raise InvalidArgumentError(f"{where}: values of kind {arr.dtype} cannot be {spec.operand.type.name}")
+    converted = arr.astype(spec.dtype)
+    if arr.dtype.kind in "iu" and spec.dtype.kind in "iu" and not np.array_equal(converted, arr):
+        raise InvalidArgumentError(f"{where}: values do not fit in {spec.dtype}")
+    return converted

@@ -108,6 +108,37 @@ def test_conv_and_depthwise_bit_identical(device: nnrt.CpuDevice, g: dict[str, A
     _same(fast, slow, [x])
 
 
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize(("c", "cout", "hw", "k", "stride", "dil", "pads", "depthwise"), [
+    (37, 20, (7, 5), (3, 3), 2, 1, (1, 1, 1, 1), False),  # K = 333: ten blocks of 32 and a tail, taps off the input
+    (60, 60, (3, 1), (1, 1), 1, 1, (0, 0, 0, 0), False),  # the streaming 1x1 layers, three pixels
+    (40, 30, (11, 1), (5, 1), 3, 1, (0, 0, 0, 0), False),  # the streaming first layer on a longer input
+    (33, 33, (6, 5), (3, 3), 1, 2, (2, 2, 2, 2), True),  # depthwise, dilated, padded
+    (60, 60, (23, 1), (21, 1), 1, 1, (0, 0, 0, 0), True),  # the streaming depthwise layer, three pixels
+])
+def test_streaming_channel_counts_bit_identical(device: nnrt.CpuDevice, c: int, cout: int, hw: tuple[int, int],
+                                               k: tuple[int, int], stride: int, dil: int, pads: tuple[int, ...],
+                                               depthwise: bool, signed: bool) -> None:
+    """The channel counts of the streaming models (30-60, and odd ones), where the core's dot
+    products run over several blocks of 32 and a zero-padded tail, with taps off the input."""
+    rng = np.random.default_rng(c * 100 + cout)
+    t = T.TENSOR_QUANT8_ASYMM_SIGNED if signed else T.TENSOR_QUANT8_ASYMM
+    lo, hi = (-128, 127) if signed else (0, 255)
+    g = {"n": 1, "h": hw[0], "w": hw[1], "kh": k[0], "kw": k[1], "sh": stride, "sw": stride, "dh": dil, "dw": dil,
+         "pads": pads, "nchw": False, "act": 1}
+    wshape = (1, *k, cout) if depthwise else (cout, *k, c)
+    wq = rng.integers(lo, hi + 1, wshape).astype(t.dtype)
+    bias = rng.integers(-20000, 20000, cout).astype(np.int32)
+    op = Op.DEPTHWISE_CONV_2D if depthwise else Op.CONV_2D
+    m = _quant_model(op, t, _in_dims(g, c), (0.1, int(rng.integers(lo, hi + 1))), wq, None,
+                     (0.01, int(rng.integers(lo, hi + 1))), bias, _scalars(g, cout // c if depthwise else None),
+                     (0.5, int(rng.integers(lo, hi + 1))))
+    fast, slow = _prepare_both(device, m)
+    assert _compiled_steps(fast) == 1 and _compiled_steps(slow) == 0
+    for _ in range(3):
+        _same(fast, slow, [rng.integers(lo, hi + 1, (1, *hw, c)).astype(t.dtype)])
+
+
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 4), k=st.integers(1, 70), units=st.integers(1, 9), act=st.integers(0, 3),
        signed=st.booleans(), seed=st.integers(0, 2**16))
@@ -415,6 +446,6 @@ def test_cores_compile_at_preparation_once_for_every_type() -> None:
             device.prepare_model_sync(conv)
         core = compiled(_jit_quant._conv_q_into)
         assert core is not None
-        assert [str(sig[0]) for sig in core.signatures] == ["array(uint8, 4d, C)"]  # type: ignore[attr-defined]
+        assert [str(sig[0]) for sig in core.signatures] == ["array(uint8, 1d, C)"]  # type: ignore[attr-defined]
     finally:
         device.close()
