@@ -68,6 +68,11 @@ def ort_add() -> Any:
 
 
 def ort_block(model: nnrt.Model) -> Any:
+    """An ORT session (one thread) of ``ort_block_model``."""
+    return ort_session(ort_block_model(model))
+
+
+def ort_block_model(model: nnrt.Model) -> Any:
     """The zoo's MobileNet-style block in ONNX (NCHW), with the very same weights."""
     ops = model.operands
     convs = [o for o in model.operations if o.type.name in ("CONV_2D", "DEPTHWISE_CONV_2D")]
@@ -96,7 +101,7 @@ def ort_block(model: nnrt.Model) -> Any:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1000])
     graph = helper.make_graph(nodes, "block", [x], [y], initializer=inits)
-    return ort_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def line(name: str, value: float, unit: str = "us") -> None:

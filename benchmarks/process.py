@@ -5,18 +5,26 @@ in one run:
     service over the socket (``ring_bytes=0``: the transport before the rings), interleaved,
     with the CPU time per call of this process and of the service (polling included; targets on
     an idle machine: p50 <= 40 us, p99 <= 200 us);
-(b) what an input's size costs: a MEAN over a [1, n] float32 input (the output is [1, 1], so
-    only the input's transport differs), 1 KB and 1 MB, passed as a location in a shared
-    ``Memory`` (sent by name) and as a plain array (pickled over the socket at 1 KB, copied
-    into the device's shared arena at 1 MB); the service's
-    overhead over in-process execution of the same request, and the 1 MB / 1 KB ratio of that
-    overhead for shared memory; then the same with a SLICE of the input's first element (output
-    [1, 1]), whose compute does not grow with n, so only the input's size differs (target on
-    that one: <= 1, i.e. the size costs nothing: with MEAN the 1 MB request also computes
-    ~0.2 ms longer, long enough for both sides to stop polling and pay a wake-up each);
+(b) what an input's size costs: a SLICE of a [1, n] float32 input's first element (output
+    [1, 1]: compute that does not grow with n, so only the input's size differs), 1 KB and
+    1 MB, passed as a location in a shared ``Memory`` (sent by name), in a ``Memory.from_file``
+    pool (by its key) and as a plain array (inline in the ring packet at 1 KB, copied into the
+    device's shared arena at 1 MB); the service's overhead over in-process execution of the
+    same request and its 1 MB / 1 KB ratio (target for shared memory: <= 1, the size costs
+    nothing), and the CPU per call of the app and the service on a service that never polls
+    (``poll_us=0``: the transport's work, robust to the machine's load; with the same
+    target), also running every request as a task (``inline_limit_ns=0``); then a MEAN over
+    the input, on the default service and on one that polls for ``LONG_POLL_US``: the 1 MB
+    MEAN computes ~0.2 ms, longer than the default 50 us poll window, so both sides stop
+    polling and pay a wake-up each (compute time, not size: no target; the long-poll service
+    keeps polling on an idle machine);
 (b2) what an output's size costs: [1, 1] + a [1, n] constant (so only the output's transport
-    differs), 1 KB and 1 MB, the output in a shared ``Memory`` location (written in place by
-    the service), in a caller's array, and allocated; the service's overhead over in-process;
+    differs), 1 KB and 1 MB, the output in a shared ``Memory`` and in a writable file
+    ``Memory`` (written in place by the service), in a caller's array, and allocated; the
+    service's overhead over in-process, on the default and the long-poll service (no target:
+    the 1 MB ADD computes ~0.1 ms, so the default service's 1 MB figure includes two
+    wake-ups, and a process that waited between requests computes it ~20 us slower than the
+    in-process side's back-to-back runs: colder caches);
 (c) a GIL-bound model (a chain of 200, then 2000, [1, 16] ADDs: Python overhead per
     operation), 8 executions in flight: throughput on two services (two ``ProcessDevice``s,
     requests alternating; on the rings, and over the socket as before them) against one
@@ -34,6 +42,7 @@ Run: python benchmarks/process.py [--quick]
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
@@ -83,44 +92,30 @@ def eventfd_writes(dev: nnrt.ProcessDevice) -> tuple[int, int]:
     return service.channel.request_bell.rung, int(dev._test_call("_rings")[3])
 
 
-def slice_model(n: int) -> Model:
-    """The first element of a [1, n] input: a compute that does not grow with n."""
-    m = Model(f"slice_{n}")
-    x = m.add_operand(T.TENSOR_FLOAT32, [1, n])
-    begin = m.add_operand(T.TENSOR_INT32, [2])
-    size = m.add_operand(T.TENSOR_INT32, [2])
-    y = m.add_operand(T.TENSOR_FLOAT32, [1, 1])
-    m.set_operand_value(begin, np.array([0, 0], np.int32))
-    m.set_operand_value(size, np.array([1, 1], np.int32))
-    m.add_operation(Op.SLICE, [x, begin, size], [y])
-    m.identify_inputs_and_outputs([x], [y])
-    m.finish()
-    return m
-
-
 def percentiles(samples: list[float]) -> tuple[float, float]:
     s = sorted(samples)
     return s[len(s) // 2], s[min(len(s) - 1, int(len(s) * 0.99))]
 
 
-async def latencies(prepared: nnrt.PreparedModel, inputs: list[object], number: int) -> list[float]:
+async def latencies(prepared: nnrt.PreparedModel, inputs: list[object], number: int,
+                    outputs: list[object] | None = None) -> list[float]:
     out = []
     for _ in range(number):
         t = time.perf_counter()
-        await prepared.execute(inputs)
+        await prepared.execute(inputs, outputs)  # type: ignore[arg-type]
         out.append((time.perf_counter() - t) * 1e6)
     return out
 
 
 async def interleaved(a: nnrt.PreparedModel, b: nnrt.PreparedModel, inputs: list[object], number: int,
-                      rounds: int) -> tuple[list[float], list[float]]:
+                      rounds: int, outputs: list[object] | None = None) -> tuple[list[float], list[float]]:
     la: list[float] = []
     lb: list[float] = []
-    await a.execute(inputs)
-    await b.execute(inputs)
+    await a.execute(inputs, outputs)  # type: ignore[arg-type]
+    await b.execute(inputs, outputs)  # type: ignore[arg-type]
     for _ in range(rounds):
-        la += await latencies(a, inputs, number)
-        lb += await latencies(b, inputs, number)
+        la += await latencies(a, inputs, number, outputs)
+        lb += await latencies(b, inputs, number, outputs)
     return la, lb
 
 
@@ -165,78 +160,117 @@ async def round_trip(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
           / percentiles(samples["through the service (rings)"])[0])
 
 
-async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
-    for title, build, target in (("MEAN over [1, n]", mean_model, None),
-                                 ("SLICE of [1, n]'s first element", slice_model, 1.0)):
-        await input_size_of(cpu, proc, title, build, target)
+#: The poll window of the second service (b) and (b2) measure on: long enough for both sides to
+#: keep polling through a 1 MB MEAN or ADD (0.1-0.2 ms of compute) on an idle machine, without
+#: the wake-ups a compute longer than the default window costs.
+LONG_POLL_US = 2000.0
+LONG = f" (poll {LONG_POLL_US:.0f} us)"
+SIZES = (("1 KB", 256), ("1 MB", 262_144))
+#: A case: (inputs, outputs) of an execution, per size.
+Cases = dict[str, dict[str, tuple[list[object], list[object] | None]]]
 
 
-async def input_size_of(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice, title: str,
-                        build: Callable[[int], Model], target: float | None) -> None:
-    print(f"(b) input size: {title} float32, output [1, 1]")
+async def size_costs(cpu: nnrt.CpuDevice, devices: dict[str, nnrt.ProcessDevice], build: Callable[[int], Model],
+                     cases: Cases, target: float | None) -> None:
+    """The service's overhead over in-process execution of each case at 1 KB and 1 MB, on each
+    service (``devices``: tag -> device; the long-poll one measures the shared Memory cases
+    only), all of it interleaved round by round (drift in the machine's load hits every figure
+    alike); then the 1 MB / 1 KB ratios, ``target`` on the default service's shared Memory one."""
     number, rounds = (100, 3) if QUICK else (300, 5)
-    overhead: dict[str, float] = {}
-    for label, n in (("1 KB", 256), ("1 MB", 262_144)):
+    preps = {}
+    for label, n in SIZES:
         model = build(n)
-        local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
-        x = np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)
-        with Memory.from_shared_memory(size=x.nbytes) as mem:
+        preps[label] = (await cpu.prepare_model(model), {tag: await d.prepare_model(model) for tag, d in devices.items()})
+    samples: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for label, _n in SIZES:
+            local, remotes = preps[label]
+            for case, (inputs, outputs) in cases[label].items():
+                samples.setdefault(f"{label} in-process {case}", []).extend(await latencies(local, inputs, number, outputs))
+                for tag, remote in remotes.items():
+                    if tag and "shared Memory" not in case:
+                        continue
+                    samples.setdefault(f"{label} {case}{tag}", []).extend(await latencies(remote, inputs, number, outputs))
+    overhead: dict[str, float] = {}
+    for key, values in samples.items():
+        label, rest = key[:4], key[5:]
+        if rest.startswith("in-process"):
+            continue
+        case = next(c for c in cases[label] if rest.startswith(c))
+        overhead[key] = statistics.median(values) - statistics.median(samples[f"{label} in-process {case}"])
+        report(f"{label}: service overhead, {rest}", overhead[key])
+    for key in [k[5:] for k in overhead if k.startswith("1 KB") and "array" not in k and "allocated" not in k]:
+        goal = target if "shared Memory" in key and LONG not in key else None
+        ratio(f"{key} overhead 1 MB / 1 KB", overhead[f"1 MB {key}"] / max(overhead[f"1 KB {key}"], 1e-9), goal)
+
+
+async def input_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
+    with (nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp,
+          contextlib.ExitStack() as pools):
+        cases: Cases = {}
+        for label, n in SIZES:
+            x = np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)
+            path = os.path.join(tmp, f"x{n}.bin")
+            x.tofile(path)
+            mem = pools.enter_context(Memory.from_shared_memory(size=x.nbytes))
             mem.buffer.view(np.float32)[:] = x.reshape(-1)
-            loc = MemoryLocation(mem, 0, x.nbytes)
-            la, lb = await interleaved(local, remote, [loc], number, rounds)
-            _, lc = await interleaved(local, remote, [x], number, rounds)
-        base, shared, plain = statistics.median(la), statistics.median(lb), statistics.median(lc)
-        report(f"{label}: in-process (shared Memory input) median", base)
-        report(f"{label}: service, shared Memory input (by name) median", shared)
-        report(f"{label}: service, plain array input median", plain)
-        overhead[label] = shared - base
-        report(f"{label}: service overhead, shared Memory input", shared - base)
-        report(f"{label}: service overhead, plain array input", plain - base)
-    ratio("shared Memory overhead 1 MB / 1 KB", overhead["1 MB"] / max(overhead["1 KB"], 1e-9), target)
+            fmem = pools.enter_context(Memory.from_file(path))
+            cases[label] = {"shared Memory input": ([MemoryLocation(mem, 0, x.nbytes)], None),
+                            "file Memory input": ([MemoryLocation(fmem, 0, x.nbytes)], None),
+                            "plain array input": ([x], None)}
+        print("(b) input size: SLICE of [1, n]'s first element float32, output [1, 1]")
+        await size_costs(cpu, {"": proc}, zoo.first_element, cases, 1.0)
+        await size_cpu(zoo.first_element, cases)
+        print("(b) input size: MEAN over [1, n] float32, output [1, 1]")
+        await size_costs(cpu, {"": proc, LONG: polling}, mean_model, cases, None)
 
 
-def broadcast_model(n: int) -> Model:
-    """[1, 1] + a [1, n] constant: a tiny input, an output of n floats."""
-    m = Model(f"broadcast_{n}")
-    x = m.add_operand(T.TENSOR_FLOAT32, [1, 1])
-    c = m.add_operand(T.TENSOR_FLOAT32, [1, n])
-    act = m.add_operand(T.INT32)
-    y = m.add_operand(T.TENSOR_FLOAT32, [1, n])
-    m.set_operand_value(c, np.arange(n, dtype=np.float32).reshape(1, n))
-    m.set_operand_value(act, 0)
-    m.add_operation(Op.ADD, [x, c, act], [y])
-    m.identify_inputs_and_outputs([x], [y])
-    m.finish()
-    return m
+async def size_cpu(build: Callable[[int], Model], cases: Cases) -> None:
+    """CPU per call of this process and of the service, 1 KB and 1 MB interleaved, on a service
+    that never polls (``poll_us=0``: no spinning counts, each side pays a wake-up at every
+    size): the transport's work, whatever the machine's load does to wall time; on the same
+    service running every request as a task (``inline_limit_ns=0``: the service's other path)."""
+    number, rounds = (100, 3) if QUICK else (300, 5)
+    inputs = ("shared Memory input", "file Memory input")
+    with nnrt.ProcessDevice("no-poll", poll_us=0) as dev, nnrt.ProcessDevice("no-poll-task", poll_us=0,
+                                                                           inline_limit_ns=0) as task:
+        devices = {"": dev, ", run as a task": task}
+        preps = {(tag, label): await d.prepare_model(build(n)) for tag, d in devices.items() for label, n in SIZES}
+        cpu_us: dict[str, list[float]] = {}
+        for _ in range(rounds):
+            for (tag, label), prepared in preps.items():
+                for case in inputs:
+                    values, outputs = cases[label][case]
+                    await latencies(prepared, values, 10, outputs)
+                    s, c = service_cpu_ns(devices[tag]), time.process_time_ns()
+                    await latencies(prepared, values, number, outputs)
+                    spent = time.process_time_ns() - c + service_cpu_ns(devices[tag]) - s
+                    cpu_us.setdefault(f"{label} {case}{tag}", []).append(spent / number / 1e3)
+    for key, values in cpu_us.items():
+        report(f"{key[:4]}: app + service CPU per call (poll_us=0), {key[5:]}", statistics.median(values))
+    for tag in devices:
+        for case in inputs:
+            ratio(f"{case}{tag}: app + service CPU (poll_us=0) 1 MB / 1 KB",
+                  statistics.median(cpu_us[f"1 MB {case}{tag}"]) / statistics.median(cpu_us[f"1 KB {case}{tag}"]),
+                  1.0 if "shared" in case else None)
 
 
 async def output_size(cpu: nnrt.CpuDevice, proc: nnrt.ProcessDevice) -> None:
     print("(b2) output size: [1, 1] + a [1, n] constant, output [1, n] float32")
-    number, rounds = (100, 3) if QUICK else (300, 5)
-    overhead: dict[str, float] = {}
     x = np.ones((1, 1), np.float32)
-    for label, n in (("1 KB", 256), ("1 MB", 262_144)):
-        model = broadcast_model(n)
-        local, remote = await cpu.prepare_model(model), await proc.prepare_model(model)
-        with Memory.from_shared_memory(size=4 * n) as mem:
-            cases: dict[str, list[object] | None] = {
-                "shared Memory output (in place)": [MemoryLocation(mem, 0, 4 * n)],
-                "caller's array output": [np.zeros((1, n), np.float32)],
-                "no output buffer (result allocated)": None,
-            }
-            for case, outs in cases.items():
-                la, lb = [], []
-                for _ in range(rounds):
-                    for samples, target in ((la, local), (lb, remote)):
-                        for _ in range(number):
-                            t = time.perf_counter()
-                            await target.execute([x], outs)  # type: ignore[arg-type]
-                            samples.append((time.perf_counter() - t) * 1e6)
-                over = statistics.median(lb) - statistics.median(la)
-                report(f"{label}: service overhead, {case}", over)
-                overhead[f"{label} {case}"] = over
-    ratio("shared Memory output overhead 1 MB / 1 KB", overhead["1 MB shared Memory output (in place)"]
-          / max(overhead["1 KB shared Memory output (in place)"], 1e-9), 1.0)
+    with (nnrt.ProcessDevice("long-poll", poll_us=LONG_POLL_US) as polling, tempfile.TemporaryDirectory() as tmp,
+          contextlib.ExitStack() as pools):
+        cases: Cases = {}
+        for label, n in SIZES:
+            path = os.path.join(tmp, f"y{n}.bin")
+            np.zeros(n, np.float32).tofile(path)
+            mem = pools.enter_context(Memory.from_shared_memory(size=4 * n))
+            fmem = pools.enter_context(Memory.from_file(path, writable=True))
+            cases[label] = {"shared Memory output (in place)": ([x], [MemoryLocation(mem, 0, 4 * n)]),
+                            "file Memory output (in place)": ([x], [MemoryLocation(fmem, 0, 4 * n)]),
+                            "caller's array output": ([x], [np.zeros((1, n), np.float32)]),
+                            "no output buffer (result allocated)": ([x], None)}
+        await size_costs(cpu, {"": proc, LONG: polling}, zoo.broadcast_add, cases, None)
 
 
 async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:

@@ -9,7 +9,10 @@ hand" teaches). Used by ``nnrt demo``, the examples and the benchmarks (and scen
 * ``mobilenet_block()``: CONV_2D 3x3/2 to 32 channels on 1x224x224x3, DEPTHWISE_CONV_2D 3x3,
   CONV_2D 1x1 to 64 channels (RELU6 fused everywhere), AVERAGE_POOL_2D to 1x1, then
   FULLY_CONNECTED to 1000;
-* ``small_cnn()``: the same shape of network on a 1x32x32x3 image with 10 classes.
+* ``small_cnn()``: the same shape of network on a 1x32x32x3 image with 10 classes;
+* ``first_element(n)``: SLICE of a [1, n] input's first element (compute that does not grow
+  with n: what an input's size costs a transport), and ``broadcast_add(n)``: [1, 1] plus a
+  [1, n] constant (a tiny input, an output of n floats).
 
 Weights are random with a fixed seed. ``example_inputs(model)`` makes matching inputs.
 """
@@ -25,7 +28,8 @@ from nnrt.types import FuseCode, PaddingCode
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__ = ["NAMES", "add_chain", "build", "example_inputs", "mlp", "mobilenet_block", "one_add", "small_cnn"]
+__all__ = ["NAMES", "add_chain", "broadcast_add", "build", "example_inputs", "first_element", "mlp", "mobilenet_block", "one_add",
+           "small_cnn"]
 
 
 class _Zoo(ModelBuilder):
@@ -69,6 +73,20 @@ def add_chain(n: int = 50, width: int = 16) -> Model:
     for _ in range(n):
         cur = b.op(Op.ADD, cur, c, act, out=[1, width])
     return b.finish(outputs=[cur])
+
+
+def first_element(n: int) -> Model:
+    b = _Zoo(f"first_element_{n}")
+    x = b.input(T.TENSOR_FLOAT32, [1, n])
+    begin, size = b.constant(np.array([0, 0], np.int32)), b.constant(np.array([1, 1], np.int32))
+    return b.finish(outputs=[b.op(Op.SLICE, x, begin, size, out=[1, 1])])
+
+
+def broadcast_add(n: int) -> Model:
+    b = _Zoo(f"broadcast_add_{n}")
+    x = b.input(T.TENSOR_FLOAT32, [1, 1])
+    c = b.constant(np.arange(n, dtype=np.float32).reshape(1, n))
+    return b.finish(outputs=[b.op(Op.ADD, x, c, FuseCode.NONE, out=[1, n])])
 
 
 def mlp(batch: int = 1, sizes: Sequence[int] = (784, 256, 256, 10)) -> Model:

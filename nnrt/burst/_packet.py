@@ -32,8 +32,10 @@ Binary form (the shared-memory rings of a ``ProcessDevice``, ``nnrt.process._fmq
 int64 datums, then bytes. A request is ``[id, handle, app_bytes, n_pools, *pool_name_bytes,
 *flat request]``, the app's name and the pools' names (UTF-8), padding to 8 bytes, then a data
 section: a location whose slot is ``INLINE_SLOT`` names bytes of that section (offset from its
-start); slot ``k >= 0`` names the k-th pool (a shared-memory segment, by name). Output
-locations are ``INLINE_SLOT``: the result carries the outputs. A result is ``[id,
+start); slot ``k >= 0`` names the k-th pool (by name: a shared-memory segment, or a
+mapped file spelled out, ``nnrt.process._pools.ring_name``). An output location is
+``INLINE_SLOT`` (the result carries its bytes) or in a pool (the service writes it there; the
+result carries its shape alone). A result is ``[id,
 message_bytes, *flat result]``, the message, padding, then each output's bytes padded to 8
 (its dtype is the model's). ``unpack_request`` checks every count and length against the
 packet's size (``MalformedPacketError`` otherwise); ``packet_id`` reads the id alone, so a

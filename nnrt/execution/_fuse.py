@@ -16,7 +16,9 @@ nothing else, so writing into it is invisible.
   fresh single-reader temporary of the other operand's shape writes into that operand (on
   outputs of 4096 elements or more: below that an allocation is cheaper than the checks).
 
-First, ``fold_pads`` (``_fuse_pad``) merges a zero PAD into the convolution reading it, and
+First, ``fold_pads`` (``_fuse_pad``) merges a zero PAD into the convolution reading it,
+``fuse_global_pools`` (``_fuse_pool``) has the global average pool reading a 1x1 convolution
+compute both (the convolution's step hands its input on), and
 ``fuse_chains`` (``_fuse_chain``) runs chains of elementwise float32 operations (decomposed
 hardswish / hard-sigmoid, affine, HARD_SWISH after a convolution) as one blocked step; the
 rewrites below apply to what remains; then ``view_steps`` (``_views``) makes RESHAPE, SQUEEZE
@@ -42,6 +44,7 @@ import numpy as np
 
 from nnrt.execution._fuse_chain import BLOCK, fuse_chains
 from nnrt.execution._fuse_pad import fold_pads
+from nnrt.execution._fuse_pool import fuse_global_pools
 from nnrt.execution._views import view_steps
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops._common import ACT_NONE, apply_activation
@@ -135,6 +138,7 @@ def fuse_steps(model: Model, steps: list[Step], fetcher: Fetcher,
         return step
 
     steps = fold_pads(model, steps, operands, new)
+    steps = fuse_global_pools(model, steps, operands, new)
     steps, chains = fuse_chains(model, steps, operands, new, lambda p: p.type in _FRESH)
     steps = view_steps(model, steps, operands, new)
     ops = model.operands

@@ -19,7 +19,8 @@ and accumulates one tiled weight row per tap (clipped at the borders, so no padd
 block of output rows at a time so the accumulator stays in cache, fused activation included.
 With numba (``nnrt.ops._jit``), float32 DEPTHWISE_CONV_2D runs a compiled loop of
 ``_jit_float`` instead, chosen and compiled once at preparation (``compiled_depthwise``), a
-float32 1x1 CONV_2D adds its bias and fused activation in one compiled pass, and a float32 KxK
+float32 1x1 CONV_2D adds its bias and fused activation in one compiled pass per block of
+pixels (``_jit_conv.pointwise_blocks``), and a float32 KxK
 CONV_2D builds its im2col rows with a compiled loop in blocks that stay in L2, one BLAS product
 per block (``_jit_conv.Im2colConv``: 1.2-2.5x faster on the real models' shapes).
 """
@@ -61,6 +62,7 @@ from nnrt.ops._jit_conv import (
     Im2colConv,
     im2col_rows_f32,
     planes_rows_f32,
+    pointwise_blocks,
     winograd,
 )
 from nnrt.ops._jit_float import BIAS_ACT_F32, bias_act_f32
@@ -80,6 +82,7 @@ __all__ = [
     "empty_output",
     "finish_output",
     "geometry",
+    "pointwise_parts",
     "real_bias",
     "real_filter",
 ]
@@ -397,11 +400,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     blocked = Im2colConv(im2col_fn, fused, planes_fn) if fused is not None and im2col_fn is not None else None
 
     def checked(args: tuple[Any, ...]) -> Geometry:
-        g, cin = run_geometry(call, sig, args)
-        w, b = args[1], args[2]
-        if w.shape[3] != cin or b.shape != (w.shape[0],):
-            call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
-        return g
+        return _checked_geometry(call, sig, args)
 
     shape0, g0 = static_geometry(call, checked)
     # Constant float filter and geometry: drop the filter rows and columns that only ever read
@@ -418,9 +417,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
         if pointwise is not None and fused is not None and x.shape == shape0 and x.flags.c_contiguous:
-            pw: np.ndarray = np.matmul(x.reshape(-1, x.shape[3]), pointwise[0])
-            fused(pw, *pointwise[1:])
-            return pw.reshape(*x.shape[:3], pw.shape[1])
+            return pointwise_blocks(x, *pointwise, fused)
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
@@ -448,6 +445,37 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         return finish_output(call, np.multiply(sums, scales, dtype=np.float64), g)
 
     return compiled_or(call, sig, types, False, checked, run)
+
+
+def _checked_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> Geometry:
+    """A CONV_2D run's geometry, its filter and bias checked against the input's channels."""
+    g, cin = run_geometry(call, sig, args)
+    w, b = args[1], args[2]
+    if w.shape[3] != cin or b.shape != (w.shape[0],):
+        call.fail(f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels")
+    return g
+
+
+def pointwise_parts(call: OpCall) -> tuple[np.ndarray, np.ndarray, np.float32, np.float32] | None:
+    """For a float32 CONV_2D whose every run ``prepare_conv2d`` makes one product plus the bias
+    pass (``plain_pointwise``: constant 1x1 filter and bias, known input shape, no stride or
+    padding, NHWC): its weights [Cin, Cout], bias and activation bounds; else None. For a plan
+    fusion that takes the product over itself (``execution._fuse_pool``)."""
+    if call.type is not Op.CONV_2D or call.outputs[0].type is not T.TENSOR_FLOAT32:
+        return None
+    if call.inputs[0].type is not T.TENSOR_FLOAT32:
+        return None
+    try:
+        sig = conv_signature(call, 3, extra=False, layout_required=False, dilation=True)
+        types = check_conv_types(call, 0)
+    except NnrtError:
+        return None
+    w, b = call.const(1), call.const(2)
+    if w is None or b is None or w.ndim != 4:
+        return None
+    shape, g = static_geometry(call, lambda args: _checked_geometry(call, sig, args))
+    wmat = _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
+    return plain_pointwise(wmat, w, g, shape)
 
 
 def plain_pointwise(wmat: np.ndarray, w: np.ndarray, g: Geometry | None, shape: tuple[int, ...] | None

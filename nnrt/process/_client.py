@@ -71,8 +71,8 @@ from nnrt._log import get_logger
 from nnrt.burst._packet import MalformedPacketError, packet_id
 from nnrt.errors import DeadObjectError, GeneralFailureError, NnrtError
 from nnrt.process._fmq import Channel, Ring
+from nnrt.process._forms import Expect, read_result
 from nnrt.process._poll import ReplyPoller
-from nnrt.process._transport import Expect, read_result
 from nnrt.process._wire import encode_frame, error_from, recv_frame, send_frame, write_frame
 
 __all__ = ["ServiceProcess"]

@@ -16,6 +16,12 @@ and each use checks it:
 * the file must still hold the mapped range (``fstat`` before each use): a file truncated
   since is GENERAL_FAILURE too, not a SIGBUS in the service. (A truncation *during* an
   execution can still fault the service, which is then a death: DEAD_OBJECT.)
+
+On the rings (``nnrt.process._transport``) a request names its pools by strings: a segment by
+its name, a file pool by its ``FileKey`` spelled out (``ring_name``: a NUL, which no segment
+name holds, then the key's fields and the path). The service maps such a name as that file,
+with the same checks, and keeps the mapping under the name: a request of a known form finds it
+with one dictionary look-up and one ``fstat``, whatever the pool's size.
 """
 
 from __future__ import annotations
@@ -33,14 +39,46 @@ from nnrt.errors import GeneralFailureError
 from nnrt.memory import Memory
 from nnrt.memory._memory import FileKey
 
-__all__ = ["MAX_POOLS", "Pools"]
+__all__ = ["MAX_POOLS", "Pools", "ring_name"]
 
 #: The service keeps at most this many pools mapped (least recently used go first).
 MAX_POOLS = 64
+#: How a file pool's name on the rings starts (no shared-memory segment's name holds a NUL).
+_FILE = "\0file:"
+#: The longest pool name a ring packet carries (``nnrt.burst._packet``'s bound).
+_MAX_NAME = 4096
+
+
+def ring_name(key: str | FileKey) -> str | None:
+    """A pool's name in a ring packet: a segment's own name, or a file pool's ``FileKey``
+    spelled out; None when it cannot be spelled (a path that is not UTF-8, or too long: the
+    request takes the socket, where the key crosses pickled)."""
+    if isinstance(key, str):
+        return key
+    name = f"{_FILE}{int(key.writable)}:{key.start}:{key.length}:{key.dev}:{key.ino}:{key.path}"
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        return None
+    return name if size <= _MAX_NAME else None
+
+
+def _file_key(name: str, where: str) -> FileKey:
+    """The ``FileKey`` a ring name spells (``ring_name``); GENERAL_FAILURE when it spells none."""
+    fields = name[len(_FILE):].split(":", 5)
+    try:
+        writable, start, length, dev, ino = (int(f) for f in fields[:5])
+        path = fields[5]
+    except (ValueError, IndexError):
+        raise GeneralFailureError(f"{where}: malformed file pool name {name[1:]!r:.200}") from None
+    if writable not in (0, 1) or start < 0 or length <= 0 or not os.path.isabs(path):
+        raise GeneralFailureError(f"{where}: malformed file pool name {name[1:]!r:.200}")
+    return FileKey(path, start, length, bool(writable), dev, ino)
 
 
 class _FilePool:
     def __init__(self, key: FileKey, where: str) -> None:
+        self.key = key
         try:  # O_NONBLOCK: a FIFO at that path must not block the service (refused below)
             fd = os.open(key.path, (os.O_RDWR if key.writable else os.O_RDONLY) | os.O_NONBLOCK)
         except (OSError, ValueError) as err:
@@ -64,8 +102,8 @@ class _FilePool:
             os.close(fd)  # the mapping keeps its own descriptor (``mmap.size`` fstats it)
         self.buffer = np.frombuffer(self.map, np.uint8)
 
-    def check(self, key: FileKey, where: str) -> None:
-        self._check(self.map.size(), key, where)
+    def check(self, where: str) -> None:
+        self._check(self.map.size(), self.key, where)
 
     @staticmethod
     def _check(size: int, key: FileKey, where: str) -> None:
@@ -86,6 +124,8 @@ class Pools:
 
     def __init__(self) -> None:
         self._open: collections.OrderedDict[Any, Memory | _FilePool] = collections.OrderedDict()
+        #: Pools mapped so far (a pool stays mapped between requests: tests check it is mapped once).
+        self.mapped = 0
 
     def attach(self, key: str | FileKey, where: str) -> np.ndarray:
         """The pool's bytes (a flat uint8 array), mapped on first use; GENERAL_FAILURE naming
@@ -94,6 +134,8 @@ class Pools:
         if pool is None:
             if type(key) is FileKey:
                 pool = _FilePool(key, where)
+            elif type(key) is str and key.startswith(_FILE):
+                pool = _FilePool(_file_key(key, where), where)
             elif type(key) is str:
                 try:
                     pool = Memory.from_shared_memory(key)
@@ -101,13 +143,14 @@ class Pools:
                     raise GeneralFailureError(f"{where}: the service cannot map shared memory {key!r}: {err}") from None
             else:
                 raise GeneralFailureError(f"{where}: {type(key).__name__} names no memory pool")
+            self.mapped += 1
             self._open[key] = pool
             while len(self._open) > MAX_POOLS:
                 self._open.popitem(last=False)[1].close()
         else:
             self._open.move_to_end(key)
             if type(pool) is _FilePool:
-                pool.check(key, where)  # type: ignore[arg-type]
+                pool.check(where)
         return pool.buffer
 
     def __len__(self) -> int:

@@ -20,7 +20,8 @@ on one asyncio event loop, reading frames as the socket becomes readable:
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
 * ``_hang`` (block the loop thread forever) is a test hook, served only when the service's
   environment has ``NNRT_SERVICE_TEST_HOOKS=1``; ``_inline`` and ``_counts`` answer questions
-  tests ask (would a request run at once; how many models, buffers, pools it holds).
+  tests ask (would a request run at once; how many models, buffers, pools it holds, how many
+  pools it mapped and how many input bytes it copied out of the ring).
 
 A malformed request (a frame that does not unpickle, is not ``(kind, id, ...)``, names an
 unknown kind or has the wrong arguments) is answered with a failure (GENERAL_FAILURE, or
@@ -68,18 +69,10 @@ from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
 from nnrt.process._fmq import Channel
+from nnrt.process._forms import FormCache, ResultForm, ServiceForm, write_result
 from nnrt.process._poll import RequestPoller
 from nnrt.process._pools import Pools
-from nnrt.process._transport import (
-    FormCache,
-    ResultForm,
-    ServiceForm,
-    decode_execute,
-    encode_outputs,
-    io_dtypes,
-    output_locations,
-    write_result,
-)
+from nnrt.process._transport import decode_execute, encode_outputs, inline_inputs, io_dtypes, output_locations
 from nnrt.process._wire import (
     InPlace,
     PoolRef,
@@ -127,6 +120,7 @@ class _Service:
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
         self.forms = FormCache()
         self.fast_results = 0  # results written in place through a result form
+        self.copied = 0  # bytes of input values copied out of the request ring (requests run as tasks)
         self.passes = 0  # times the request doorbell woke the service
         self._batch_start = 0.0  # while serving the request ring: when results were last rung
         self._unrung = False
@@ -227,8 +221,9 @@ class _Service:
             elif kind == "_inline":  # test hook: would this prepared model's request run at once?
                 prepared = self._lookup(msg[2], msg[3])
                 self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
-            elif kind == "_counts":  # test hook: what the service holds
-                self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools)))
+            elif kind == "_counts":  # test hook: what the service holds, pools mapped, bytes copied out of the ring
+                self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools), self.pools.mapped,
+                                        self.copied))
             elif kind == "_rings":  # test hook: forms known, packets read and results written through
                 # them, the app's doorbell rung and spared, passes over the request ring, polls
                 # for the next request and those that paid, CPU ns
@@ -307,11 +302,13 @@ class _Service:
         outs: list[Any] | None = None  # views of the outputs written in place (their pools)
         try:
             hit = self.forms.match(pkt)
-            if hit is not None:  # a known form: read without parsing (``_transport``)
+            if hit is not None:  # a known form: read without parsing (``_forms``)
                 form, deadline, loop_timeout = hit
                 app, handle = form.app, form.handle
                 prepared = self._lookup(app, handle)
-                values = form.values(pkt)
+                values = form.values(pkt, self.pools.attach)
+                outs = form.outputs(self.pools.attach)
+                inline = form.inline
             else:
                 req = unpack_request(pkt)
                 app, handle, deadline, loop_timeout = req.app, req.handle, req.deadline, req.loop_timeout
@@ -321,11 +318,14 @@ class _Service:
                     dtypes = self.dtypes[(app, handle)] = io_dtypes(prepared.model)
                 values = decode_execute(req, dtypes[0], len(dtypes[1]), self.pools.attach)
                 outs = output_locations(req, dtypes[1], self.pools.attach)
-                form = self.forms.learn(pkt, req, dtypes[0])
+                form = self.forms.learn(pkt, req, *dtypes)
+                inline = inline_inputs(req)
             if prepared._driver.can_run_now(prepared.plan):
                 self._run_now(rid, prepared, values, outs, deadline, loop_timeout, self._ring_reply, form)
                 return
-            values = [None if v is None else v.copy() for v in values]  # out of the ring before it is freed
+            # out of the ring before it is freed (a pool's view stays valid: not copied)
+            values = [v.copy() if copy else v for v, copy in zip(values, inline)]
+            self.copied += sum(v.nbytes for v, copy in zip(values, inline) if copy)
             known = form
 
             def reply(rid: int, ok: bool, payload: Any) -> None:
@@ -369,13 +369,16 @@ class _Service:
 
     def _result_form(self, form: ServiceForm, payload: Any) -> ResultForm | None:
         """The result form of a success of ``form`` (learnt from its first success; again when
-        the shapes change), or None when its outputs are not all arrays or it would not fit."""
+        the shapes change), or None when its outputs are not all arrays (or written in place) or
+        it would not fit."""
         outputs = payload[0]
         result = form.result
         if result is None or not result.matches(outputs):
-            if not all(type(o) is np.ndarray for o in outputs):
+            in_place = [type(o) is InPlace for o in outputs]
+            if not all(p or type(o) is np.ndarray for o, p in zip(outputs, in_place)):
                 return None
-            result = form.result = ResultForm([o.shape for o in outputs], [o.dtype for o in outputs])
+            result = form.result = ResultForm([tuple(o.shape) for o in outputs],
+                                              [None if p else o.dtype for o, p in zip(outputs, in_place)], in_place)
         assert self.channel is not None
         return result if result.nbytes <= self.channel.results.max_packet else None
 

@@ -20,7 +20,7 @@ the input that caused it). Targets:
 * ``ring_request``: the bytes as one packet on the service's request ring (the same harness,
   with rings): every packet is answered once, with a result packet that parses and carries an
   NNAPI status (or a socket reply when it does not fit the result ring), whether it took the
-  known-form fast path or the full parse (``nnrt.process._transport``).
+  known-form fast path (``nnrt.process._forms``) or the full parse (``nnrt.process._transport``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.burst._packet import INLINE_SLOT, pack_request, request_datums
 from nnrt.process._client import ServiceProcess
-from nnrt.process._transport import Expect
+from nnrt.process._forms import Expect
 
 os.environ["NNRT_SERVICE_TEST_HOOKS"] = "1"  # the services these tests start serve ``_hang``
 

@@ -1,4 +1,4 @@
-"""A ``ProcessDevice``'s lean ring path (``nnrt.process._transport``'s forms): it is taken (the
+"""A ``ProcessDevice``'s lean ring path (``nnrt.process._forms``): it is taken (the
 service's counters say how many packets it read through a known form and how many results it
 wrote in place), it gives the same answers as the full parse, and packets that only look like a
 known form (another app, another handle, a released model, cut short, a bad deadline datum, a
@@ -29,7 +29,8 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.memory import Memory, MemoryLocation
 from nnrt.process._client import ServiceProcess
-from nnrt.process._transport import Expect, encode_execute
+from nnrt.process._forms import Expect
+from nnrt.process._transport import encode_execute
 from nnrt.process._wire import PoolRef
 
 F32 = np.dtype(np.float32)

@@ -22,7 +22,7 @@ from nnrt import zoo
 from nnrt.process import _client
 from nnrt.process._client import ServiceProcess
 from nnrt.process._fmq import STRONGLY_ORDERED
-from nnrt.process._transport import Expect
+from nnrt.process._forms import Expect
 
 pytestmark = pytest.mark.skipif(not STRONGLY_ORDERED, reason="weakly ordered CPUs never poll")
 

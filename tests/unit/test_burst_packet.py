@@ -1,6 +1,6 @@
 """Burst packets without an event loop: the flat form round-trips, and every malformed form
 is ``MalformedPacketError`` (GENERAL_FAILURE), never a bare Python error. The binary form a
-``ProcessDevice``'s rings carry is also written from templates (``nnrt.process._transport``'s
+``ProcessDevice``'s rings carry is also written from templates (``nnrt.process._forms``'s
 request and result forms): byte for byte what ``pack_request`` / ``pack_result`` pack, read as
 the full parse reads it, and no corrupted packet passes for a known form."""
 
@@ -20,19 +20,8 @@ from nnrt import ErrorStatus
 from nnrt.burst import Location, MalformedPacketError, RequestPacket, check_request, decode_request, encode_request
 from nnrt.burst._packet import unpack_request
 from nnrt.process._fmq import CONTROL_BYTES, Ring
-from nnrt.process._transport import (
-    Expect,
-    FormCache,
-    RequestForm,
-    ResultForm,
-    decode_execute,
-    decode_outputs,
-    encode_execute,
-    encode_outputs,
-    read_result,
-    request_form,
-    write_result,
-)
+from nnrt.process._forms import Expect, FormCache, RequestForm, ResultForm, read_result, request_form, write_result
+from nnrt.process._transport import decode_execute, decode_outputs, encode_execute, encode_outputs
 
 locations = st.builds(
     Location,
@@ -207,7 +196,7 @@ def test_binary_packets_that_do_not_parse_are_malformed(noise: bytes, cut: int) 
         assert isinstance(packet_id(memoryview(raw)), int)
 
 
-# -- the same binary forms built from a template (``nnrt.process._transport``'s forms) -----------
+# -- the same binary forms built from a template (``nnrt.process._forms``) ---------------------------
 
 _DTYPES = [np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8), np.dtype(np.float16)]
 _shapes = st.lists(st.integers(0, 5), max_size=3).map(tuple)
@@ -276,7 +265,7 @@ def test_the_service_reads_a_known_form_as_the_full_parse_does(signature: Any, s
     known, dl, to = hit
     req = unpack_request(pkt)
     assert (known.app, known.handle, dl, to) == (req.app, req.handle, req.deadline, req.loop_timeout)
-    for got, full, want in zip(known.values(pkt), decode_execute(req, dtypes, 1, _no_pools), values):
+    for got, full, want in zip(known.values(pkt, _no_pools), decode_execute(req, dtypes, 1, _no_pools), values):
         assert (got is None and full is None and want is None) or (np.array_equal(got, want) and np.array_equal(full, want))
     cache.forget("app", 77)
     assert cache.match(pkt) is None and len(cache) == 0
@@ -306,7 +295,7 @@ def test_a_corrupted_packet_never_passes_for_a_known_form(signature: Any, seed: 
     if hit is not None:
         known, dl, to = hit
         assert (known.app, known.handle, dl, to) == (req.app, req.handle, req.deadline, req.loop_timeout)
-        for got, want in zip(known.values(view), full):
+        for got, want in zip(known.values(view, _no_pools), full):
             assert (got is None and want is None) or (got.shape == want.shape and bytes(got.data) == bytes(want.data))
 
 

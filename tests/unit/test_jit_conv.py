@@ -149,6 +149,7 @@ def test_blocks_split_rows_and_images(device: nnrt.CpuDevice, monkeypatch: pytes
     monkeypatch.setattr(_jit_conv, "BLOCK_BYTES", block_bytes)
     monkeypatch.setattr(_jit_conv, "MIN_ROWS", 3)
     monkeypatch.setattr(_jit_conv, "PLANES_ROWS", block_bytes // 60)
+    monkeypatch.setattr(_jit_conv, "PLANES_OUT_FLOATS", 0)
     x, f, b = _data(3, 9, 7, cin, 6, (3, 3), seed=3)
     m = build(Op.CONV_2D, [3, 9, 7, cin], [f, b], [1, 0, 2, 1, 1, 2, 1])
     fast, ref = _both(device, monkeypatch, m, [x])
@@ -231,6 +232,14 @@ def test_random_geometry(device: nnrt.CpuDevice, g: dict[str, Any]) -> None:
     ((2, 5, 6, 3), (3, 3), (1, 1, 1, 1), (1, 1), (1, 1)),
     ((1, 7, 9, 2), (2, 3), (0, 2, 1, 0), (3, 2), (1, 1)),
     ((1, 8, 8, 4), (3, 2), (2, 1, 2, 1), (1, 2), (2, 3)),
+    # the planes' split rows: stride 2 first layers with odd sizes, padding wider than the
+    # stride on every side, stride larger than the kernel, one row, one column, batches
+    ((2, 11, 13, 3), (3, 3), (0, 1, 0, 1), (2, 2), (1, 1)),
+    ((1, 9, 10, 3), (5, 5), (3, 4, 4, 3), (2, 2), (1, 1)),
+    ((1, 10, 11, 1), (2, 2), (0, 0, 0, 0), (3, 4), (1, 1)),
+    ((1, 1, 12, 3), (1, 3), (2, 1, 0, 0), (2, 1), (1, 1)),
+    ((1, 12, 1, 2), (3, 1), (0, 0, 1, 1), (1, 2), (1, 1)),
+    ((3, 7, 9, 3), (3, 3), (4, 0, 2, 3), (3, 2), (2, 1)),
 ])  # fmt: skip
 def test_im2col_rows_match_window_view(compiled: bool, shape: tuple[int, int, int, int], k: tuple[int, int],
                                        pads: tuple[int, int, int, int], stride: tuple[int, int],

@@ -117,6 +117,13 @@ EDGE = {
     "many-channels-stride": (1, 9, 9, 144, (3, 3), (0, 1, 0, 1), (2, 2), (1, 1), 1),
     "batch": (3, 7, 8, 16, (3, 3), (1, 1, 1, 1), (2, 1), (1, 1), 1),
     "mobile-5x5/2": (1, 32, 32, 48, (5, 5), (1, 2, 1, 2), (2, 2), (1, 1), 1),
+    # 3x3 at column stride 1: the nine-tap pass over the range all taps reach, the row loop on
+    # each side of it (rows over several BLOCK chunks, padding on one or every side).
+    "3x3-wide-rows": (1, 7, 40, 32, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
+    "3x3-wide-rows-left-pad": (1, 6, 45, 24, (3, 3), (2, 0, 0, 1), (1, 2), (1, 1), 1),
+    "3x3-wide-dilated": (1, 9, 30, 24, (3, 3), (2, 2, 2, 2), (1, 1), (2, 2), 1),
+    "3x3-valid-odd": (2, 11, 37, 5, (3, 3), (0, 0, 0, 0), (1, 2), (1, 1), 1),
+    "mobile-112": (1, 112, 112, 32, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
 }
 
 

@@ -184,12 +184,12 @@ def simulate(share: float, calls: int = 300) -> list[tuple[bool, bool]]:
         sent = clock.now
         window = app.should(True, service_awake, base)
         published = sent + work + (0.0 if service_awake else wake)
-        caught = window > 0 and app.wait(lambda: clock.now >= published, window, service_awake, base, sent)
+        caught = window > 0 and app.wait(arrives(clock, published - clock.now), window, service_awake, base, sent)
         clock.now = published  # the service's side, from the moment it published the result
         kind = service.kind(window > 0, caught)
         window = service.should(kind, busy=False)
         arrival = published + (0.0 if caught else wake) + work  # the app's wake-up (if it slept), its work
-        service_awake = bool(window) and service.wait(lambda: clock.now >= arrival, window, kind, published)
+        service_awake = bool(window) and service.wait(arrives(clock, arrival - clock.now), window, kind, published)
         clock.now = max(clock.now, arrival)
         out.append((caught, service_awake))
     return out
