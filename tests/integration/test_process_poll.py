@@ -19,7 +19,7 @@ import pytest
 
 import nnrt
 from nnrt import zoo
-from nnrt.process import _client
+from nnrt.process import _consumer
 from nnrt.process._client import ServiceProcess
 from nnrt.process._fmq import STRONGLY_ORDERED
 from nnrt.process._forms import Expect
@@ -86,7 +86,7 @@ async def test_the_app_polls_only_for_its_one_request_in_the_process() -> None:
                 del sa._ring_ids[rid]
             other = fake_outstanding(sb, 1)  # one here, one on the other service
             try:
-                assert _client._outstanding() == 2
+                assert _consumer._outstanding() == 2
                 assert sa._reply_window(5e-6, True)[1] == 0.0 and not ch.requests.producer_polling
             finally:
                 del sb._ring_ids[other[0]]
