@@ -177,26 +177,16 @@ def silu_case(shape: tuple[int, int, int, int]) -> Case:
     return Case(f"LOGISTIC x MUL {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
 
 
-def logistic_case(shape: tuple[int, int, int, int]) -> Case:
+def unary_case(op: Op, onnx_op: str, shape: tuple[int, int, int, int]) -> Case:
+    """One float32 elementwise operation, nnrt's ``op`` against ONNX's ``onnx_op``."""
     g = NnrtGraph()
     xi = g.tensor(T.TENSOR_FLOAT32, shape)
-    y = g.op(Op.LOGISTIC, [xi], T.TENSOR_FLOAT32, shape)
+    y = g.op(op, [xi], T.TENSOR_FLOAT32, shape)
     x = _f32(*shape, scale=4.0)
     session = None
     if ort is not None:
-        session = onnx_session([helper.make_node("Sigmoid", ["x"], ["y"])], {}, nchw(x).shape, nchw(x).shape)
-    return Case(f"LOGISTIC {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
-
-
-def hard_swish_case(shape: tuple[int, int, int, int]) -> Case:
-    g = NnrtGraph()
-    xi = g.tensor(T.TENSOR_FLOAT32, shape)
-    y = g.op(Op.HARD_SWISH, [xi], T.TENSOR_FLOAT32, shape)
-    x = _f32(*shape, scale=4.0)
-    session = None
-    if ort is not None:
-        session = onnx_session([helper.make_node("HardSwish", ["x"], ["y"])], {}, nchw(x).shape, nchw(x).shape)
-    return Case(f"HARD_SWISH {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
+        session = onnx_session([helper.make_node(onnx_op, ["x"], ["y"])], {}, nchw(x).shape, nchw(x).shape)
+    return Case(f"{op.name} {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
 
 
 def mean_case(shape: tuple[int, int, int, int]) -> Case:
@@ -362,8 +352,8 @@ def cases() -> list[Case]:
         conv_case("1x1 conv 50->200 [1,1,1,50] (SE block)", (1, 1, 1, 50), 200, (1, 1), (1, 1)),
         silu_case((1, 40, 40, 64)),
         silu_case((1, 52, 52, 96)),
-        logistic_case((1, 52, 52, 96)),
-        hard_swish_case((1, 112, 112, 16)),
+        unary_case(Op.LOGISTIC, "Sigmoid", (1, 52, 52, 96)),
+        unary_case(Op.HARD_SWISH, "HardSwish", (1, 112, 112, 16)),
         mean_case((1, 20, 20, 192)),
         mean_case((1, 160, 160, 24)),
         prelu_case((1, 64, 64, 32)),
