@@ -27,10 +27,11 @@ Any thread may produce requests (one at a time, under the lock). One *consumer* 
 reads the result ring, and completes every waiter whose result it finds:
 
 * an event loop awaiting an execution takes the role; when its request is the only one
-  outstanding it first polls the result ring for ``poll_us`` while that pays (the
-  service answers a cheap request in tens of microseconds: the coroutine then never
-  sleeps), then watches the doorbell with ``loop.add_reader`` (no thread hop: the callback
-  drains the ring and resolves the futures of its own loop directly); it keeps the role
+  outstanding in the process it first polls the result ring while that pays
+  (``nnrt.process._poll``: the service answers a cheap request in tens of microseconds: the
+  coroutine then never sleeps), then watches the doorbell with ``loop.add_reader`` (no
+  thread hop: the callback drains the ring and resolves the futures of its own loop
+  directly); it keeps the role
   between executions until it stops running (then anyone may take it);
 * a thread in ``execute_sync`` takes the role when it is free, polls, then blocks on the
   doorbell (bounded waits, so it sees a death or a handed-back role promptly); called in the
@@ -61,6 +62,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -68,8 +70,9 @@ import nnrt
 from nnrt._log import get_logger
 from nnrt.burst._packet import MalformedPacketError, packet_id
 from nnrt.errors import DeadObjectError, GeneralFailureError, NnrtError
-from nnrt.process._fmq import Channel, Poller, Ring
+from nnrt.process._fmq import Channel, Ring
 from nnrt.process._forms import Expect, read_result
+from nnrt.process._poll import ReplyPoller
 from nnrt.process._wire import encode_frame, error_from, recv_frame, send_frame, write_frame
 
 __all__ = ["ServiceProcess"]
@@ -82,6 +85,13 @@ _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"] | concurrent.f
 RESCUE_S = 0.05
 #: A request id the service uses to say it lost the request ring's framing.
 RING_LOST = -1
+#: The services of this process with rings (whose outstanding requests decide who polls).
+_LIVE: weakref.WeakSet[ServiceProcess] = weakref.WeakSet()
+
+
+def _outstanding() -> int:
+    """Executions outstanding on the rings of every service of this process."""
+    return sum([len(s._ring_ids) for s in list(_LIVE)])
 
 
 def _resolve(fut: asyncio.Future[Any], ok: bool, payload: Any) -> None:
@@ -100,7 +110,7 @@ class ServiceProcess:
     def __init__(self, kind: str, options: dict[str, Any], *, hang_timeout: float, start_timeout: float,
                  on_death: Callable[[str], None] | None = None, ring_bytes: int = 0, poll_us: float = 0.0) -> None:
         self.hang_timeout = hang_timeout
-        self.poller = Poller(poll_us * 1e-6)
+        self.poller = ReplyPoller(poll_us * 1e-6)  # whether and how long the consumer polls for a reply
         self._ring_ids: dict[int, Expect] = {}  # request id -> what its result is read with, for executions on the rings
         self._consumer: Any = None  # who reads the result ring now: an event loop, a thread id, or None
         self._attached = False  # the consumer loop watches the doorbell with add_reader
@@ -158,6 +168,8 @@ class ServiceProcess:
             self._close_channel()
             raise error_from(payload)
         self.info: tuple[int, str, str, int, int] = payload
+        if self.channel is not None:
+            _LIVE.add(self)
         self._reader = threading.Thread(target=self._read, name=f"nnrt-service-{self.pid}", daemon=True)
         self._reader.start()
 
@@ -218,13 +230,14 @@ class ServiceProcess:
         return next(self._ids)
 
     def _ring_submit(self, waiter: _Waiter, rid: int, write: Callable[[Ring], bool], expect: Expect,
-                     loop: asyncio.AbstractEventLoop | None = None) -> bool | None:
-        """Put a request on the request ring (``write`` writes it, under the producer's lock);
-        None (nothing sent) when it does not fit now, else whether the service was awake (it
-        polls or runs: no doorbell was needed). From an event loop with other requests
-        outstanding, the doorbell is rung once for all the requests this pass of the loop
-        makes (``_ring_later``): each ring of a sleeping service costs the app tens of
-        microseconds (the kernel wakes it on the caller's time)."""
+                     loop: asyncio.AbstractEventLoop | None = None, *, defer_bell: bool = False) -> bool | None:
+        """Put a request on the request ring (``write`` writes it, under the producer's lock)
+        and ring the doorbell if the service sleeps; None (nothing sent) when it does not fit
+        now. ``defer_bell``: the caller rings it (``_ring_now``; True is returned), after it
+        said whether it polls for the reply, so that a service woken at once sees that. From
+        an event loop with other requests outstanding, the doorbell is rung once for all the
+        requests this pass of the loop makes (``_ring_later``): each ring of a sleeping
+        service costs the app tens of microseconds (the kernel wakes it on the caller's time)."""
         ch = self.channel
         with self._lock:
             if self.dead_reason or self._closing:
@@ -245,15 +258,19 @@ class ServiceProcess:
             later = loop is not None and len(self._ring_ids) > 1
             if later:  # (a ring due on another loop may never run: that loop may have closed)
                 due, self._bell_due = self._bell_due is loop, loop
-        if later:
-            if not due:
-                loop.call_soon(self._ring_later)  # type: ignore[union-attr]
-            awake = False
-        else:
-            awake = not ch.request_bell.ring(ch.requests)
+        if later and not due:
+            loop.call_soon(self._ring_later)  # type: ignore[union-attr]
+        elif not later and not defer_bell:
+            self._ring_now()
         if self._releases:
             self._flush_releases()
-        return awake
+        return defer_bell and not later
+
+    def _ring_now(self) -> None:
+        """Ring the request doorbell if the service sleeps (after ``_ring_submit`` said so)."""
+        ch = self.channel
+        if ch is not None and not ch.closed:
+            ch.request_bell.ring(ch.requests)
 
     def _ring_later(self) -> None:
         """Ring the request doorbell for the requests a pass of the event loop made."""
@@ -263,25 +280,31 @@ class ServiceProcess:
             self.bells_batched += 1
             ch.request_bell.ring(ch.requests)
 
-    def ring_call(self, rid: int, write: Callable[[Ring], bool], expect: Expect) -> asyncio.Future[Any] | None:
+    def ring_call(self, rid: int, write: Callable[[Ring], bool], expect: Expect,
+                  base: float = 0.0) -> asyncio.Future[Any] | None:
         """Execute through the rings: the future of ``(outputs, device_ns)``, or None when the
-        request did not fit (send it over the socket). A plain function, not a coroutine: the
-        caller awaits the future itself (one coroutine frame less per call), and on
-        cancellation calls ``ring_cancelled``. Never blocks the loop beyond the polling window."""
+        request did not fit (send it over the socket). ``base`` is the seconds the request is
+        expected to take on the device (the model's recent time: ``_reply_window``). A plain
+        function, not a coroutine: the caller awaits the future itself (one coroutine frame less
+        per call), and on cancellation calls ``ring_cancelled``. Never blocks the loop beyond
+        the polling window."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        awake = self._ring_submit((loop, fut), rid, write, expect, loop)
-        if awake is None:
+        ring = self._ring_submit((loop, fut), rid, write, expect, loop, defer_bell=True)
+        if ring is None:
             return None
+        since = time.perf_counter()
         if self._consumer is not loop:  # (the loop keeps the role: usually no lock needed here)
             with self._lock:
                 if self._consumer is not loop and self._claimable():
                     self._claim(loop)
-        if self._consumer is loop:
-            if len(self._ring_ids) == 1:  # the only request outstanding: its answer is all this loop waits for
-                window = self.poller.should(awake)
-                if window:
-                    self._spin(fut.done, window)
+        mine = self._consumer is loop
+        awake, window = self._reply_window(base, mine)
+        if ring:
+            self._ring_now()
+        if mine:
+            if window:
+                self._spin(fut.done, window, awake, base, since)
             if not fut.done():
                 self._settle(loop)
                 if self.channel is not None and self.channel.results.readable():
@@ -311,17 +334,44 @@ class ServiceProcess:
                 old.remove_reader(ch.res_fd)
         ch.results.set_sleeping(True)  # whatever the last consumer left: ring the new one
 
-    def _spin(self, done: Callable[[], bool], window: float) -> None:
-        """The consumer polls the result ring for ``window`` seconds (the service need not ring)."""
+    def _reply_window(self, base: float, mine: bool) -> tuple[bool, float]:
+        """Whether the service is awake now (it polls or runs: no doorbell needed), and how long
+        the consumer (``mine``: this caller holds the role) polls for the reply to the request
+        just sent (0: it sleeps on the doorbell at once). Decided before the doorbell rings:
+        the request ring's *polling* word tells the service, which then polls for the next
+        request (``_service``), and the result ring's *sleeping* word is cleared, so a service
+        that answers while the app is still ringing (the ring is a slow system call on this VM)
+        does not ring back: both sides awake, no doorbell rung either way.
+
+        It polls only for the one execution outstanding on the rings of this process: with more,
+        the services need the cores (three processes on two cores: a polling app takes the core
+        a service needs), and a result wakes it soon enough. The rest is ``_poll.ReplyPoller``'s:
+        a request expected shortly (``base``: the model's recent time on the device), a window
+        fitted to the expected wait, polling only while it pays."""
+        ch = self.channel
+        assert ch is not None
+        awake = not ch.requests.consumer_sleeping
+        alone = mine and len(self._ring_ids) == 1 and (len(_LIVE) == 1 or _outstanding() == 1)
+        window = self.poller.should(alone, awake, base)
+        ch.requests.set_producer_polling(window > 0)
+        if window:
+            ch.results.set_sleeping(False)
+        return awake, window
+
+    def _spin(self, done: Callable[[], bool], window: float, awake: bool, base: float, since: float) -> None:
+        """The consumer polls the result ring until ``done`` or ``window`` seconds after the request
+        was sent (``since``; the service need not ring), and learns how long it took."""
         ch = self.channel
         assert ch is not None
         ring = ch.results
         ring.set_sleeping(False)
-        end = time.perf_counter() + window
-        while not done() and time.perf_counter() < end:
+
+        def ready() -> bool:
             if ring.readable():
                 self._drain()
-        self.poller.record(done())
+            return done()
+
+        self.poller.wait(ready, window, awake, base, since)
         if ring.set_sleeping(True):
             self._drain()
 
@@ -357,49 +407,66 @@ class ServiceProcess:
             self._drain()
             loop.call_soon(self._doze, loop)
 
-    def ring_call_sync(self, rid: int, write: Callable[[Ring], bool], expect: Expect) -> tuple[bool, Any]:
+    def ring_call_sync(self, rid: int, write: Callable[[Ring], bool], expect: Expect,
+                       base: float = 0.0) -> tuple[bool, Any]:
         """``ring_call`` for a thread that may block (``execute_sync``)."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        awake = self._ring_submit(fut, rid, write, expect)
-        if awake is None:
+        ring = self._ring_submit(fut, rid, write, expect, defer_bell=True)
+        if ring is None:
             return False, None
+        since = time.perf_counter()
         me = threading.get_ident()
         ch = self.channel
         assert ch is not None
-        while not fut.done():
-            with self._lock:
-                if self._consumer != me and self._claimable():
-                    self._claim(me)
-                own_loop = self._consumer is not None and self._consumer is asyncio._get_running_loop()
-            if own_loop:  # called from the consumer loop's own thread: it cannot drain while we block it
-                self._consume(ch, fut, awake)
-                continue
-            if self._consumer != me:
-                with contextlib.suppress(concurrent.futures.TimeoutError):
-                    fut.result(timeout=0.01)  # another consumer drains; look at the role again soon
-                continue
-            try:
-                self._consume(ch, fut, awake)
-            finally:
+        with self._lock:
+            if self._consumer != me and self._claimable():
+                self._claim(me)
+            mine = self._consumer == me
+        awake, window = self._reply_window(base, mine)
+        if ring:
+            self._ring_now()
+        try:
+            while not fut.done():
                 with self._lock:
-                    if self._consumer == me:
-                        self._consumer = None
-                    handoff = [w for r, w in self._pending.items() if r in self._ring_ids and type(w) is tuple]
-                ch.results.set_sleeping(True)
-                if handoff:  # a loop awaits a ring result: it takes the role
-                    with contextlib.suppress(RuntimeError):
-                        handoff[0][0].call_soon_threadsafe(self._adopt, handoff[0][0])
+                    if self._consumer != me and self._claimable():
+                        self._claim(me)
+                    own_loop = self._consumer is not None and self._consumer is asyncio._get_running_loop()
+                if own_loop:  # called from the consumer loop's own thread: it cannot drain while we block it
+                    self._consume(ch, fut, 0.0, awake, base, since)
+                    continue
+                if self._consumer != me:
+                    with contextlib.suppress(concurrent.futures.TimeoutError):
+                        fut.result(timeout=0.01)  # another consumer drains; look at the role again soon
+                    continue
+                self._consume(ch, fut, window, awake, base, since)
+        finally:
+            self._release_role(me)
         ok, payload = fut.result()
         if not ok:
             raise payload if isinstance(payload, NnrtError) else error_from(payload)
         return True, payload
 
-    def _consume(self, ch: Channel, fut: concurrent.futures.Future[Any], awake: bool) -> None:
-        """Drain the result ring until ``fut`` is done: poll, then block on the doorbell
-        (bounded waits: a death or a closed channel ends it)."""
-        window = self.poller.should(awake) if len(self._ring_ids) == 1 else 0.0
+    def _release_role(self, me: int) -> None:
+        """A thread gives the consumer role back (if it holds it); a loop awaiting a ring
+        result takes it."""
+        ch = self.channel
+        with self._lock:
+            if self._consumer != me:
+                return
+            self._consumer = None
+            handoff = [w for r, w in self._pending.items() if r in self._ring_ids and type(w) is tuple]
+        if ch is not None:
+            ch.results.set_sleeping(True)
+        if handoff:
+            with contextlib.suppress(RuntimeError):
+                handoff[0][0].call_soon_threadsafe(self._adopt, handoff[0][0])
+
+    def _consume(self, ch: Channel, fut: concurrent.futures.Future[Any], window: float, awake: bool, base: float,
+                 since: float) -> None:
+        """Drain the result ring until ``fut`` is done: poll for ``window`` (``_reply_window``),
+        then block on the doorbell (bounded waits: a death or a closed channel ends it)."""
         if window:
-            self._spin(fut.done, window)
+            self._spin(fut.done, window, awake, base, since)
         while not fut.done() and not ch.closed:
             if not ch.results.set_sleeping(True):
                 ch.result_bell.wait(0.05)
@@ -561,6 +628,7 @@ class ServiceProcess:
             loop.call_soon_threadsafe(_resolve, fut, ok, payload)
 
     def _fail_all(self, reason: str) -> None:
+        _LIVE.discard(self)
         code = self._reap(kill=False)
         with self._lock:
             closing = self._closing and not self.dead_reason
@@ -604,6 +672,7 @@ class ServiceProcess:
         """Stop the service and wait for its process; requests still pending fail with DEAD_OBJECT."""
         with self._lock:
             self._closing = True
+        _LIVE.discard(self)
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         if self._reader.ident != threading.get_ident():

@@ -100,7 +100,8 @@ class ProcessDevice(Device):
     (``nnrt.process._arena``; made on first use; 0: always the socket). ``ring_bytes`` is the
     capacity of each of the connection's two shared-memory rings executions travel on
     (``nnrt.process._fmq``; a power of two; 0: executions take the socket, as before the
-    rings); ``poll_us`` is how long each side polls its ring before it sleeps on the doorbell.
+    rings); ``poll_us`` is the shortest window each side polls its ring for before it sleeps on
+    the doorbell (``nnrt.process._poll`` fits the window to the wait, up to 200 us; 0: never poll).
     """
 
     def __init__(self, name: str = "nnrt-process", *, restricted: dict[str, Any] | None = None,
@@ -372,6 +373,7 @@ class ProcessDevice(Device):
         handle, cost_ns, wire = await service.call("prepare_cached", app, options)
         driver = RemoteDriver(self, app, wire, options)
         driver.handle, driver.cost_ns, driver.service = handle, cost_ns, service
+        driver.device_s = cost_ns * 1e-9
         return self._adopt(driver, model_from_wire(*wire), pref, prio)
 
     def _adopt(self, driver: RemoteDriver, model: Model, pref: ExecutionPreference, prio: Priority) -> PreparedModel:

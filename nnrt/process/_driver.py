@@ -67,6 +67,9 @@ class RemoteDriver:
         self.wire = wire
         self.options = options
         self.cost_ns = 0.0
+        #: The model's recent time on the service's device (seconds, a moving average): whether
+        #: the app polls for a reply, and how long (``ServiceProcess._reply_window``).
+        self.device_s = 0.0
         self.handle = 0
         self.service: ServiceProcess | None = None
         self.arena = device._arena
@@ -84,14 +87,20 @@ class RemoteDriver:
     async def reprepare(self, service: ServiceProcess) -> None:
         """Prepare the model on ``service`` (the first time)."""
         self.handle, self.cost_ns = await service.call("prepare", self.app, self.wire, self.options)
+        self.device_s = self.cost_ns * 1e-9
         self.service = service
         self._forms.clear()  # they carry the handle
 
     def reprepare_sync(self, service: ServiceProcess) -> None:
         """Prepare the model again on a new ``service`` (after a restart; blocking)."""
         self.handle, self.cost_ns = service.call_sync("prepare", self.app, self.wire, self.options)
+        self.device_s = self.cost_ns * 1e-9
         self.service = service
         self._forms.clear()  # they carry the handle
+
+    def _took(self, device_ns: int) -> None:
+        """A reply came from the rings after ``device_ns`` on the device (``device_s``)."""
+        self.device_s += 0.25 * (device_ns * 1e-9 - self.device_s)
 
     def release(self) -> None:
         service = self.service
@@ -265,7 +274,7 @@ class RemoteDriver:
         call = _Call(self, gen, ctx, app)
         try:
             if call.ring is not None:
-                sent, reply = call.service.ring_call_sync(*call.ring)
+                sent, reply = call.service.ring_call_sync(*call.ring, self.device_s)
                 if sent:
                     return call.finish(reply)
             kind, *args = call.socket()
@@ -277,7 +286,7 @@ class RemoteDriver:
         call = _Call(self, gen, ctx, app)
         try:
             if call.ring is not None:
-                fut = call.service.ring_call(*call.ring)
+                fut = call.service.ring_call(*call.ring, self.device_s)
                 if fut is not None:
                     try:
                         return call.finish(await fut)
@@ -322,6 +331,7 @@ class _Call:
         return request
 
     def finish(self, reply: tuple[list[Any], int]) -> tuple[list[Any], int]:
+        self.driver._took(reply[1])
         return _finish(self.gen, self.ctx, reply[0], reply[1], self.staged)
 
     def close(self) -> None:

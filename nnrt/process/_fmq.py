@@ -12,7 +12,9 @@ processes, whatever kills them.
 **A ring** (``Ring``) is a control block and a power-of-two data area. The control block
 holds, each on its own 64-byte cache line, the producer's *write position*, the consumer's
 *read position* (monotonic 64-bit byte counts, as libfmq's; offset = position mod capacity)
-and the consumer's *sleeping* word. A packet is an 8-byte length then its bytes, padded to 8;
+and the consumer's *sleeping* word; beside the write position, the producer's *polling* word
+(it polls for the answers to what it writes: the consumer may poll for its next packet,
+``nnrt.process._poll``). A packet is an 8-byte length then its bytes, padded to 8;
 a packet never wraps: when it does not fit before the end, the producer writes a *skip*
 marker and starts it at offset 0 (so the consumer reads every packet as one contiguous view,
 without a copy). A packet may be at most ``capacity // 2`` bytes, which guarantees that it
@@ -40,14 +42,15 @@ after every packet and the consumer reads the ring only after it has read the do
 writer's stores (release/acquire through the kernel).
 
 **Waiting** (``Doorbell``): the consumer polls the ring for a window (while polling pays:
-``Poller``), then sets *sleeping*,
+``nnrt.process._poll``), then sets *sleeping*,
 fences, looks once more, and blocks on the doorbell (``select`` / the event loop's
 ``add_reader``). The producer rings the doorbell (one ``eventfd`` write) only when it sees
 *sleeping* set. Measured with ``benchmarks/fmq.py`` (ping-pong of 16-byte packets between two
 processes, load average ~5 on 2 cores): always an eventfd p50 18 us / p99 1.5 ms, 14 us CPU per
 round trip on each side; always a pipe 45 us / 7.3 ms, 30 us; the sleeping flag with an eventfd
 13.5 us / 65 us, 7.5 us (the best: chosen); with a 50 us poll window p50 3.2 us when both sides
-had a core, but p99 3.8 ms and 27 us CPU under that load (hence polling only while it pays: ``Poller``).
+had a core, but p99 3.8 ms and 27 us CPU under that load (hence polling only while it pays:
+``nnrt.process._poll``).
 """
 
 from __future__ import annotations
@@ -62,12 +65,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Channel", "Doorbell", "Poller", "Ring", "STRONGLY_ORDERED", "full_fence"]
+__all__ = ["Channel", "Doorbell", "Ring", "STRONGLY_ORDERED", "full_fence"]
 
 #: True on CPUs whose stores are seen in program order (x86): the rings may be polled.
 STRONGLY_ORDERED = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
 
 _WRITE, _READ, _SLEEP = 0, 8, 16  # 8-byte word indexes of the control block's cache lines
+_POLLING = 1  # on the producer's line: it polls for the answers to what it writes
 CONTROL_BYTES = 192
 _HEADER = 8
 _SKIP = (1 << 64) - 1
@@ -78,50 +82,6 @@ def full_fence() -> None:
     """A full memory barrier (a locked instruction on x86; see the module docstring)."""
     _fence_lock.acquire()
     _fence_lock.release()
-
-
-class Poller:
-    """How long to poll a ring now, learnt from how it went (as an adaptive mutex spins).
-
-    A poll *pays* when the awaited packet came within the window: the peer ran on another core
-    meanwhile. On a machine whose cores are all busy it does not (the spinner takes the core its
-    peer needs: ``benchmarks/fmq.py``, p99 in milliseconds) and sleeping on the doorbell is
-    better. ``should(peer_awake)`` answers the window to poll (0: do not): the whole window
-    while the recent hit rate (a moving average) is at least a half, or at least ``AWAKE_SCORE``
-    when the peer is awake now (its ring's *sleeping* word is clear: it is running or polling,
-    so an answer is near); otherwise one time in ``PROBE_EVERY`` a probe of ``PROBE`` windows, to
-    notice when cores come free again (rarely: on a saturated machine a probe is CPU burnt,
-    ~3 us per call on average at 1 in 64). A probe is longer than a window because when both sides slept, the
-    answer it waits for includes waking the peer (~45 us on this VM): a probe of one window
-    could never hit, and both sides would sleep for good. The machine's load average cannot
-    decide any of this: the two processes' own polling counts in it.
-    """
-
-    AWAKE_SCORE = 0.2
-    PROBE = 4
-    PROBE_EVERY = 64
-
-    def __init__(self, window: float) -> None:
-        self.window = window if STRONGLY_ORDERED else 0.0
-        self._score = 1.0
-        self._count = 0
-        #: Polls made (probes included) and polls that paid.
-        self.polls = self.hits = 0
-
-    def should(self, peer_awake: bool = False) -> float:
-        """Seconds to poll now (0.0: sleep on the doorbell at once)."""
-        if self.window <= 0:
-            return 0.0
-        score = self._score
-        if score >= 0.5 or (peer_awake and score >= self.AWAKE_SCORE):
-            return self.window
-        self._count += 1
-        return self.window * self.PROBE if self._count % self.PROBE_EVERY == 0 else 0.0
-
-    def record(self, hit: bool) -> None:
-        self.polls += 1
-        self.hits += hit
-        self._score = 0.75 * self._score + (0.25 if hit else 0.0)
 
 
 def _pad(n: int) -> int:
@@ -193,6 +153,19 @@ class Ring:
             pos += n
         self.commit_write()
         return True
+
+    def set_producer_polling(self, polling: bool) -> None:
+        """Say whether this producer polls for the answers to what it writes (its consumer
+        then polls for the next packet: the joint policy of ``nnrt.process._poll``)."""
+        with contextlib.suppress(ValueError):  # released (see ``readable``)
+            self._ctl[_POLLING] = int(polling)
+
+    @property
+    def producer_polling(self) -> bool:
+        try:
+            return bool(self._ctl[_POLLING])
+        except ValueError:
+            return False
 
     @property
     def consumer_sleeping(self) -> bool:

@@ -31,9 +31,9 @@ length prefix is absurd ends the connection: the stream's framing is lost.
 
 Executions arrive on the connection's request ring (``nnrt.process._fmq``) as burst packets
 (``nnrt.process._transport``); the loop watches the ring's doorbell, and after serving what it
-found it polls the ring for ``poll_us`` before it sleeps again (while polling pays:
-``_fmq.Poller``; not while its own executions run on worker threads: they need the
-interpreter lock). A cheap request runs inline at once,
+found it polls the ring for the app's next request before it sleeps again, when the app polls
+for its replies (``nnrt.process._poll``: the joint policy; not while its own executions run on
+worker threads: they need the interpreter lock). A cheap request runs inline at once,
 reading its inputs in place in the ring; another is copied out and runs as a task. Its result
 goes on the result ring, or over the socket when it does not fit there; the app's doorbell is
 rung once per pass over the request ring (``BATCH_S``), not once per result. A request packet that
@@ -68,8 +68,9 @@ from nnrt.devices import CpuDevice, Device, RestrictedDevice
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
-from nnrt.process._fmq import Channel, Poller
+from nnrt.process._fmq import Channel
 from nnrt.process._forms import FormCache, ResultForm, ServiceForm, write_result
+from nnrt.process._poll import RequestPoller
 from nnrt.process._pools import Pools
 from nnrt.process._transport import decode_execute, encode_outputs, inline_inputs, io_dtypes, output_locations
 from nnrt.process._wire import (
@@ -115,7 +116,7 @@ class _Service:
         self.device = device
         self.test_hooks = test_hooks
         self.channel = None if ring is None else Channel(*ring[:4])
-        self.poller = Poller(ring[4] * 1e-6 if ring is not None else 0.0)
+        self.poller = RequestPoller(ring[4] * 1e-6 if ring is not None else 0.0)
         self.dtypes: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}
         self.forms = FormCache()
         self.fast_results = 0  # results written in place through a result form
@@ -124,6 +125,7 @@ class _Service:
         self._batch_start = 0.0  # while serving the request ring: when results were last rung
         self._unrung = False
         self._app_awake = False  # the app was awake (no doorbell needed) when its last result was published
+        self._published = 0.0  # when this pass last published results (0.0: none yet)
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.pools = Pools()
@@ -223,11 +225,12 @@ class _Service:
                 self._reply(rid, True, (len(self.prepared), len(self.buffers), len(self.pools), self.pools.mapped,
                                         self.copied))
             elif kind == "_rings":  # test hook: forms known, packets read and results written through
-                # them, the app's doorbell rung and spared, passes over the request ring, CPU ns
+                # them, the app's doorbell rung and spared, passes over the request ring, polls
+                # for the next request and those that paid, CPU ns
                 ch = self.channel
                 bell = (ch.result_bell.rung, ch.result_bell.spared) if ch is not None else (0, 0)
                 self._reply(rid, True, (len(self.forms), self.forms.hits, self.fast_results, *bell, self.passes,
-                                        time.process_time_ns()))
+                                        self.poller.polls, self.poller.hits, time.process_time_ns()))
         except Exception as err:
             self._reply(rid, False, error_payload(err))
 
@@ -241,6 +244,7 @@ class _Service:
         ch.request_bell.clear()
         ring.set_sleeping(False)
         self.passes += 1
+        self._published = 0.0
         self._batch_start = time.perf_counter()
         try:
             self._serve_ring(ch, ring)
@@ -252,7 +256,12 @@ class _Service:
         """Ring the app's doorbell for the results written and not rung yet."""
         if self._unrung:
             self._unrung = False
-            self._app_awake = not ch.result_bell.ring(ch.results)
+            self._publish(ch)
+
+    def _publish(self, ch: Channel) -> None:
+        """Ring the app's doorbell if it sleeps, and note whether it was awake, and when."""
+        self._app_awake = not ch.result_bell.ring(ch.results)
+        self._published = time.perf_counter()
 
     def _serve_ring(self, ch: Channel, ring: Any) -> None:
         while True:
@@ -272,20 +281,20 @@ class _Service:
                     ring.advance()
                 continue
             self._flush(ch)  # before polling: the app waits for these
-            # Poll while it pays, or while the app is awake: it is reading results (or was
-            # polling for the last one: it may have gone back to its loop since, which sets
-            # its sleeping word, and still send its next request within the window).
-            awake = self._app_awake or not ch.results.consumer_sleeping
-            self._app_awake = False
-            window = 0.0 if self.tasks else self.poller.should(awake)
-            if window:
-                hit = ring.poll(window)
-                self.poller.record(hit)
-                if hit:
-                    continue
+            kind = self._app_kind(ch, ring.producer_polling)
+            window = self.poller.should(kind, busy=bool(self.tasks))
+            if window and self.poller.wait(ring.readable, window, kind, self._published or None):
+                continue
             if not ring.set_sleeping(True):
                 return
             ring.set_sleeping(False)
+
+    def _app_kind(self, ch: Channel, app_polls: bool) -> int:
+        """What the app does as this service looks for its next request (``_poll.RequestPoller``):
+        it polls for its replies, or was awake when its last result was published (or is now)."""
+        awake = self._app_awake or not ch.results.consumer_sleeping
+        self._app_awake = False
+        return self.poller.kind(app_polls, awake)
 
     def _serve_packet(self, pkt: memoryview) -> None:
         rid = packet_id(pkt)
@@ -356,7 +365,7 @@ class _Service:
             return
         self._batch_start = time.perf_counter() if self._batch_start else 0.0
         self._unrung = False
-        self._app_awake = not ch.result_bell.ring(ch.results)
+        self._publish(ch)
 
     def _result_form(self, form: ServiceForm, payload: Any) -> ResultForm | None:
         """The result form of a success of ``form`` (learnt from its first success; again when

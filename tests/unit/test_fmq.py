@@ -1,7 +1,8 @@
 """The shared-memory rings of ``nnrt.process._fmq``: packets in order across wrap-around,
 a full ring refusing a packet (nothing written) until the consumer frees room, packets larger
-than the ring refused, a lost framing detected, the sleeping handshake, and a channel's
-memory and descriptors gone after close."""
+than the ring refused, a lost framing detected, the sleeping handshake, the producer's polling
+word, and a channel's memory and descriptors gone after close. (The polling policy:
+``test_poll.py``.)"""
 
 from __future__ import annotations
 
@@ -110,24 +111,15 @@ def test_capacity_must_be_a_power_of_two() -> None:
         Channel.create(1000)
 
 
-def test_poller_learns_whether_polling_pays() -> None:
-    from nnrt.process._fmq import STRONGLY_ORDERED, Poller
-
-    if not STRONGLY_ORDERED:  # weakly ordered CPUs never poll
-        assert not Poller(50e-6).should() and not Poller(50e-6).should(True)
-        return
-    assert not Poller(0.0).should() and not Poller(0.0).should(True)
-    poller = Poller(50e-6)
-    assert poller.should() == 50e-6
-    for _ in range(10):
-        poller.record(False)  # the peer never answered within the window
-    asked = [poller.should() for _ in range(4 * Poller.PROBE_EVERY)]
-    # only the occasional probe, longer than a window (it may have to wait for a sleeping peer)
-    assert [w for w in asked if w] == [50e-6 * Poller.PROBE] * 4
-    assert not any(poller.should(True) for _ in range(Poller.PROBE_EVERY - 1))  # an awake peer alone does not restart it
-    poller.record(True)  # a probe hit: with the peer awake, poll again (both sides wake up together)
-    assert poller.should(True) == 50e-6
-    assert poller.should(False) in (0.0, 50e-6 * Poller.PROBE)  # alone, a quarter is not enough
-    for _ in range(10):
-        poller.record(True)
-    assert all(poller.should() == 50e-6 for _ in range(16))
+def test_the_producer_says_whether_it_polls_for_answers() -> None:
+    with Channel.create(256) as ch:
+        ring = ch.requests
+        assert not ring.producer_polling
+        ring.set_producer_polling(True)
+        assert ring.producer_polling
+        assert ring.try_write([b"x" * 40], 40) and drain(ring) == [b"x" * 40]  # a word of its own
+        assert ring.producer_polling and not ch.results.producer_polling
+        ring.set_producer_polling(False)
+        assert not ring.producer_polling
+    ring.set_producer_polling(True)  # closed: ignored
+    assert not ring.producer_polling
