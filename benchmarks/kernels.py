@@ -13,7 +13,8 @@ Cases: depthwise 3x3 on [1,128,128,24]; a single-row depthwise ([1,K,1,C] -> [1,
 temporal convolution); a 1x256 convolution over a short signal (an STFT as a conv, as in
 silero-vad); 3x3 convolutions with few channels; a 1x1 convolution; the CONV_2D shapes that carry
 the real models' time (3x3 over 48-96 channels: Winograd; 3x3 over 12 and strided: blocked im2col;
-a 5x5/2 first layer; 1x1 on 7x7 and on one pixel, as in squeeze-excitation); LOGISTIC x MUL (SiLU);
+a 5x5/2 first layer; 1x1 on 7x7 and on one pixel, as in squeeze-excitation); LOGISTIC and
+LOGISTIC x MUL (SiLU);
 PRELU with a constant slope; int8 convolution, depthwise and ADD; max and average pooling;
 and the MediaPipe (TFLite) models' own layers (``mediapipe`` in the name: face landmark's
 [1,96,96,16] depthwise and PRELU, hand recrop's 1x1 depthwise, BlazeFace's channel PAD, the
@@ -176,15 +177,16 @@ def silu_case(shape: tuple[int, int, int, int]) -> Case:
     return Case(f"LOGISTIC x MUL {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
 
 
-def hard_swish_case(shape: tuple[int, int, int, int]) -> Case:
+def unary_case(op: Op, onnx_op: str, shape: tuple[int, int, int, int]) -> Case:
+    """One float32 elementwise operation, nnrt's ``op`` against ONNX's ``onnx_op``."""
     g = NnrtGraph()
     xi = g.tensor(T.TENSOR_FLOAT32, shape)
-    y = g.op(Op.HARD_SWISH, [xi], T.TENSOR_FLOAT32, shape)
+    y = g.op(op, [xi], T.TENSOR_FLOAT32, shape)
     x = _f32(*shape, scale=4.0)
     session = None
     if ort is not None:
-        session = onnx_session([helper.make_node("HardSwish", ["x"], ["y"])], {}, nchw(x).shape, nchw(x).shape)
-    return Case(f"HARD_SWISH {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
+        session = onnx_session([helper.make_node(onnx_op, ["x"], ["y"])], {}, nchw(x).shape, nchw(x).shape)
+    return Case(f"{op.name} {list(shape)}", g.finish([xi], [y]), x, session, nchw(x))
 
 
 def mean_case(shape: tuple[int, int, int, int]) -> Case:
@@ -349,7 +351,9 @@ def cases() -> list[Case]:
         conv_case("1x1 conv 1152->192 [1,7,7,1152]", (1, 7, 7, 1152), 192, (1, 1), (1, 1)),
         conv_case("1x1 conv 50->200 [1,1,1,50] (SE block)", (1, 1, 1, 50), 200, (1, 1), (1, 1)),
         silu_case((1, 40, 40, 64)),
-        hard_swish_case((1, 112, 112, 16)),
+        silu_case((1, 52, 52, 96)),
+        unary_case(Op.LOGISTIC, "Sigmoid", (1, 52, 52, 96)),
+        unary_case(Op.HARD_SWISH, "HardSwish", (1, 112, 112, 16)),
         mean_case((1, 20, 20, 192)),
         mean_case((1, 160, 160, 24)),
         prelu_case((1, 64, 64, 32)),

@@ -24,11 +24,9 @@ per block (chains of affine / hard-sigmoid links, a MUL by a constant: 1.07-1.2 
 few 10 Ki values, the calls' overhead, and no gain on large ones).
 
 SiLU, ``x * (1 / (1 + exp(-x)))``, as a step of its own (``_fuse``) is the LOGISTIC and MUL
-kernels' float32 operations: numpy's ``negative`` and ``exp`` (vectorized; a compiled loop's
-scalar ``expf`` is slower and not bit for bit numpy's), then one compiled pass for the add, the
-reciprocal and the product (``silu_tail_f32``: each rounded to float32 as numpy rounds it;
-tested bit for bit) instead of numpy's three. Measured on 32-64 Ki values in cache (CPU time):
-numpy's five passes 0.90 ns per value, these three 0.60.
+kernels' float32 operations: with numba one pass of ``_jit_logistic.logistic_f32`` (the
+LOGISTIC kernel's own function, with MUL's product; [1,52,52,96] 0.60 -> 0.39 ns per value,
+CPU time, against numpy's exp and a compiled tail), without it numpy's five passes.
 """
 
 from __future__ import annotations
@@ -50,8 +48,6 @@ __all__ = [
     "BIAS_HARD_SWISH_F32",
     "HARD_SWISH",
     "PRELU",
-    "SILU_OVER_F32",
-    "SILU_TAIL_F32",
     "Epilogue",
     "accept_epilogue",
     "add",
@@ -61,8 +57,6 @@ __all__ = [
     "hard_swish",
     "prelu",
     "silu",
-    "silu_over_f32",
-    "silu_tail_f32",
     "takes_epilogue",
 ]
 
@@ -232,47 +226,22 @@ def bias_prelu_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.flo
             o[c] = v if v >= zero else v * slope[c]
 
 
-#: The signatures the SiLU tails are compiled for.
-SILU_TAIL_F32 = "void(float32[::1], Array(float32, 1, 'C', readonly=True))"
-SILU_OVER_F32 = "void(Array(float32, 1, 'C', readonly=True), float32[::1])"
-
-
-def silu_tail_f32(y: np.ndarray, e: np.ndarray) -> None:
-    """``y = y * (1 / (e + 1))`` in place, ``e = exp(-y)``: LOGISTIC's add and reciprocal and
-    MUL's product, each rounded to float32 (no contraction without fastmath)."""
-    one = np.float32(1)
-    for i in range(y.shape[0]):
-        y[i] = y[i] * (one / (e[i] + one))
-
-
-def silu_over_f32(x: np.ndarray, e: np.ndarray) -> None:
-    """``e = x * (1 / (e + 1))``, ``e = exp(-x)`` on entry (``silu_tail_f32`` into ``e``). Each
-    loop reads and writes one array at one index: a loop writing an array that may alias the
-    one it reads does not vectorize."""
-    one = np.float32(1)
-    for i in range(x.shape[0]):
-        e[i] = x[i] * (one / (e[i] + one))
-
-
-def silu(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None) -> None:
+def silu(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None,
+         logistic: Callable[[np.ndarray, np.ndarray, bool], None] | None = None) -> None:
     """``out = x * (1 / (1 + exp(-x)))`` for C-contiguous float32 ``x`` and ``out`` of one size,
-    the LOGISTIC then MUL kernels' float32 operations; ``out`` is ``x`` itself (then ``scratch``,
-    as large, holds ``exp(-x)``) or an array that does not overlap it."""
+    the LOGISTIC then MUL kernels' float32 operations: ``logistic``, the compiled
+    ``logistic_f32`` the LOGISTIC kernel runs (``_jit_logistic.compiled_logistic()``, asked at
+    preparation as the kernel asks), in one pass; numpy's formula when it is None. ``out`` is
+    ``x`` itself (then ``scratch``, as large, holds ``exp(-x)`` for numpy) or an array that does
+    not overlap it."""
     xf, of = x.reshape(-1), out.reshape(-1)
+    if logistic is not None:
+        logistic(xf, of, True)
+        return
     same = out is x or np.may_share_memory(xf, of)
     e = scratch.reshape(-1) if same and scratch is not None else of if not same else np.empty_like(xf)
     np.negative(xf, out=e)
     np.exp(e, out=e)
-    if same:
-        tail = compiled(silu_tail_f32, SILU_TAIL_F32, error_model="numpy")
-        if tail is not None:
-            tail(of, e)
-            return
-    else:
-        over = compiled(silu_over_f32, SILU_OVER_F32, error_model="numpy")
-        if over is not None:
-            over(xf, e)
-            return
     e += np.float32(1)
     np.reciprocal(e, out=e)
     np.multiply(xf, e, out=of)

@@ -4,7 +4,8 @@ All are elementwise (or, for the softmaxes, along one axis) and keep the input's
 Float16 computes in float32 and rounds back; quantized tensors are computed in real numbers
 (float64) and requantized to the output's scale and zero point with ``from_real``. Float32
 HARD_SWISH and PRELU with a constant per-channel slope run compiled loops when numba is
-available (``_jit_float``, bit-identical). NNAPI
+available (``_jit_float``, bit-identical); float32 LOGISTIC runs ``_jit_logistic.logistic_f32``
+(its own exp, within 2.5 ulp, not numpy's bits: numpy's formula stays the reference). NNAPI
 fixes the quantization of some outputs and rejects models that use another one:
 LOGISTIC and SOFTMAX output scale 1/256 with zero point 0 (QUANT8_ASYMM) or -128
 (QUANT8_ASYMM_SIGNED); TANH output scale 1/128 with zero point 128 or 0.
@@ -29,6 +30,7 @@ from nnrt.ops._common import (
 )
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_float import PRELU_F32, UNARY_F32, hard_swish_f32, prelu_f32
+from nnrt.ops._jit_logistic import compiled_logistic
 from nnrt.ops._jit_quant import set_lookup_call, table_lookups
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
@@ -146,6 +148,10 @@ def prepare_unary(call: OpCall) -> Kernel:
         fast = compiled(hard_swish_f32, UNARY_F32)
         if fast is not None:
             return _compiled_unary(fast)
+    if call.type is Op.LOGISTIC and t is T.TENSOR_FLOAT32:
+        logistic = compiled_logistic()  # not numpy's bits: the formula stays the reference (NNRT_JIT=0)
+        if logistic is not None:
+            return _compiled_unary(lambda x, out: logistic(x, out, False))
     return _elementwise(call.inputs[0], call.outputs[0], _UNARY[call.type])
 
 

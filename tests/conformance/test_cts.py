@@ -24,8 +24,8 @@ SPECS = list(iter_specs())
 #: lookups are left to ``tests/unit/test_jit_quant.py``, which compares their specs bit for bit
 #: (an ADD is in a third of all specs).
 COMPILED_OPS = {
-    "TENSOR_FLOAT32": frozenset({"AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "MAX_POOL_2D", "MEAN",
-                                 "PAD", "PAD_V2", "PRELU", "RESIZE_BILINEAR"}),
+    "TENSOR_FLOAT32": frozenset({"AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "LOGISTIC",
+                                 "MAX_POOL_2D", "MEAN", "PAD", "PAD_V2", "PRELU", "RESIZE_BILINEAR"}),
     "TENSOR_QUANT8_ASYMM": frozenset({
         "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "FULLY_CONNECTED", "HARD_SWISH", "LOGISTIC", "PRELU",
         "QUANTIZE", "RELU", "RELU1", "RELU6", "RESIZE_BILINEAR", "TANH",

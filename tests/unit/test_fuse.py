@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 import nnrt
 from nnrt import Model
@@ -14,6 +15,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.execution._fuse import ConstantFolder
 from nnrt.execution._plan import KERNEL, Step, compile_plan
+from nnrt.ops import _jit
 
 F32 = T.TENSOR_FLOAT32
 
@@ -56,20 +58,26 @@ def _run(device: nnrt.CpuDevice, m: Model, *xs: np.ndarray) -> list[np.ndarray]:
     return list(device.prepare_model_sync(m).execute_sync(list(xs)).outputs)
 
 
-def test_silu_is_one_step_with_the_unfused_results(device: nnrt.CpuDevice) -> None:
+@pytest.mark.parametrize("jit", [True, False])
+def test_silu_is_one_step_with_the_unfused_results(device: nnrt.CpuDevice, jit: bool) -> None:
+    """Bit for bit the LOGISTIC and MUL steps' results, in each mode (the LOGISTIC kernel is
+    ``_jit_logistic``'s with numba, numpy's formula without)."""
     x = np.linspace(-90, 90, 100, dtype=np.float32).reshape(2, 50)
     with np.errstate(over="ignore"):
         sig = np.float32(1) / (np.float32(1) + np.exp(-x))
-    for swapped in (False, True):
-        for act, (lo, hi) in ((0, (-np.inf, np.inf)), (3, (0, 6))):
-            m = _silu_model(swapped=swapped, act=act)
-            assert [s.type for s in compile_plan(m).steps] == [Op.MUL]
-            np.testing.assert_array_equal(_run(device, m, x)[0], np.clip(x * sig, lo, hi))
-    m = _silu_model(also_output=True)  # the sigmoid is an output: nothing to fuse
-    assert len(compile_plan(m).steps) == 2
-    y, s = _run(device, m, x)
-    np.testing.assert_array_equal(s, sig)
-    np.testing.assert_array_equal(y, x * sig)
+    with _jit.forced(jit):
+        m = _silu_model(also_output=True)  # the sigmoid is an output: nothing to fuse
+        assert len(compile_plan(m).steps) == 2
+        y, s = _run(device, m, x)
+        np.testing.assert_allclose(s, sig, rtol=3e-7, atol=0)
+        if not jit:
+            np.testing.assert_array_equal(s, sig)
+        np.testing.assert_array_equal(y, x * s)
+        for swapped in (False, True):
+            for act, (lo, hi) in ((0, (-np.inf, np.inf)), (3, (0, 6))):
+                m = _silu_model(swapped=swapped, act=act)
+                assert [st.type for st in compile_plan(m).steps] == [Op.MUL]
+                np.testing.assert_array_equal(_run(device, m, x)[0].view(np.uint32), np.clip(y, lo, hi).view(np.uint32))
 
 
 def test_activation_folds_into_a_fresh_producer_only(device: nnrt.CpuDevice) -> None:

@@ -17,8 +17,9 @@ from nnrt import Model
 from nnrt import OperationType as Op
 from nnrt.execution._plan import compile_plan
 from nnrt.ops import _jit, _jit_pointwise
-from nnrt.ops._epilogue import add, bias_add_f32, bias_hard_swish_f32, bias_prelu_f32, silu, silu_over_f32, silu_tail_f32
+from nnrt.ops._epilogue import add, bias_add_f32, bias_hard_swish_f32, bias_prelu_f32, silu
 from nnrt.ops._jit_float import bias_act_f32, hard_swish_f32, prelu_f32
+from nnrt.ops._jit_logistic import compiled_logistic
 from tests.unit.test_fuse import Graph
 from tests.unit.test_fuse_chain import _compare, _scalar, _values
 
@@ -237,23 +238,22 @@ def test_fused_bias_passes_are_the_two_kernels(bounds: tuple[float, float]) -> N
 @pytest.mark.parametrize("n", [1, 7, 1000, 65536 + 3])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_silu_is_logistic_then_mul(jit: bool, n: int) -> None:
+    """In each mode, the LOGISTIC kernel's float32 operations then MUL's: numpy's formula
+    without numba, ``logistic_f32`` with it."""
     x = _rows((1, n), 4).reshape(-1) if n >= _SPECIAL.size else _SPECIAL[:n].copy()
-    with np.errstate(all="ignore"):
-        want = x * np.reciprocal(np.exp(np.negative(x)) + F32(1))
-        with _jit.forced(jit):
-            into = np.empty_like(x)
-            silu(x, into)
-            same = x.copy()
-            silu(same, same, np.empty_like(x))
-        for tail in (silu_tail_f32, silu_over_f32):  # the loops as plain Python too
-            e = np.exp(-x[:50])
-            y = x[:50].copy()
-            if tail is silu_tail_f32:
-                tail(y, e)
-            else:
-                tail(y, e)
-                y = e
-            np.testing.assert_array_equal(y.view(np.uint32), want[:50].view(np.uint32))
+    with np.errstate(all="ignore"), _jit.forced(jit):
+        fast = compiled_logistic()
+        assert (fast is not None) == (jit and _jit.available())
+        if fast is None:
+            want = x * np.reciprocal(np.exp(np.negative(x)) + F32(1))
+        else:
+            sig = np.empty_like(x)
+            fast(x, sig, False)
+            want = x * sig
+        into = np.empty_like(x)
+        silu(x, into, None, fast)
+        same = x.copy()
+        silu(same, same, np.empty_like(x), fast)
     np.testing.assert_array_equal(into.view(np.uint32), want.view(np.uint32))
     np.testing.assert_array_equal(same.view(np.uint32), want.view(np.uint32))
 
