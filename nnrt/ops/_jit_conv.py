@@ -305,7 +305,7 @@ class Im2colConv:
     def __call__(self, x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry,
                  lo: np.float32, hi: np.float32, epilogue: Epilogue | None = None) -> np.ndarray:
         """``x`` real float32 NHWC [N, H, W, C] (any strides), ``wmat`` the [K+1, Cout] matrix of
-        ``conv._conv_matrix`` (taps in (kh, kw, c) order, then the bias row); returns a fresh
+        ``conv.conv_matrix`` (taps in (kh, kw, c) order, then the bias row); returns a fresh
         NHWC [N, OH, OW, Cout] result, activation applied (``lo > hi``: none), then
         ``epilogue`` (``_epilogue``) on each block of rows while it is in cache."""
         n, h, w, c = x.shape

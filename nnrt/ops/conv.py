@@ -1,6 +1,7 @@
 """2-D convolutions: CONV_2D, DEPTHWISE_CONV_2D and GROUPED_CONV_2D (the DEPTHWISE_CONV_2D kernel
-lives in ``depthwise`` and TRANSPOSE_CONV_2D in ``conv_transpose``, both imported at the bottom of
-this module; the signature, type and geometry helpers all four share live here).
+lives in ``depthwise``, GROUPED_CONV_2D in ``conv_grouped`` and TRANSPOSE_CONV_2D in
+``conv_transpose``, all imported at the bottom of this module; the signature, type and geometry
+helpers all four share live here).
 
 All three share NNAPI's signature shape: ``[input, filter, bias, padding..., stride_w, stride_h,
 (depth multiplier | groups), activation, (layout), (dilation_w, dilation_h)]`` where padding is
@@ -77,15 +78,19 @@ __all__ = [
     "ConvSignature",
     "ConvTypes",
     "Geometry",
+    "check_const_params",
     "check_conv_types",
+    "conv_matrix",
     "conv_nhwc",
     "conv_signature",
     "empty_output",
     "finish_output",
     "geometry",
+    "input_nhwc",
     "pointwise_parts",
     "real_bias",
     "real_filter",
+    "run_geometry",
 ]
 
 #: Input channels up to which CONV_2D gathers taps as per-channel planes rather than im2col rows
@@ -369,7 +374,7 @@ def _padded_cnhw(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
 # -- CONV_2D --------------------------------------------------------------------------------
 
 
-def _conv_matrix(w: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def conv_matrix(w: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """Filter [Cout, KH, KW, Cin] and bias [Cout] -> [KH*KW*Cin + 1, Cout] (bias last), contiguous."""
     cout = w.shape[0]
     out = np.empty((w[0].size + 1, cout), dtype=w.dtype)
@@ -411,7 +416,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     trimmed = None
     if live is not None and g0 is not None:
         g_live = replace(g0, top=g0.top - live[0] * g0.dil_h, left=g0.left - live[2] * g0.dil_w)
-        m_live = _conv_matrix(real_filter(w_live, call, types), real_bias(const_b, call, types))
+        m_live = conv_matrix(real_filter(w_live, call, types), real_bias(const_b, call, types))
         trimmed = (m_live, w_live.shape[1], w_live.shape[2], g_live)
     wino = winograd(w_live, const_b, trimmed[3] if trimmed else g0, fused) if mat0 is not None else None
     pointwise = plain_pointwise(mat0[0], const_w, g0, shape0) if fused is not None and mat0 is not None else None
@@ -481,7 +486,7 @@ def pointwise_parts(call: OpCall) -> tuple[np.ndarray, np.ndarray, np.float32, n
     if w is None or b is None or w.ndim != 4:
         return None
     shape, g = static_geometry(call, lambda args: _checked_geometry(call, sig, args))
-    wmat = _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
+    wmat = conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
     return plain_pointwise(wmat, w, g, shape)
 
 
@@ -533,7 +538,7 @@ def compiled_or(call: OpCall, sig: ConvSignature, types: ConvTypes, depthwise: b
 def _conv_matrices(
     call: OpCall, types: ConvTypes, w: np.ndarray, b: np.ndarray, cached: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The GEMM matrix of a CONV_2D filter and bias (``_conv_matrix``) and, for quantized
+    """The GEMM matrix of a CONV_2D filter and bias (``conv_matrix``) and, for quantized
     filters, the real scale of each output channel (else None).
 
     A quantized filter keeps its zero-point-centred integers and the bias its int32 values,
@@ -543,7 +548,7 @@ def _conv_matrices(
     if not types.quantized:
 
         def make() -> np.ndarray:
-            return _conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
+            return conv_matrix(real_filter(w, call, types), real_bias(b, call, types))
 
     else:
         centred, scales = centred_filter(call, w, 0)
@@ -551,7 +556,7 @@ def _conv_matrices(
         dtype = np.float32 if bound < 1 << 24 else np.float64
 
         def make() -> np.ndarray:
-            return _conv_matrix(centred.astype(dtype), b.astype(dtype))
+            return conv_matrix(centred.astype(dtype), b.astype(dtype))
 
     key = "wmat_int" if types.quantized else "wmat"
     return (relaid(call, key, make) if cached else make()), scales
@@ -584,49 +589,6 @@ def centred_filter(call: OpCall, w: np.ndarray, channel_dim: int) -> tuple[np.nd
 # -- GROUPED_CONV_2D ------------------------------------------------------------------------
 
 
-@kernel(Op.GROUPED_CONV_2D)
-def prepare_grouped_conv2d(call: OpCall) -> Kernel:
-    sig = conv_signature(call, 3, extra=True, layout_required=True, dilation=False)
-    types = check_conv_types(call, 0)
-    check_const_params(call, sig)
-    groups_const = call.const(sig.extra) if sig.extra is not None else None
-    fd = call.inputs[1].dimensions
-    if groups_const is not None and fd and fd[0] and fd[0] % groups_const:
-        call.fail(f"filter has {fd[0]} output channels, not a multiple of {groups_const} groups")
-
-    const_w, const_b = call.const(1), call.const(2)
-    wreal0 = real_filter(const_w, call, types) if const_w is not None else None
-    bias0 = real_bias(const_b, call, types) if const_b is not None else None
-    mats: dict[int, list[np.ndarray]] = {}
-
-    def group_mats(wreal: np.ndarray, bias: np.ndarray, groups: int) -> list[np.ndarray]:
-        per = wreal.shape[0] // groups
-        return [_conv_matrix(wreal[k * per : (k + 1) * per], bias[k * per : (k + 1) * per]) for k in range(groups)]
-
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
-        g, cin = run_geometry(call, sig, (x, w, b, *params))
-        groups = g.extra
-        cout = w.shape[0]
-        if cout % groups or w.shape[3] * groups != cin or b.shape != (cout,):
-            call.fail(
-                f"filter {list(w.shape)} / bias {list(b.shape)} do not match {cin} input channels in {groups} groups"
-            )
-        if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
-            return empty_output(call, x.shape[0], cout, g)
-        if wreal0 is not None and bias0 is not None:
-            if groups not in mats:
-                mats[groups] = group_mats(wreal0, bias0, groups)
-            gm = mats[groups]
-        else:
-            gm = group_mats(real_filter(w, call, types), real_bias(b, call, types), groups)
-        xr = input_nhwc(call, x, g, types)
-        cg = w.shape[3]
-        parts = [conv_nhwc(xr[..., k * cg : (k + 1) * cg], gm[k], w.shape[1], w.shape[2], g)[0] for k in range(groups)]
-        out = np.concatenate(parts, axis=3) if groups > 1 else parts[0]
-        return finish_output(call, out, g)
-
-    return run
-
-
+from nnrt.ops import conv_grouped as _conv_grouped  # noqa: E402, F401
 from nnrt.ops import conv_transpose as _conv_transpose  # noqa: E402, F401
 from nnrt.ops import depthwise as _depthwise  # noqa: E402, F401
