@@ -226,8 +226,9 @@ def _phase_taps(k: int, dil: int, stride: int) -> list[tuple[int, tuple[int, int
 #: numba's fast-math flag for fused multiply-adds (the row-major depthwise loop's sums).
 _CONTRACT = frozenset({"contract"})
 
-#: A compiled depthwise run: (NHWC float32 input, filter taps, bias, KW, geometry) -> output.
-CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry], np.ndarray]
+#: A compiled depthwise run: (NHWC float32 input, filter taps, bias, KW, geometry, HARD_SWISH
+#: after the activation) -> output.
+CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry, bool], np.ndarray]
 
 
 def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDepthwise | None:
@@ -249,17 +250,17 @@ def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDe
 
 
 def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
-                      g: Geometry) -> np.ndarray:
+                      g: Geometry, hswish: bool = False) -> np.ndarray:
     c = x.shape[3]
     out = np.empty((x.shape[0], g.out_h, g.out_w, c), dtype=np.float32)
     lo, hi = activation_bounds(g.act)
     fn(np.ascontiguousarray(x, dtype=np.float32), taps.taps.reshape(-1, k_w, c), bias.taps[0], out,
-       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi, False)
+       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi, False, hswish)
     return out
 
 
 def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
-                    g: Geometry) -> np.ndarray:
+                    g: Geometry, hswish: bool = False) -> np.ndarray:
     """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
     weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
     per tap column the shift and the output range it covers (cached per geometry)."""
@@ -267,7 +268,7 @@ def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias
     reps, cols, lo, hi = _row_layout(w, c, k_w, g)
     out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
     fn(np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c), taps.tiled(reps).reshape(-1, k_w, reps * c),
-       bias.tiled(reps)[0], cols, out.reshape(n, g.out_h, g.out_w * c), g.stride_h, g.dil_h, g.top, lo, hi)
+       bias.tiled(reps)[0], cols, out.reshape(n, g.out_h, g.out_w * c), g.stride_h, g.dil_h, g.top, lo, hi, hswish)
     return out
 
 

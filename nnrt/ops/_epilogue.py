@@ -47,6 +47,7 @@ __all__ = [
     "BIAS_PRELU_F32",
     "BIAS_HARD_SWISH_F32",
     "HARD_SWISH",
+    "IDENTITY_AFFINES",
     "PRELU",
     "Epilogue",
     "accept_epilogue",
@@ -64,20 +65,26 @@ __all__ = [
 #: with a constant slope (one value or one per channel).
 HARD_SWISH, ADD, PRELU = 1, 2, 3
 
+#: The affines (s1, b1, s2, b2) of a HARD_SWISH alone: ``x * 1 + -0.0`` changes no value
+#: (-0.0 and NaN included).
+IDENTITY_AFFINES = (np.float32(1), np.float32(-0.0), np.float32(1), np.float32(-0.0))
+
 #: Bounds that clamp nothing (lo > hi).
 _NO_CLAMP = (np.float32(1), np.float32(0))
 
-_takers: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+#: Each declared kernel -> the epilogue kinds it takes.
+_takers: weakref.WeakKeyDictionary[Callable[..., Any], frozenset[int]] = weakref.WeakKeyDictionary()
 
 
-def accept_epilogue(kernel: Callable[..., Any]) -> None:
-    """Declare that ``kernel`` takes an ``epilogue=`` keyword (module doc)."""
-    _takers.add(kernel)
+def accept_epilogue(kernel: Callable[..., Any], kinds: frozenset[int] = frozenset({HARD_SWISH, ADD, PRELU})) -> None:
+    """Declare that ``kernel`` takes an ``epilogue=`` keyword (module doc) of the ``kinds`` given."""
+    _takers[kernel] = kinds
 
 
-def takes_epilogue(kernel: Callable[..., Any] | None) -> bool:
-    """Whether ``kernel`` was declared with ``accept_epilogue``."""
-    return kernel is not None and kernel in _takers
+def takes_epilogue(kernel: Callable[..., Any] | None, kind: int | None = None) -> bool:
+    """Whether ``kernel`` was declared with ``accept_epilogue`` (for epilogues of ``kind``)."""
+    kinds = _takers.get(kernel) if kernel is not None else None
+    return kinds is not None and (kind is None or kind in kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,13 @@ class Epilogue:
         res = self.after(out.reshape(1, 1, *out.shape)) if self.kind != ADD else self.after_rows(out, row0)
         if res is not out:
             np.copyto(out, res.reshape(out.shape))
+
+    @property
+    def plain_hard_swish(self) -> bool:
+        """A HARD_SWISH with no affine around it (each ``x * 1 + -0.0``, which changes no value):
+        what a compiled depthwise loop applies to each finished output row (``depthwise``)."""
+        return self.kind == HARD_SWISH and all(
+            a.tobytes() == i.tobytes() for a, i in zip(self.affines, IDENTITY_AFFINES, strict=True))
 
     def after_rows(self, out: np.ndarray, row0: int) -> np.ndarray:
         """``after`` for an ADD on the block of rows ``row0 ..`` of the result."""

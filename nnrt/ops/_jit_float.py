@@ -93,7 +93,7 @@ BLOCK = 512
 DEPTHWISE_ROWS_F32 = (
     "void(Array(float32, 3, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), Array(int64, 2, 'C', readonly=True), float32[:, :, ::1],"
-    " int64, int64, int64, float32, float32)"
+    " int64, int64, int64, float32, float32, boolean)"
 )
 
 
@@ -108,6 +108,7 @@ def depthwise_rows_f32(
     top: int,
     lo: np.float32,
     hi: np.float32,
+    hswish: bool,
 ) -> None:
     """Depthwise convolution (depth multiplier 1, column stride 1) of float32 NHWC input into
     ``out``, plus bias and fused activation, over whole rows. The caller lays out:
@@ -120,6 +121,8 @@ def depthwise_rows_f32(
 
     Rows ``iy = oy*stride_h - top + i*dil_h`` outside the input read zero. The fused
     activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. NaN stays NaN (``np.clip``).
+    With ``hswish``, each finished output row then takes HARD_SWISH (a successor's epilogue,
+    ``nnrt.ops._epilogue``) while it is in cache.
     Each output row is done in chunks of ``B*C`` floats with all taps per chunk, so that the
     chunk, its input ranges and the weights stay in L1; each pass over a chunk adds the taps
     of one filter column and up to three filter rows (a load and a store of the chunk per
@@ -140,6 +143,7 @@ def depthwise_rows_f32(
     xf, wf, of = xs.reshape(-1), wt.reshape(-1), out.reshape(-1)
     u = np.uint64
     clamp = lo <= hi
+    three, six, zero = np.float32(3), np.float32(6), np.float32(0)
     step_x, step_w = dil_h * row, kw * block
     nine = kh == 3 and kw == 3
     for b in range(n):
@@ -235,6 +239,12 @@ def depthwise_rows_f32(
                                 v = of[d0 + t]
                                 v = lo if v < lo else v
                                 of[d0 + t] = hi if v > hi else v
+            if hswish:  # HARD_SWISH as ``hard_swish_f32`` computes it, selects: bit-identical
+                for t in range(u((b * oh + oy) * length), u((b * oh + oy + 1 + pair) * length)):
+                    v = of[t]
+                    r = v + three
+                    r = zero if r < zero else r
+                    of[t] = (six if r > six else r) * v / six
             oy += 2 if pair else 1
 
 
@@ -242,7 +252,7 @@ def depthwise_rows_f32(
 WINDOW_PIXELS_F32 = (
     "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1],"
-    " int64, int64, int64, int64, int64, int64, float32, float32, boolean)"
+    " int64, int64, int64, int64, int64, int64, float32, float32, boolean, boolean)"
 )
 
 
@@ -260,6 +270,7 @@ def window_pixels_f32(
     lo: np.float32,
     hi: np.float32,
     take_max: bool,
+    hswish: bool,
 ) -> None:
     """A KHxKW window (``w``'s first two dimensions, dilated) over float32 NHWC ``x`` [N, H, W, C]
     into ``out`` [N, OH, OW, C] (written in full), one output pixel's channels at a time.
@@ -269,7 +280,8 @@ def window_pixels_f32(
     ``take_max``, takes the maximum (MAX_POOL_2D, ``init`` = -inf: exact, NaN propagating as
     with ``np.maximum``; ``w`` only gives the window's size). ``top``/``left``: padding before
     the first row and column; positions outside the input take no part. Last, the fused
-    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. Indexed flat, maxima and
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none; with ``hswish`` HARD_SWISH
+    follows, per output row. Indexed flat, maxima and
     clamps as selects (see ``depthwise_rows_f32``).
     """
     n, h, wd, c = x.shape
@@ -278,6 +290,7 @@ def window_pixels_f32(
     xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
     u, uc = np.uint64, np.uint64(c)
     clamp = lo <= hi
+    three, six, zero = np.float32(3), np.float32(6), np.float32(0)
     for b in range(n):
         for oy in range(oh):
             o0 = (b * oh + oy) * ow * c
@@ -309,6 +322,12 @@ def window_pixels_f32(
                     v = of[t]
                     v = lo if v < lo else v
                     of[t] = hi if v > hi else v
+            if hswish:  # as in ``depthwise_rows_f32``
+                for t in range(u(o0), u(o0 + ow * c)):
+                    v = of[t]
+                    r = v + three
+                    r = zero if r < zero else r
+                    of[t] = (six if r > six else r) * v / six
 
 
 #: The one signature ``average_pool_f32`` is compiled for.

@@ -7,6 +7,11 @@ available (``nnrt.ops._jit``), else one padded, phase-split copy and one einsum 
 (``_conv_core.depthwise_sums``), or one contraction for a handful of outputs
 (``depthwise_direct``). Quantized filters with constant parameters run the compiled 8-bit core
 (``_jit_quant``) through ``conv.compiled_or``; otherwise the real-number path requantizes.
+
+A float32 NHWC layer takes a HARD_SWISH epilogue (``nnrt.ops._epilogue``, folded by
+``nnrt.execution._fuse_epilogue``): the compiled loops apply a plain one to each finished output
+row while it is in cache; affines around it, and the numpy paths, run the successor's own kernel
+on the result (``Epilogue.after``). Bit for bit the two steps either way.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import numpy as np
 
 from nnrt.ops._common import apply_activation, from_nchw, to_nchw
 from nnrt.ops._conv_core import Geometry, TiledTaps, compiled_depthwise, depthwise_direct, depthwise_sums, exact_in_float32
+from nnrt.ops._epilogue import HARD_SWISH, Epilogue, accept_epilogue
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.conv import (
     ConvTypes,
@@ -87,7 +93,13 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             seen[key] = g
         return g
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any, epilogue: Epilogue | None = None
+            ) -> np.ndarray:
+        in_loop = epilogue is not None and jit is not None and epilogue.plain_hard_swish
+        res = _run(x, w, b, params, in_loop)
+        return res if epilogue is None or in_loop else epilogue.after(np.ascontiguousarray(res))
+
+    def _run(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: tuple[Any, ...], hswish: bool) -> np.ndarray:
         g = checked((x, w, b, *params))
         cout = w.shape[3]
         n, kh, kw = x.shape[0], w.shape[1], w.shape[2]
@@ -100,7 +112,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             xin = np.repeat(xin, g.extra, axis=3)
         oh, ow = g.out_h, g.out_w
         if jit is not None:
-            res = jit(xin, taps, bias, kw, g)
+            res = jit(xin, taps, bias, kw, g, hswish)
             return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
             xc = xin.astype(dtype)
@@ -118,7 +130,10 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             real *= scales.tiled(ow)[0]
         return finish_output(call, real.reshape(n, oh, ow, cout), g)
 
-    return compiled_or(call, sig, types, True, checked, run)
+    kern = compiled_or(call, sig, types, True, checked, run)
+    if kern is run and types.input is T.TENSOR_FLOAT32 and nchw_const is False:
+        accept_epilogue(run, frozenset({HARD_SWISH}))  # in the compiled loop: ``_jit_float``
+    return kern
 
 
 #: Depthwise outputs (batch x rows x columns) up to which one contraction beats the tap loop.
