@@ -34,13 +34,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnrt.ops._common import activation_bounds
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_float import (
-    BLOCK,
-    DEPTHWISE_ROWS_F32,
-    WINDOW_PIXELS_F32,
-    depthwise_rows_f32,
-    window_pixels_f32,
-)
+from nnrt.ops._jit_depthwise import BLOCK, DEPTHWISE_ROWS_F32, DEPTHWISE_WIDE_F32, depthwise_rows_f32, depthwise_wide_f32
+from nnrt.ops._jit_float import WINDOW_PIXELS_F32, window_pixels_f32
 
 __all__ = [
     "Geometry",
@@ -231,20 +226,25 @@ _CONTRACT = frozenset({"contract"})
 CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry, bool], np.ndarray]
 
 
-def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDepthwise | None:
-    """At preparation: the compiled float32 depthwise loop for a layer's column stride (the
-    channel count, unused now, may matter to a later loop), or None when numba is absent or
-    ``NNRT_JIT=0``.
+def compiled_depthwise(stride_w: int | None, channels: int | None, k_w: int | None = None
+                       ) -> CompiledDepthwise | None:
+    """At preparation: the compiled float32 depthwise loop for a layer's column stride and
+    filter width (the channel count, unused now, may matter to a later loop), or None when numba
+    is absent or ``NNRT_JIT=0``.
 
     The row-major loop for column stride 1, the pixel-major one otherwise (``_jit_float``'s
     module comment; measured with both loops indexed flat: at stride 1 the row loop takes
     0.65-1.05 of the pixel loop's time, [1,128,128,8] 1x1 to [1,8,8,64] 3x3; at stride 2 the
     pixel loop 0.5-0.8 of the row loop's on a phase-split input, 16-144 channels). Only the
-    loop a layer uses is compiled (or loaded from numba's cache).
+    loop a layer uses is compiled (or loaded from numba's cache). Filters five columns wide at
+    column stride 1 do their inner columns with ``depthwise_wide_f32`` (four output pixels per
+    pass: [1,14,14,256] 5x5 79 -> 43 us, [1,3,96,88] 30 -> 15, CPU time), the edges with the row
+    loop.
     """
     if stride_w == 1:
         rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32, _CONTRACT)
-        return None if rows is None else partial(_depthwise_rows, rows)
+        wide = compiled(depthwise_wide_f32, DEPTHWISE_WIDE_F32, _CONTRACT) if k_w == 5 and rows is not None else None
+        return None if rows is None else partial(_depthwise_rows, rows, wide)
     pixels = compiled(window_pixels_f32, WINDOW_PIXELS_F32)
     return None if pixels is None else partial(_depthwise_pixels, pixels)
 
@@ -259,16 +259,25 @@ def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bi
     return out
 
 
-def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
-                    g: Geometry, hswish: bool = False) -> np.ndarray:
+def _depthwise_rows(fn: Callable[..., Any], wide: Callable[..., Any] | None, x: np.ndarray, taps: TiledTaps,
+                    bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> np.ndarray:
     """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
     weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
-    per tap column the shift and the output range it covers (cached per geometry)."""
+    per tap column the shift and the output range it covers (cached per geometry). With
+    ``wide`` (``depthwise_wide_f32``), a filter five columns wide, undilated, has the output
+    columns whose taps all read the input done by it first, the rest by the row loop."""
     n, h, w, c = x.shape
     reps, cols, lo, hi = _row_layout(w, c, k_w, g)
     out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
-    fn(np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c), taps.tiled(reps).reshape(-1, k_w, reps * c),
-       bias.tiled(reps)[0], cols, out.reshape(n, g.out_h, g.out_w * c), g.stride_h, g.dil_h, g.top, lo, hi, hswish)
+    xs, rows = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c), out.reshape(n, g.out_h, g.out_w * c)
+    ox0, ox1 = min(g.left, g.out_w), min(g.out_w, w - 4 + g.left)
+    if wide is None or k_w != 5 or g.dil_w != 1 or ox1 <= ox0:
+        ox0 = ox1 = 0
+    else:
+        wide(xs, taps.taps.reshape(-1, 5, c), bias.taps[0], rows, _filter_rows(h, taps.taps.shape[0] // 5, g),
+             g.stride_h, g.dil_h, g.top, g.left, ox0, ox1, lo, hi)
+    fn(xs, taps.tiled(reps).reshape(-1, k_w, reps * c), bias.tiled(reps)[0], cols, rows, g.stride_h, g.dil_h, g.top,
+       lo, hi, hswish, ox0 * c, ox1 * c)
     return out
 
 
@@ -283,6 +292,18 @@ def _row_layout(w: int, c: int, k_w: int, g: Geometry) -> tuple[int, np.ndarray,
         cols[j] = off * c, max(0, -off) * c, max(0, min(g.out_w, w - off)) * c
     cols.flags.writeable = False
     return max(1, min(g.out_w, -(-BLOCK // c))), cols, *activation_bounds(g.act)
+
+
+@lru_cache(maxsize=512)
+def _filter_rows(h: int, k_h: int, g: Geometry) -> np.ndarray:
+    """Per output row, the filter rows ``[first, end)`` that read an input of ``h`` rows
+    (read-only int64 [OH, 2]; remembered per geometry, as ``_row_layout``)."""
+    spans = np.empty((g.out_h, 2), dtype=np.int64)
+    for oy in range(g.out_h):
+        inside = [i for i in range(k_h) if 0 <= oy * g.stride_h - g.top + i * g.dil_h < h]  # a contiguous range
+        spans[oy] = (inside[0], inside[-1] + 1) if inside else (0, 0)
+    spans.flags.writeable = False
+    return spans
 
 
 def live_taps(g: Geometry | None, shape: tuple[int, ...] | None, filter_shape: tuple[int, ...]

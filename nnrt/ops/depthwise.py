@@ -68,7 +68,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
     filt0 = _depthwise_filter(call, types, const_w) if const_w is not None else None
     bias0 = _depthwise_bias(call, types, const_b) if const_b is not None else None
     stride_w = call.const(sig.stride)
-    jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
+    jit = compiled_depthwise(stride_w, fd[3] if fd else None, fd[2] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
 
     seen: dict[tuple[Any, ...], Geometry] = {}
 

@@ -28,13 +28,8 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops import _jit, activations, conv, depthwise, pooling, reduce
 from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
-from nnrt.ops._jit_float import (
-    DEPTHWISE_ROWS_F32,
-    bias_act_f32,
-    depthwise_rows_f32,
-    prelu_f32,
-    window_pixels_f32,
-)
+from nnrt.ops._jit_depthwise import DEPTHWISE_ROWS_F32, depthwise_rows_f32
+from nnrt.ops._jit_float import bias_act_f32, prelu_f32, window_pixels_f32
 from tests.unit.test_ops_conv import build
 
 numba = pytest.importorskip("numba")
@@ -124,6 +119,16 @@ EDGE = {
     "3x3-wide-dilated": (1, 9, 30, 24, (3, 3), (2, 2, 2, 2), (1, 1), (2, 2), 1),
     "3x3-valid-odd": (2, 11, 37, 5, (3, 3), (0, 0, 0, 0), (1, 2), (1, 1), 1),
     "mobile-112": (1, 112, 112, 32, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
+    # five columns wide at column stride 1: ``depthwise_wide_f32`` (four pixels, then one at a
+    # time) inside, the row loop at the edges
+    "5x5-ppocr-3-rows": (1, 3, 26, 24, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "5x5-row-stride": (1, 6, 13, 16, (5, 5), (2, 2, 2, 2), (1, 2), (1, 1), 1),
+    "5x5-batch-odd-channels": (2, 9, 9, 13, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "5x5-dilated-rows": (1, 12, 11, 8, (5, 5), (1, 3, 4, 4), (1, 1), (1, 2), 1),
+    "5x5-narrower-than-filter": (1, 5, 4, 8, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "1x5-valid": (1, 4, 9, 8, (1, 5), (0, 0, 0, 0), (1, 1), (1, 1), 1),
+    "5x5-multiplier": (1, 6, 10, 3, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 2),
+    "5x5-dilated-columns": (1, 6, 14, 8, (5, 5), (4, 4, 2, 2), (1, 1), (2, 1), 1),
 }
 
 
@@ -142,7 +147,7 @@ def test_depthwise_edge_shapes(device: nnrt.CpuDevice, name: str, act: int, nchw
 
 geometry = st.fixed_dictionaries({
     "n": st.integers(1, 2), "h": st.integers(1, 9), "w": st.integers(1, 9), "c": st.integers(1, 40),
-    "kh": st.integers(1, 4), "kw": st.integers(1, 4), "sh": st.integers(1, 4), "sw": st.integers(1, 4),
+    "kh": st.integers(1, 5), "kw": st.integers(1, 5), "sh": st.integers(1, 4), "sw": st.integers(1, 4),
     "dh": st.integers(1, 3), "dw": st.integers(1, 3), "pads": st.tuples(*[st.integers(0, 3)] * 4),
     "mult": st.integers(1, 2), "act": st.sampled_from([0, 1, 2, 3]), "seed": st.integers(0, 2**16),
 })  # fmt: skip
@@ -157,6 +162,15 @@ def test_depthwise_random_geometry(device: nnrt.CpuDevice, g: dict[str, Any]) ->
     m = _depthwise([g["n"], g["h"], g["w"], g["c"]], f, b, g["pads"], (g["sw"], g["sh"]), g["mult"], g["act"],
                    False, (g["dw"], g["dh"]))
     fast, ref = _both(device, m, [x])
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_wide_special_values(device: nnrt.CpuDevice) -> None:
+    """NaN and infinities through the five-wide loop and the row loop at its edges."""
+    x, f, b = _case(1, 4, 21, 16, (5, 5))
+    x[0, 1, 9, 3], x[0, 2, 0, 5], x[0, 3, 12, 7] = np.nan, np.inf, -np.inf
+    fast, ref = _both(device, _depthwise([1, 4, 21, 16], f, b, (2, 2, 2, 2), (1, 1), 1, 3, False, (1, 1)), [x])
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -221,7 +235,7 @@ def test_compiled_matches_uncompiled_python(loop: str, stride_w: int, channels: 
     with _jit.forced(True):
         run = compiled_depthwise(stride_w, channels)
     assert isinstance(run, partial) and run.func.__name__ == f"_depthwise_{loop}"
-    python = partial(run.func, depthwise_rows_f32 if loop == "rows" else window_pixels_f32)
+    python = partial(run.func, depthwise_rows_f32, None) if loop == "rows" else partial(run.func, window_pixels_f32)
     taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
     outs = [r(x, taps, bias, 2, g) for r in (run, python)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
