@@ -237,9 +237,8 @@ def compiled_depthwise(stride_w: int | None, channels: int | None, k_w: int | No
     0.65-1.05 of the pixel loop's time, [1,128,128,8] 1x1 to [1,8,8,64] 3x3; at stride 2 the
     pixel loop 0.5-0.8 of the row loop's on a phase-split input, 16-144 channels). Only the
     loop a layer uses is compiled (or loaded from numba's cache). Filters five columns wide at
-    column stride 1 do their inner columns with ``depthwise_wide_f32`` (four output pixels per
-    pass: [1,14,14,256] 5x5 79 -> 43 us, [1,3,96,88] 30 -> 15, CPU time), the edges with the row
-    loop.
+    column stride 1 take ``depthwise_wide_f32`` (four output pixels per pass where they can; CPU
+    time, 5x5: [1,14,14,256] 92 -> 43 us, [1,3,96,88] 23 -> 13, [1,2,96,200] 30 -> 13).
     """
     if stride_w == 1:
         rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32, _CONTRACT)
@@ -263,21 +262,18 @@ def _depthwise_rows(fn: Callable[..., Any], wide: Callable[..., Any] | None, x: 
                     bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> np.ndarray:
     """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
     weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
-    per tap column the shift and the output range it covers (cached per geometry). With
-    ``wide`` (``depthwise_wide_f32``), a filter five columns wide, undilated, has the output
-    columns whose taps all read the input done by it first, the rest by the row loop."""
+    per tap column the shift and the output range it covers (cached per geometry); or, for a
+    filter five columns wide and undilated, runs ``wide`` (``depthwise_wide_f32``) instead."""
     n, h, w, c = x.shape
     reps, cols, lo, hi = _row_layout(w, c, k_w, g)
     out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
     xs, rows = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c), out.reshape(n, g.out_h, g.out_w * c)
-    ox0, ox1 = min(g.left, g.out_w), min(g.out_w, w - 4 + g.left)
-    if wide is None or k_w != 5 or g.dil_w != 1 or ox1 <= ox0:
-        ox0 = ox1 = 0
-    else:
+    if wide is not None and k_w == 5 and g.dil_w == 1:
         wide(xs, taps.taps.reshape(-1, 5, c), bias.taps[0], rows, _filter_rows(h, taps.taps.shape[0] // 5, g),
-             g.stride_h, g.dil_h, g.top, g.left, ox0, ox1, lo, hi)
-    fn(xs, taps.tiled(reps).reshape(-1, k_w, reps * c), bias.tiled(reps)[0], cols, rows, g.stride_h, g.dil_h, g.top,
-       lo, hi, hswish, ox0 * c, ox1 * c)
+             g.stride_h, g.dil_h, g.top, g.left, lo, hi, hswish)
+    else:
+        fn(xs, taps.tiled(reps).reshape(-1, k_w, reps * c), bias.tiled(reps)[0], cols, rows, g.stride_h, g.dil_h,
+           g.top, lo, hi, hswish)
     return out
 
 

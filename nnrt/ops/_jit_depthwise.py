@@ -10,9 +10,9 @@ with the weights tiled to a block of whole pixels; taken at column stride 1 what
 channels (0.65-1.05 of the time of ``_jit_float.window_pixels_f32``, the pixel loop taken at
 strides > 1, where it measured 0.5-0.8 of this one's on an input split into column phases,
 16-144 channels). Each output row starts with the bias and ends with the fused activation
-(and a HARD_SWISH epilogue) while it is in cache. ``depthwise_wide_f32`` does the inner output
-columns of filters five columns wide (four pixels per pass, channels innermost); the row loop
-the edges.
+(and a HARD_SWISH epilogue) while it is in cache. ``depthwise_wide_f32`` takes filters five columns
+wide instead (four output pixels per pass where their taps are inside the input, channels
+innermost).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ BLOCK = 512
 DEPTHWISE_ROWS_F32 = (
     "void(Array(float32, 3, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), Array(int64, 2, 'C', readonly=True), float32[:, :, ::1],"
-    " int64, int64, int64, float32, float32, boolean, int64, int64)"
+    " int64, int64, int64, float32, float32, boolean)"
 )
 
 
@@ -48,8 +48,6 @@ def depthwise_rows_f32(
     lo: np.float32,
     hi: np.float32,
     hswish: bool,
-    skip0: int,
-    skip1: int,
 ) -> None:
     """Depthwise convolution (depth multiplier 1, column stride 1) of float32 NHWC input into
     ``out``, plus bias and fused activation, over whole rows. The caller lays out:
@@ -62,8 +60,7 @@ def depthwise_rows_f32(
 
     Rows ``iy = oy*stride_h - top + i*dil_h`` outside the input read zero. The fused
     activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. NaN stays NaN (``np.clip``).
-    The positions ``skip0 .. skip1`` of each output row are left to ``depthwise_wide_f32``,
-    called before (only their HARD_SWISH is done here). With ``hswish``, each finished output
+    With ``hswish``, each finished output
     row then takes HARD_SWISH (a successor's epilogue,
     ``nnrt.ops._epilogue``) while it is in cache.
     Each output row is done in chunks of ``B*C`` floats with all taps per chunk, so that the
@@ -103,10 +100,7 @@ def depthwise_rows_f32(
                 if full:
                     f0 = max(start, cols[0, 1], cols[1, 1], cols[2, 1])
                     f1 = max(f0, min(start + seg, cols[0, 2], cols[1, 2], cols[2, 2]))
-                elif skip1 > skip0:  # ``depthwise_wide_f32`` writes this part of the row
-                    f0 = min(max(start, skip0), start + seg)
-                    f1 = max(f0, min(start + seg, skip1))
-                if full and f1 > f0:
+                if f1 > f0:
                     m, o0, bo = u(f1 - f0), u((b * oh + oy) * length + f0), u(f0 - start)
                     r0 = (b * h + y0) * row + f0
                     x00, x01, x02 = u(r0 + cols[0, 0]), u(r0 + cols[1, 0]), u(r0 + cols[2, 0])
@@ -198,7 +192,7 @@ def depthwise_rows_f32(
 DEPTHWISE_WIDE_F32 = (
     "void(Array(float32, 3, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), float32[:, :, ::1], Array(int64, 2, 'C', readonly=True), int64, int64,"
-    " int64, int64, int64, int64, float32, float32)"
+    " int64, int64, float32, float32, boolean)"
 )
 
 
@@ -212,37 +206,41 @@ def depthwise_wide_f32(
     dil_h: int,
     top: int,
     left: int,
-    ox0: int,
-    ox1: int,
     lo: np.float32,
     hi: np.float32,
+    hswish: bool,
 ) -> None:
     """Depthwise convolution with filters five columns wide (column stride and dilation 1,
-    depth multiplier 1) of float32 NHWC input, for the output columns ``ox0 .. ox1`` whose
-    five taps all lie inside the input row: bias, the taps and the fused activation (clamp to
-    [``lo``, ``hi``]; ``lo > hi``: none). ``xs`` [N, H, W*C] the input rows flattened, ``wt``
-    [KH, 5, C], ``bt`` [C], ``out`` [N, OH, OW*C]; ``spans`` [OH, 2]: per output row, the filter
-    rows inside the input (first, end; the others read zeros).
+    depth multiplier 1) of float32 NHWC input into ``out``, plus bias and fused activation
+    (clamp to [``lo``, ``hi``]; ``lo > hi``: none), then with ``hswish`` HARD_SWISH as
+    ``depthwise_rows_f32`` does it. ``xs`` [N, H, W*C] the input rows flattened, ``wt`` [KH, 5,
+    C], ``bt`` [C], ``out`` [N, OH, OW*C], written in full; ``spans`` [OH, 2]: per output row,
+    the filter rows inside the input (first, end; the others read zeros).
 
-    Four output pixels at a time, channels innermost: per filter row, one pass loads the five
-    weights and the eight input pixels the four outputs' taps reach once for all twenty
-    products (17 loads per 20 multiply-adds; the row loop ``depthwise_rows_f32`` makes 7 per 3).
-    PP-OCR's classifier and MobileNetV3 run 5x5 depthwise layers on 2-14 rows of 88-256
-    channels. Compiled with ``fastmath={"contract"}`` as the row loop (its order of additions
-    differs: within float32 rounding of it, not bit for bit).
+    Channels innermost. Where four output pixels in a row have all their taps inside the input
+    row, one pass per filter row loads the five weights and the eight input pixels they reach
+    once for all twenty products (17 loads per 20 multiply-adds; the row loop makes 7 per 3);
+    other pixels add their taps inside the input one column at a time. PP-OCR's classifier and
+    MobileNetV3 run 5x5 depthwise layers on 2-14 rows of 88-256 channels. Compiled with
+    ``fastmath={"contract"}`` as the row loop (its order of additions differs: within float32
+    rounding of it, not bit for bit).
     """
     n, h, row = xs.shape
     c = wt.shape[2]
-    oh, length = out.shape[1], out.shape[2]
+    w, oh, length = row // c, out.shape[1], out.shape[2]
+    ow = length // c
     xf, wf, of = xs.reshape(-1), wt.reshape(-1), out.reshape(-1)
     u, uc = np.uint64, np.uint64(c)
     clamp = lo <= hi
+    three, six, zero = np.float32(3), np.float32(6), np.float32(0)
+    inner0, inner1 = left, w - 4 + left  # the output columns whose five taps read the input
     for b in range(n):
         for oy in range(oh):
             y0 = oy * stride_h - top
-            ox = ox0
-            while ox < ox1:
-                four = ox + 4 <= ox1
+            ox = 0
+            while ox < ow:
+                inner = inner0 <= ox < inner1
+                four = inner and ox + 4 <= inner1
                 o0 = u((b * oh + oy) * length + ox * c)
                 o1, o2, o3 = o0 + uc, o0 + u(2 * c), o0 + u(3 * c)
                 if four:
@@ -253,10 +251,16 @@ def depthwise_wide_f32(
                     for k in range(uc):
                         of[o0 + k] = bt[k]
                 for i in range(spans[oy, 0], spans[oy, 1]):
-                    x0 = u((b * h + y0 + i * dil_h) * row + (ox - left) * c)
-                    x1, x2, x3, x4 = x0 + uc, x0 + u(2 * c), x0 + u(3 * c), x0 + u(4 * c)
-                    w0 = u(i * 5 * c)
+                    xr, w0 = (b * h + y0 + i * dil_h) * row, u(i * 5 * c)
                     w1, w2, w3, w4 = w0 + uc, w0 + u(2 * c), w0 + u(3 * c), w0 + u(4 * c)
+                    if not inner:  # an edge pixel: its taps inside the row, one column at a time
+                        for j in range(max(0, left - ox), min(5, w + left - ox)):
+                            xa, wa = u(xr + (ox - left + j) * c), w0 + u(j * c)
+                            for k in range(uc):
+                                of[o0 + k] = of[o0 + k] + xf[xa + k] * wf[wa + k]
+                        continue
+                    x0 = u(xr + (ox - left) * c)
+                    x1, x2, x3, x4 = x0 + uc, x0 + u(2 * c), x0 + u(3 * c), x0 + u(4 * c)
                     if four:
                         x5, x6, x7 = x0 + u(5 * c), x0 + u(6 * c), x0 + u(7 * c)
                         for k in range(uc):
@@ -271,10 +275,16 @@ def depthwise_wide_f32(
                         for k in range(uc):
                             of[o0 + k] = (of[o0 + k] + xf[x0 + k] * wf[w0 + k] + xf[x1 + k] * wf[w1 + k]
                                           + xf[x2 + k] * wf[w2 + k] + xf[x3 + k] * wf[w3 + k] + xf[x4 + k] * wf[w4 + k])
-                done = 4 if four else 1
-                if clamp:  # selects, not branches: the loop vectorizes
-                    for t in range(u(done * c)):
+                done = u(4 * c) if four else uc
+                if clamp:  # selects, not branches: the loops vectorize
+                    for t in range(done):
                         v = of[o0 + t]
                         v = lo if v < lo else v
                         of[o0 + t] = hi if v > hi else v
-                ox += done
+                if hswish:
+                    for t in range(done):
+                        v = of[o0 + t]
+                        r = v + three
+                        r = zero if r < zero else r
+                        of[o0 + t] = (six if r > six else r) * v / six
+                ox += 4 if four else 1
