@@ -388,6 +388,7 @@ def cases() -> list[Case]:
         pad_channels_case((1, 64, 64, 24), 4),
         pool_case("max", (1, 96, 96, 16), 2, 2),
         pool_case("max", (1, 128, 128, 8), 2, 2),
+        pool_case("max", (1, 2, 96, 200), 2, 2),  # ppocr cls, before its head
         resize_case((1, 24, 24, 48), 2),
         resize_case((1, 6, 6, 96), 2),
     ]

@@ -34,7 +34,14 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnrt.ops._common import activation_bounds
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_depthwise import BLOCK, DEPTHWISE_ROWS_F32, DEPTHWISE_WIDE_F32, depthwise_rows_f32, depthwise_wide_f32
+from nnrt.ops._jit_depthwise import (
+    BLOCK,
+    DEPTHWISE_QUADS_F32,
+    DEPTHWISE_ROWS_F32,
+    QUADS_MIN_CHANNELS,
+    depthwise_quads_f32,
+    depthwise_rows_f32,
+)
 from nnrt.ops._jit_float import WINDOW_PIXELS_F32, window_pixels_f32
 
 __all__ = [
@@ -236,14 +243,16 @@ def compiled_depthwise(stride_w: int | None, channels: int | None, k_w: int | No
     module comment; measured with both loops indexed flat: at stride 1 the row loop takes
     0.65-1.05 of the pixel loop's time, [1,128,128,8] 1x1 to [1,8,8,64] 3x3; at stride 2 the
     pixel loop 0.5-0.8 of the row loop's on a phase-split input, 16-144 channels). Only the
-    loop a layer uses is compiled (or loaded from numba's cache). Filters five columns wide at
-    column stride 1 take ``depthwise_wide_f32`` (four output pixels per pass where they can; CPU
-    time, 5x5: [1,14,14,256] 92 -> 43 us, [1,3,96,88] 23 -> 13, [1,2,96,200] 30 -> 13).
+    loop a layer uses is compiled (or loaded from numba's cache). A filter five columns wide at
+    column stride 1 over ``QUADS_MIN_CHANNELS`` or more and rows of 12 pixels or more takes
+    ``depthwise_quads_f32`` instead when undilated (four output pixels per pass where they fit;
+    CPU time, 5x5: [1,14,14,256] 78 -> 60 us, [1,3,96,88] 28 -> 18, [1,2,96,200] 31 -> 18; on
+    [1,7,7,512] no four pixels fit: 36 -> 38, the row loop kept).
     """
     if stride_w == 1:
         rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32, _CONTRACT)
-        wide = compiled(depthwise_wide_f32, DEPTHWISE_WIDE_F32, _CONTRACT) if k_w == 5 and rows is not None else None
-        return None if rows is None else partial(_depthwise_rows, rows, wide)
+        quads = compiled(depthwise_quads_f32, DEPTHWISE_QUADS_F32, _CONTRACT) if k_w == 5 and rows else None
+        return None if rows is None else partial(_depthwise_rows, rows, quads)
     pixels = compiled(window_pixels_f32, WINDOW_PIXELS_F32)
     return None if pixels is None else partial(_depthwise_pixels, pixels)
 
@@ -258,19 +267,19 @@ def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bi
     return out
 
 
-def _depthwise_rows(fn: Callable[..., Any], wide: Callable[..., Any] | None, x: np.ndarray, taps: TiledTaps,
+def _depthwise_rows(fn: Callable[..., Any], quads: Callable[..., Any] | None, x: np.ndarray, taps: TiledTaps,
                     bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> np.ndarray:
     """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
     weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
-    per tap column the shift and the output range it covers (cached per geometry); or, for a
-    filter five columns wide and undilated, runs ``wide`` (``depthwise_wide_f32``) instead."""
+    per tap column the shift and the output range it covers (cached per geometry); or runs
+    ``quads`` (``depthwise_quads_f32``) on a layer it takes (``compiled_depthwise``)."""
     n, h, w, c = x.shape
     reps, cols, lo, hi = _row_layout(w, c, k_w, g)
     out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
     xs, rows = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c), out.reshape(n, g.out_h, g.out_w * c)
-    if wide is not None and k_w == 5 and g.dil_w == 1:
-        wide(xs, taps.taps.reshape(-1, 5, c), bias.taps[0], rows, _filter_rows(h, taps.taps.shape[0] // 5, g),
-             g.stride_h, g.dil_h, g.top, g.left, lo, hi, hswish)
+    if quads is not None and k_w == 5 and g.dil_w == 1 and c >= QUADS_MIN_CHANNELS and w >= 12:
+        quads(xs, taps.taps.reshape(-1, 5, c), bias.taps[0], rows, _filter_rows(h, taps.taps.shape[0] // 5, g),
+              g.stride_h, g.dil_h, g.top, g.left, lo, hi, hswish)
     else:
         fn(xs, taps.tiled(reps).reshape(-1, k_w, reps * c), bias.tiled(reps)[0], cols, rows, g.stride_h, g.dil_h,
            g.top, lo, hi, hswish)

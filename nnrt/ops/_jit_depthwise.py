@@ -10,16 +10,17 @@ with the weights tiled to a block of whole pixels; taken at column stride 1 what
 channels (0.65-1.05 of the time of ``_jit_float.window_pixels_f32``, the pixel loop taken at
 strides > 1, where it measured 0.5-0.8 of this one's on an input split into column phases,
 16-144 channels). Each output row starts with the bias and ends with the fused activation
-(and a HARD_SWISH epilogue) while it is in cache. ``depthwise_wide_f32`` takes filters five columns
-wide instead (four output pixels per pass where their taps are inside the input, channels
-innermost).
+(and a HARD_SWISH epilogue) while it is in cache. ``depthwise_quads_f32`` takes filters five columns
+wide with many channels instead (four output pixels per pass where their taps are inside the
+input, channels innermost).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK", "DEPTHWISE_ROWS_F32", "DEPTHWISE_WIDE_F32", "depthwise_rows_f32", "depthwise_wide_f32"]
+__all__ = ["BLOCK", "DEPTHWISE_QUADS_F32", "DEPTHWISE_ROWS_F32", "QUADS_MIN_CHANNELS", "depthwise_quads_f32",
+           "depthwise_rows_f32"]
 
 #: Length (in floats) to which a depthwise kernel's per-tap weights are tiled (whole pixels):
 #: the chunk of an output row done with all taps at once. Long enough for the vectorized loop,
@@ -188,15 +189,22 @@ def depthwise_rows_f32(
             oy += 2 if pair else 1
 
 
-#: The one signature ``depthwise_wide_f32`` is compiled for.
-DEPTHWISE_WIDE_F32 = (
+#: The one signature ``depthwise_quads_f32`` is compiled for.
+DEPTHWISE_QUADS_F32 = (
     "void(Array(float32, 3, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), float32[:, :, ::1], Array(int64, 2, 'C', readonly=True), int64, int64,"
     " int64, int64, float32, float32, boolean)"
 )
 
+#: Channels from which ``depthwise_quads_f32`` beats the row loop (CPU time, 5x5 pad 2:
+#: [1,3,96,88] 0.65-0.68 of it, [1,2,96,200] 0.58-0.70, [1,14,14,256] 0.73-0.76; with 64
+#: channels and fewer it lost, 1.15-1.24 from 32 to 64, 3x with 16 or 24: per pass over the
+#: channels, the vectorized loop's run-time overlap checks of its 17 pointers cost more than a
+#: few vectors of work, and 24 channels leave a scalar remainder).
+QUADS_MIN_CHANNELS = 80
 
-def depthwise_wide_f32(
+
+def depthwise_quads_f32(
     xs: np.ndarray,
     wt: np.ndarray,
     bt: np.ndarray,
@@ -210,20 +218,21 @@ def depthwise_wide_f32(
     hi: np.float32,
     hswish: bool,
 ) -> None:
-    """Depthwise convolution with filters five columns wide (column stride and dilation 1,
-    depth multiplier 1) of float32 NHWC input into ``out``, plus bias and fused activation
-    (clamp to [``lo``, ``hi``]; ``lo > hi``: none), then with ``hswish`` HARD_SWISH as
+    """Depthwise convolution with a filter five columns wide (column stride and dilation 1,
+    depth multiplier 1) of float32 NHWC input into ``out``, plus bias and fused activation (clamp
+    to [``lo``, ``hi``]; ``lo > hi``: none), then with ``hswish`` HARD_SWISH as
     ``depthwise_rows_f32`` does it. ``xs`` [N, H, W*C] the input rows flattened, ``wt`` [KH, 5,
     C], ``bt`` [C], ``out`` [N, OH, OW*C], written in full; ``spans`` [OH, 2]: per output row,
     the filter rows inside the input (first, end; the others read zeros).
 
-    Channels innermost. Where four output pixels in a row have all their taps inside the input
-    row, one pass per filter row loads the five weights and the eight input pixels they reach
-    once for all twenty products (17 loads per 20 multiply-adds; the row loop makes 7 per 3);
-    other pixels add their taps inside the input one column at a time. PP-OCR's classifier and
-    MobileNetV3 run 5x5 depthwise layers on 2-14 rows of 88-256 channels. Compiled with
-    ``fastmath={"contract"}`` as the row loop (its order of additions differs: within float32
-    rounding of it, not bit for bit).
+    Channels innermost. Where four adjacent output pixels have all their taps inside the input
+    row, one pass per filter row loads its five weights and the eight input pixels the four
+    outputs' taps reach once for all twenty products (17 loads per 20 multiply-adds; the row
+    loop makes 7 per 3). Other pixels add their taps inside the input one column at a time.
+    PP-OCR's classifier and MobileNetV3 run 5x5 layers on 2-14 rows of 88-256 channels (from
+    ``QUADS_MIN_CHANNELS``). Compiled with ``fastmath={"contract"}`` as the row loop (another
+    order of additions: within float32 rounding of it, not bit for bit). (The same four-pixel
+    pass for 3x3 and 5x5 filters at column stride 2 measured 0.94-3.4x the pixel loop: not kept.)
     """
     n, h, row = xs.shape
     c = wt.shape[2]
@@ -233,14 +242,13 @@ def depthwise_wide_f32(
     u, uc = np.uint64, np.uint64(c)
     clamp = lo <= hi
     three, six, zero = np.float32(3), np.float32(6), np.float32(0)
-    inner0, inner1 = left, w - 4 + left  # the output columns whose five taps read the input
     for b in range(n):
         for oy in range(oh):
             y0 = oy * stride_h - top
             ox = 0
             while ox < ow:
-                inner = inner0 <= ox < inner1
-                four = inner and ox + 4 <= inner1
+                x_first = ox - left  # the input column of the first pixel's first tap
+                four = x_first >= 0 and x_first + 8 <= w and ox + 4 <= ow
                 o0 = u((b * oh + oy) * length + ox * c)
                 o1, o2, o3 = o0 + uc, o0 + u(2 * c), o0 + u(3 * c)
                 if four:
@@ -252,29 +260,24 @@ def depthwise_wide_f32(
                         of[o0 + k] = bt[k]
                 for i in range(spans[oy, 0], spans[oy, 1]):
                     xr, w0 = (b * h + y0 + i * dil_h) * row, u(i * 5 * c)
-                    w1, w2, w3, w4 = w0 + uc, w0 + u(2 * c), w0 + u(3 * c), w0 + u(4 * c)
-                    if not inner:  # an edge pixel: its taps inside the row, one column at a time
-                        for j in range(max(0, left - ox), min(5, w + left - ox)):
-                            xa, wa = u(xr + (ox - left + j) * c), w0 + u(j * c)
+                    if not four:  # its taps inside the row, one column at a time
+                        for j in range(max(0, -x_first), min(5, w - x_first)):
+                            xa, wa = u(xr + (x_first + j) * c), w0 + u(j * c)
                             for k in range(uc):
                                 of[o0 + k] = of[o0 + k] + xf[xa + k] * wf[wa + k]
                         continue
-                    x0 = u(xr + (ox - left) * c)
+                    w1, w2, w3, w4 = w0 + uc, w0 + u(2 * c), w0 + u(3 * c), w0 + u(4 * c)
+                    x0 = u(xr + x_first * c)
                     x1, x2, x3, x4 = x0 + uc, x0 + u(2 * c), x0 + u(3 * c), x0 + u(4 * c)
-                    if four:
-                        x5, x6, x7 = x0 + u(5 * c), x0 + u(6 * c), x0 + u(7 * c)
-                        for k in range(uc):
-                            a0, a1, a2, a3, a4 = wf[w0 + k], wf[w1 + k], wf[w2 + k], wf[w3 + k], wf[w4 + k]
-                            p0, p1, p2, p3 = xf[x0 + k], xf[x1 + k], xf[x2 + k], xf[x3 + k]
-                            p4, p5, p6, p7 = xf[x4 + k], xf[x5 + k], xf[x6 + k], xf[x7 + k]
-                            of[o0 + k] = of[o0 + k] + p0 * a0 + p1 * a1 + p2 * a2 + p3 * a3 + p4 * a4
-                            of[o1 + k] = of[o1 + k] + p1 * a0 + p2 * a1 + p3 * a2 + p4 * a3 + p5 * a4
-                            of[o2 + k] = of[o2 + k] + p2 * a0 + p3 * a1 + p4 * a2 + p5 * a3 + p6 * a4
-                            of[o3 + k] = of[o3 + k] + p3 * a0 + p4 * a1 + p5 * a2 + p6 * a3 + p7 * a4
-                    else:
-                        for k in range(uc):
-                            of[o0 + k] = (of[o0 + k] + xf[x0 + k] * wf[w0 + k] + xf[x1 + k] * wf[w1 + k]
-                                          + xf[x2 + k] * wf[w2 + k] + xf[x3 + k] * wf[w3 + k] + xf[x4 + k] * wf[w4 + k])
+                    x5, x6, x7 = x0 + u(5 * c), x0 + u(6 * c), x0 + u(7 * c)
+                    for k in range(uc):
+                        a0, a1, a2, a3, a4 = wf[w0 + k], wf[w1 + k], wf[w2 + k], wf[w3 + k], wf[w4 + k]
+                        p0, p1, p2, p3 = xf[x0 + k], xf[x1 + k], xf[x2 + k], xf[x3 + k]
+                        p4, p5, p6, p7 = xf[x4 + k], xf[x5 + k], xf[x6 + k], xf[x7 + k]
+                        of[o0 + k] = of[o0 + k] + p0 * a0 + p1 * a1 + p2 * a2 + p3 * a3 + p4 * a4
+                        of[o1 + k] = of[o1 + k] + p1 * a0 + p2 * a1 + p3 * a2 + p4 * a3 + p5 * a4
+                        of[o2 + k] = of[o2 + k] + p2 * a0 + p3 * a1 + p4 * a2 + p5 * a3 + p6 * a4
+                        of[o3 + k] = of[o3 + k] + p3 * a0 + p4 * a1 + p5 * a2 + p6 * a3 + p7 * a4
                 done = u(4 * c) if four else uc
                 if clamp:  # selects, not branches: the loops vectorize
                     for t in range(done):

@@ -1,9 +1,10 @@
 """HARD_SWISH epilogues of DEPTHWISE_CONV_2D (``nnrt/execution/_fuse_epilogue.py``,
-``nnrt/ops/depthwise.py``, the compiled loops of ``nnrt/ops/_jit_float.py``): a HARD_SWISH, or a
-chain computing one, that alone reads a float32 depthwise convolution's output becomes one step
-giving the unfused plan's bits on both compiled loops (rows at column stride 1, with the 3x3
-nine-tap pass; pixels otherwise), the edge geometries and the numpy paths; other successors
-stay steps of their own."""
+``nnrt/ops/depthwise.py``, the compiled loops of ``nnrt/ops/_jit_depthwise.py`` and
+``_jit_float.py``): a HARD_SWISH, or a chain computing one, that alone reads a float32 depthwise
+convolution's output becomes one step giving the unfused plan's bits on the compiled loops (rows
+at column stride 1, with the 3x3 nine-tap pass; four pixels per pass for 5x5 filters over many
+channels; pixels otherwise), the edge geometries and the numpy paths; other successors stay
+steps of their own."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ F32 = np.float32
 #: (input shape, filter (KH, KW), stride (W, H), dilation, padding (left, right, top, bottom)).
 GEOMETRIES = {  # outputs of 4096 values or more, so that the decomposed hardswish is a chain
     "3x3, nine-tap pairs": ((1, 20, 22, 16), (3, 3), (1, 1), 1, (1, 1, 1, 1)),
-    "5x5 on 3 rows (ppocr cls)": ((1, 3, 96, 24), (5, 5), (1, 1), 1, (2, 2, 2, 2)),
-    "5x5, batch 2": ((2, 14, 14, 24), (5, 5), (1, 1), 1, (2, 2, 2, 2)),
+    "5x5 on 3 rows (ppocr cls)": ((1, 3, 96, 88), (5, 5), (1, 1), 1, (2, 2, 2, 2)),  # depthwise_quads_f32
+    "5x5, batch 2": ((2, 14, 14, 96), (5, 5), (1, 1), 1, (2, 2, 2, 2)),
+    "5x5, few channels": ((1, 3, 96, 24), (5, 5), (1, 1), 1, (2, 2, 2, 2)),  # the row loop
     "row stride 2, column stride 1": ((1, 24, 96, 8), (3, 3), (1, 2), 1, (1, 1, 1, 1)),
     "stride 2 (pixel loop)": ((1, 36, 37, 16), (3, 3), (2, 2), 1, (0, 1, 0, 1)),
     "2x2 stride 3 > kernel": ((1, 50, 47, 16), (2, 2), (3, 3), 1, (0, 0, 0, 0)),

@@ -119,16 +119,23 @@ EDGE = {
     "3x3-wide-dilated": (1, 9, 30, 24, (3, 3), (2, 2, 2, 2), (1, 1), (2, 2), 1),
     "3x3-valid-odd": (2, 11, 37, 5, (3, 3), (0, 0, 0, 0), (1, 2), (1, 1), 1),
     "mobile-112": (1, 112, 112, 32, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
-    # five columns wide at column stride 1: ``depthwise_wide_f32`` (four pixels, then one at a
-    # time) inside, the row loop at the edges
-    "5x5-ppocr-3-rows": (1, 3, 26, 24, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
-    "5x5-row-stride": (1, 6, 13, 16, (5, 5), (2, 2, 2, 2), (1, 2), (1, 1), 1),
-    "5x5-batch-odd-channels": (2, 9, 9, 13, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
-    "5x5-dilated-rows": (1, 12, 11, 8, (5, 5), (1, 3, 4, 4), (1, 1), (1, 2), 1),
-    "5x5-narrower-than-filter": (1, 5, 4, 8, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
-    "1x5-valid": (1, 4, 9, 8, (1, 5), (0, 0, 0, 0), (1, 1), (1, 1), 1),
-    "5x5-multiplier": (1, 6, 10, 3, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 2),
+    # five columns wide at column stride 1, 80 channels or more, 12 columns or more:
+    # ``depthwise_quads_f32`` (four pixels at a time where their taps are inside the input, one at
+    # a time at the edges)
+    "5x5-ppocr-3-rows": (1, 3, 26, 88, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "5x5-row-stride": (1, 6, 13, 96, (5, 5), (2, 2, 2, 2), (1, 2), (1, 1), 1),
+    "5x5-batch-odd-channels": (2, 9, 13, 85, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "5x5-dilated-rows": (1, 12, 14, 80, (5, 5), (1, 3, 4, 4), (1, 1), (1, 2), 1),
+    "5x5-narrower-than-filter": (1, 5, 4, 88, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "1x5-valid": (1, 4, 13, 88, (1, 5), (0, 0, 0, 0), (1, 1), (1, 1), 1),
+    "5x5-multiplier": (1, 6, 14, 41, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 2),
+    "5x5-few-channels": (1, 6, 14, 24, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),  # the row loop
     "5x5-dilated-columns": (1, 6, 14, 8, (5, 5), (4, 4, 2, 2), (1, 1), (2, 1), 1),
+    # the pixel loop at column stride 2: 3x3 and 5x5, odd widths, valid padding, dilated rows
+    "3x3/2-odd-width": (1, 9, 23, 16, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 1),
+    "3x3/2-valid": (2, 8, 30, 12, (3, 3), (0, 0, 0, 0), (2, 2), (1, 1), 1),
+    "5x5/2-odd-width": (1, 11, 21, 24, (5, 5), (2, 2, 2, 2), (2, 2), (1, 1), 1),
+    "3x3/2-dilated-rows": (1, 10, 17, 8, (3, 3), (1, 1, 2, 2), (2, 1), (1, 2), 1),
 }
 
 
@@ -165,13 +172,15 @@ def test_depthwise_random_geometry(device: nnrt.CpuDevice, g: dict[str, Any]) ->
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_depthwise_wide_special_values(device: nnrt.CpuDevice) -> None:
-    """NaN and infinities through the five-wide loop and the row loop at its edges."""
-    x, f, b = _case(1, 4, 21, 16, (5, 5))
-    x[0, 1, 9, 3], x[0, 2, 0, 5], x[0, 3, 12, 7] = np.nan, np.inf, -np.inf
-    fast, ref = _both(device, _depthwise([1, 4, 21, 16], f, b, (2, 2, 2, 2), (1, 1), 1, 3, False, (1, 1)), [x])
-    np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
-    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+def test_depthwise_quads_special_values(device: nnrt.CpuDevice) -> None:
+    """NaN and infinities through ``depthwise_quads_f32``'s four-pixel passes and its edges."""
+    for k, stride in ((5, 1), (3, 1), (3, 2)):
+        x, f, b = _case(1, 4, 21, 88, (k, k))
+        x[0, 1, 9, 3], x[0, 2, 0, 5], x[0, 3, 12, 7] = np.nan, np.inf, -np.inf
+        m = _depthwise([1, 4, 21, 88], f, b, (2, 2, 2, 2), (stride, stride), 1, 3, False, (1, 1))
+        fast, ref = _both(device, m, [x])
+        np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
+        np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_depthwise_filter_and_bias_at_execution(device: nnrt.CpuDevice) -> None:
