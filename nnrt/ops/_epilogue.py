@@ -103,6 +103,9 @@ class Epilogue:
     kernel: Callable[[np.ndarray], np.ndarray] | None = None
     act: int = ACT_NONE
     affines: tuple[np.float32, ...] = ()
+    #: A HARD_SWISH with no affine around it (each ``x * 1 + -0.0``, which changes no value):
+    #: what a compiled depthwise loop applies to each finished output row (``depthwise``).
+    plain_hard_swish: bool = False
 
     def with_bias(self, out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, row0: int,
                   bias_act: Callable[..., Any]) -> None:
@@ -121,13 +124,6 @@ class Epilogue:
         res = self.after(out.reshape(1, 1, *out.shape)) if self.kind != ADD else self.after_rows(out, row0)
         if res is not out:
             np.copyto(out, res.reshape(out.shape))
-
-    @property
-    def plain_hard_swish(self) -> bool:
-        """A HARD_SWISH with no affine around it (each ``x * 1 + -0.0``, which changes no value):
-        what a compiled depthwise loop applies to each finished output row (``depthwise``)."""
-        return self.kind == HARD_SWISH and all(
-            a.tobytes() == i.tobytes() for a, i in zip(self.affines, IDENTITY_AFFINES, strict=True))
 
     def after_rows(self, out: np.ndarray, row0: int) -> np.ndarray:
         """``after`` for an ADD on the block of rows ``row0 ..`` of the result."""
@@ -151,8 +147,9 @@ class Epilogue:
 def hard_swish(affines: tuple[np.float32, ...], kernel: Callable[[np.ndarray], np.ndarray]) -> Epilogue:
     """A HARD_SWISH epilogue, ``x * s1 + b1`` before it and ``* s2 + b2`` after it (``affines``
     (s1, b1, s2, b2); ``(1, -0.0)`` changes no value); ``kernel`` the successor step's own."""
+    plain = all(a.tobytes() == i.tobytes() for a, i in zip(affines, IDENTITY_AFFINES, strict=True))
     return Epilogue(HARD_SWISH, fast=compiled(bias_hard_swish_f32, BIAS_HARD_SWISH_F32), kernel=kernel,
-                    affines=affines)
+                    affines=affines, plain_hard_swish=plain)
 
 
 def prelu(slope: np.ndarray, kernel: Callable[[np.ndarray], np.ndarray]) -> Epilogue:
