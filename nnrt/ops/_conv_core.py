@@ -228,9 +228,11 @@ def _phase_taps(k: int, dil: int, stride: int) -> list[tuple[int, tuple[int, int
 #: numba's fast-math flag for fused multiply-adds (the row-major depthwise loop's sums).
 _CONTRACT = frozenset({"contract"})
 
-#: A compiled depthwise run: (NHWC float32 input, filter taps, bias, KW, geometry, HARD_SWISH
-#: after the activation) -> output.
-CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry, bool], np.ndarray]
+#: A compiled depthwise layer: (NHWC input shape, filter taps, bias, KW, geometry, HARD_SWISH
+#: after the activation) -> its run on float32 NHWC inputs of that shape (the layout its loop
+#: reads made once: a small layer's loop takes a few microseconds, as long as making it).
+CompiledDepthwise = Callable[[tuple[int, ...], TiledTaps, TiledTaps, int, Geometry, bool],
+                             Callable[[np.ndarray], np.ndarray]]
 
 
 def compiled_depthwise(stride_w: int | None, channels: int | None, k_w: int | None = None
@@ -257,33 +259,49 @@ def compiled_depthwise(stride_w: int | None, channels: int | None, k_w: int | No
     return None if pixels is None else partial(_depthwise_pixels, pixels)
 
 
-def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
-                      g: Geometry, hswish: bool = False) -> np.ndarray:
-    c = x.shape[3]
-    out = np.empty((x.shape[0], g.out_h, g.out_w, c), dtype=np.float32)
+def _depthwise_pixels(fn: Callable[..., Any], shape: tuple[int, ...], taps: TiledTaps, bias: TiledTaps, k_w: int,
+                      g: Geometry, hswish: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+    n, c = shape[0], shape[3]
     lo, hi = activation_bounds(g.act)
-    fn(np.ascontiguousarray(x, dtype=np.float32), taps.taps.reshape(-1, k_w, c), bias.taps[0], out,
-       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi, False, hswish)
-    return out
+    w, b = taps.taps.reshape(-1, k_w, c), bias.taps[0]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+        fn(np.ascontiguousarray(x, dtype=np.float32), w, b, out, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left,
+           lo, hi, False, hswish)
+        return out
+
+    return run
 
 
-def _depthwise_rows(fn: Callable[..., Any], quads: Callable[..., Any] | None, x: np.ndarray, taps: TiledTaps,
-                    bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> np.ndarray:
+def _depthwise_rows(fn: Callable[..., Any], quads: Callable[..., Any] | None, shape: tuple[int, ...], taps: TiledTaps,
+                    bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
-    weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
-    per tap column the shift and the output range it covers (cached per geometry); or runs
-    ``quads`` (``depthwise_quads_f32``) on a layer it takes (``compiled_depthwise``)."""
-    n, h, w, c = x.shape
+    weights and bias tiled to ``BLOCK`` floats of whole pixels, and per tap column the shift and
+    the output range it covers; or runs ``quads`` (``depthwise_quads_f32``) on a layer it takes
+    (``compiled_depthwise``)."""
+    n, h, w, c = shape
     reps, cols, lo, hi = _row_layout(w, c, k_w, g)
-    out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
-    xs, rows = np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c), out.reshape(n, g.out_h, g.out_w * c)
+    flat, rows = (n, h, w * c), (n, g.out_h, g.out_w * c)
     if quads is not None and k_w == 5 and g.dil_w == 1 and c >= QUADS_MIN_CHANNELS and w >= 12:
-        quads(xs, taps.taps.reshape(-1, 5, c), bias.taps[0], rows, _filter_rows(h, taps.taps.shape[0] // 5, g),
-              g.stride_h, g.dil_h, g.top, g.left, lo, hi, hswish)
-    else:
-        fn(xs, taps.tiled(reps).reshape(-1, k_w, reps * c), bias.tiled(reps)[0], cols, rows, g.stride_h, g.dil_h,
+        wq, spans = taps.taps.reshape(-1, 5, c), _filter_rows(h, taps.taps.shape[0] // 5, g)
+
+        def run_quads(x: np.ndarray) -> np.ndarray:
+            out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+            quads(np.ascontiguousarray(x, dtype=np.float32).reshape(flat), wq, bias.taps[0], out.reshape(rows), spans,
+                  g.stride_h, g.dil_h, g.top, g.left, lo, hi, hswish)
+            return out
+
+        return run_quads
+    wt, bt = taps.tiled(reps).reshape(-1, k_w, reps * c), bias.tiled(reps)[0]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+        fn(np.ascontiguousarray(x, dtype=np.float32).reshape(flat), wt, bt, cols, out.reshape(rows), g.stride_h, g.dil_h,
            g.top, lo, hi, hswish)
-    return out
+        return out
+
+    return run
 
 
 @lru_cache(maxsize=512)

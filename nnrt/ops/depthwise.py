@@ -16,6 +16,7 @@ on the result (``Epilogue.after``). Bit for bit the two steps either way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -93,10 +94,18 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             seen[key] = g
         return g
 
+    #: With constant filter and bias: per input shape, parameters and epilogue, the compiled
+    #: loop's run on an NHWC input of depth multiplier 1 (a few per layer).
+    runs: dict[tuple[Any, ...], Callable[[np.ndarray], np.ndarray]] = {}
+
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any, epilogue: Epilogue | None = None
             ) -> np.ndarray:
         in_loop = epilogue is not None and jit is not None and epilogue.plain_hard_swish
-        res = _run(x, w, b, params, in_loop)
+        try:
+            fast = runs.get((x.shape, w.shape, b.shape, *params, in_loop)) if runs else None
+        except (AttributeError, TypeError):  # not arrays, or an unhashable parameter
+            fast = None
+        res = fast(x) if fast is not None else _run(x, w, b, params, in_loop)
         return res if epilogue is None or in_loop else epilogue.after(np.ascontiguousarray(res))
 
     def _run(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: tuple[Any, ...], hswish: bool) -> np.ndarray:
@@ -112,7 +121,10 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             xin = np.repeat(xin, g.extra, axis=3)
         oh, ow = g.out_h, g.out_w
         if jit is not None:
-            res = jit(xin, taps, bias, kw, g, hswish)
+            made = jit(xin.shape, taps, bias, kw, g, hswish)
+            if filt0 is not None and bias0 is not None and not g.nchw and g.extra == 1 and len(runs) < 8:
+                runs[(x.shape, w.shape, b.shape, *params, hswish)] = made
+            res = made(xin)
             return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
             xc = xin.astype(dtype)
