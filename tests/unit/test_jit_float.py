@@ -118,6 +118,9 @@ EDGE = {
     "3x3-wide-rows-left-pad": (1, 6, 45, 24, (3, 3), (2, 0, 0, 1), (1, 2), (1, 1), 1),
     "3x3-wide-dilated": (1, 9, 30, 24, (3, 3), (2, 2, 2, 2), (1, 1), (2, 2), 1),
     "3x3-valid-odd": (2, 11, 37, 5, (3, 3), (0, 0, 0, 0), (1, 2), (1, 1), 1),
+    # four output rows per pass where rows step as the dilation does (then two, then one)
+    "3x3-rows-stride-dilation-2": (1, 23, 20, 16, (3, 3), (1, 1, 2, 2), (1, 2), (1, 2), 1),
+    "3x3-rows-11": (2, 11, 9, 24, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
     "mobile-112": (1, 112, 112, 32, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
     # five columns wide at column stride 1, 80 channels or more, 12 columns or more:
     # ``depthwise_quads_f32`` (four pixels at a time where their taps are inside the input, one at
