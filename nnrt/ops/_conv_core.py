@@ -36,9 +36,12 @@ from nnrt.ops._common import activation_bounds
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_depthwise import (
     BLOCK,
+    DEPTHWISE_NINE_F32,
     DEPTHWISE_QUADS_F32,
     DEPTHWISE_ROWS_F32,
+    NINE_MIN_CHANNELS,
     QUADS_MIN_CHANNELS,
+    depthwise_nine_f32,
     depthwise_quads_f32,
     depthwise_rows_f32,
 )
@@ -249,21 +252,35 @@ def compiled_depthwise(stride_w: int | None, channels: int | None, k_w: int | No
     column stride 1 over ``QUADS_MIN_CHANNELS`` or more and rows of 12 pixels or more takes
     ``depthwise_quads_f32`` instead when undilated (four output pixels per pass where they fit;
     CPU time, 5x5: [1,14,14,256] 78 -> 60 us, [1,3,96,88] 28 -> 18, [1,2,96,200] 31 -> 18; on
-    [1,7,7,512] no four pixels fit: 36 -> 38, the row loop kept).
+    [1,7,7,512] no four pixels fit: 36 -> 38, the row loop kept). At column strides above 1,
+    3x3 filters over ``NINE_MIN_CHANNELS`` or more take ``depthwise_nine_f32`` (one pass per
+    output pixel: 3x3/2 [1,112,112,32] 109 -> 81 us, [1,28,28,128] 20 -> 14).
     """
     if stride_w == 1:
         rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32, _CONTRACT)
         quads = compiled(depthwise_quads_f32, DEPTHWISE_QUADS_F32, _CONTRACT) if k_w == 5 and rows else None
         return None if rows is None else partial(_depthwise_rows, rows, quads)
     pixels = compiled(window_pixels_f32, WINDOW_PIXELS_F32)
-    return None if pixels is None else partial(_depthwise_pixels, pixels)
+    nine = compiled(depthwise_nine_f32, DEPTHWISE_NINE_F32, _CONTRACT) if k_w == 3 and pixels else None
+    return None if pixels is None else partial(_depthwise_pixels, pixels, nine)
 
 
-def _depthwise_pixels(fn: Callable[..., Any], shape: tuple[int, ...], taps: TiledTaps, bias: TiledTaps, k_w: int,
-                      g: Geometry, hswish: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+def _depthwise_pixels(fn: Callable[..., Any], nine: Callable[..., Any] | None, shape: tuple[int, ...], taps: TiledTaps,
+                      bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+    """The pixel loop's run (column strides above 1), or ``nine`` (``depthwise_nine_f32``) on a
+    3x3 layer of ``NINE_MIN_CHANNELS`` or more."""
     n, c = shape[0], shape[3]
     lo, hi = activation_bounds(g.act)
     w, b = taps.taps.reshape(-1, k_w, c), bias.taps[0]
+    if nine is not None and w.shape[:2] == (3, 3) and c >= NINE_MIN_CHANNELS:
+
+        def run_nine(x: np.ndarray) -> np.ndarray:
+            out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+            nine(np.ascontiguousarray(x, dtype=np.float32), w, b, out, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top,
+                 g.left, lo, hi, hswish)
+            return out
+
+        return run_nine
 
     def run(x: np.ndarray) -> np.ndarray:
         out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)

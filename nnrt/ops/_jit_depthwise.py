@@ -12,15 +12,16 @@ strides > 1, where it measured 0.5-0.8 of this one's on an input split into colu
 16-144 channels). Each output row starts with the bias and ends with the fused activation
 (and a HARD_SWISH epilogue) while it is in cache. ``depthwise_quads_f32`` takes filters five columns
 wide with many channels instead (four output pixels per pass where their taps are inside the
-input, channels innermost).
+input, channels innermost), and ``depthwise_nine_f32`` 3x3 filters at column strides above 1
+(one pass per output pixel) from ``NINE_MIN_CHANNELS``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK", "DEPTHWISE_QUADS_F32", "DEPTHWISE_ROWS_F32", "QUADS_MIN_CHANNELS", "depthwise_quads_f32",
-           "depthwise_rows_f32"]
+__all__ = ["BLOCK", "DEPTHWISE_NINE_F32", "DEPTHWISE_QUADS_F32", "DEPTHWISE_ROWS_F32", "NINE_MIN_CHANNELS",
+           "QUADS_MIN_CHANNELS", "depthwise_nine_f32", "depthwise_quads_f32", "depthwise_rows_f32"]
 
 #: Length (in floats) to which a depthwise kernel's per-tap weights are tiled (whole pixels):
 #: the chunk of an output row done with all taps at once. Long enough for the vectorized loop,
@@ -332,3 +333,77 @@ def depthwise_quads_f32(
                         r = zero if r < zero else r
                         of[o0 + t] = (six if r > six else r) * v / six
                 ox += 4 if four else 1
+
+
+#: The one signature ``depthwise_nine_f32`` is compiled for.
+DEPTHWISE_NINE_F32 = (
+    "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
+    " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1], int64, int64, int64, int64, int64, int64,"
+    " float32, float32, boolean)"
+)
+
+#: Channels from which ``depthwise_nine_f32`` beats the pixel loop (CPU time, 3x3 stride 2: [1,112,
+#: 112,32] 0.74 of it, [1,56,56,64] 0.82, [1,28,28,128] 0.72; with 16 channels 2.5x its time: one
+#: pass over the channels per pixel, each paying the vectorized loop's run-time overlap checks).
+NINE_MIN_CHANNELS = 32
+
+
+def depthwise_nine_f32(x: np.ndarray, w: np.ndarray, bias: np.ndarray, out: np.ndarray, stride_h: int, stride_w: int,
+                       dil_h: int, dil_w: int, top: int, left: int, lo: np.float32, hi: np.float32, hswish: bool) -> None:
+    """Depthwise convolution with a 3x3 filter ``w`` [3, 3, C] (depth multiplier 1) of float32
+    NHWC ``x`` [N, H, W, C] into ``out`` [N, OH, OW, C], plus ``bias`` and fused activation (clamp
+    to [``lo``, ``hi``]; ``lo > hi``: none), then with ``hswish`` HARD_SWISH as
+    ``depthwise_rows_f32`` does it; for column strides above 1 (MobileNets' downsampling layers).
+
+    One pass over the channels per output pixel whose nine taps lie inside the input: bias and
+    the nine products in registers, one store (the pixel loop ``_jit_float.window_pixels_f32``
+    makes a pass per tap: a load and a store of the output per product); pixels at the edges add
+    their taps inside the input one at a time. Compiled with ``fastmath={"contract"}`` as the row
+    loop (another order of additions than the pixel loop's: within float32 rounding of it).
+    """
+    n, h, wd, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
+    u, uc = np.uint64, np.uint64(c)
+    clamp = lo <= hi
+    three, six, zero = np.float32(3), np.float32(6), np.float32(0)
+    dy, dx = u(dil_h * wd * c), u(dil_w * c)
+    for b in range(n):
+        for oy in range(oh):
+            y0 = oy * stride_h - top
+            rows_in = y0 >= 0 and y0 + 2 * dil_h < h
+            o0 = (b * oh + oy) * ow * c
+            for ox in range(ow):
+                x0 = ox * stride_w - left
+                d = u(o0 + ox * c)
+                if rows_in and x0 >= 0 and x0 + 2 * dil_w < wd:
+                    s00 = u(((b * h + y0) * wd + x0) * c)
+                    s01, s02 = s00 + dx, s00 + dx + dx
+                    s10, s11, s12 = s00 + dy, s01 + dy, s02 + dy
+                    s20, s21, s22 = s10 + dy, s11 + dy, s12 + dy
+                    for k in range(uc):
+                        v = bias[k] + xf[s00 + k] * wf[k] + xf[s10 + k] * wf[3 * uc + k] + xf[s20 + k] * wf[6 * uc + k]
+                        v = v + xf[s01 + k] * wf[uc + k] + xf[s11 + k] * wf[4 * uc + k] + xf[s21 + k] * wf[7 * uc + k]
+                        of[d + k] = v + xf[s02 + k] * wf[2 * uc + k] + xf[s12 + k] * wf[5 * uc + k] + xf[s22 + k] * wf[8 * uc + k]
+                    continue
+                for k in range(uc):
+                    of[d + k] = bias[k]
+                for i in range(3):
+                    iy = y0 + i * dil_h
+                    for j in range(3):
+                        ix = x0 + j * dil_w
+                        if 0 <= iy < h and 0 <= ix < wd:
+                            s, wo = u(((b * h + iy) * wd + ix) * c), u((i * 3 + j) * c)
+                            for k in range(uc):
+                                of[d + k] = of[d + k] + xf[s + k] * wf[wo + k]
+            if clamp:  # selects, not branches: the loops vectorize
+                for t in range(u(o0), u(o0 + ow * c)):
+                    v = of[t]
+                    v = lo if v < lo else v
+                    of[t] = hi if v > hi else v
+            if hswish:
+                for t in range(u(o0), u(o0 + ow * c)):
+                    v = of[t]
+                    r = v + three
+                    r = zero if r < zero else r
+                    of[t] = (six if r > six else r) * v / six

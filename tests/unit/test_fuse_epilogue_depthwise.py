@@ -3,7 +3,8 @@
 ``_jit_float.py``): a HARD_SWISH, or a chain computing one, that alone reads a float32 depthwise
 convolution's output becomes one step giving the unfused plan's bits on the compiled loops (rows
 at column stride 1, with the 3x3 nine-tap pass; four pixels per pass for 5x5 filters over many
-channels; pixels otherwise), the edge geometries and the numpy paths; other successors stay
+channels; one pass per pixel for 3x3 filters over 32 channels or more at column stride 2; pixels
+otherwise), the edge geometries and the numpy paths; other successors stay
 steps of their own."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ GEOMETRIES = {  # outputs of 4096 values or more, so that the decomposed hardswi
     "5x5, few channels": ((1, 3, 96, 24), (5, 5), (1, 1), 1, (2, 2, 2, 2)),  # the row loop
     "row stride 2, column stride 1": ((1, 24, 96, 8), (3, 3), (1, 2), 1, (1, 1, 1, 1)),
     "stride 2 (pixel loop)": ((1, 36, 37, 16), (3, 3), (2, 2), 1, (0, 1, 0, 1)),
+    "stride 2, 32 channels": ((1, 26, 27, 32), (3, 3), (2, 2), 1, (1, 1, 1, 1)),  # depthwise_nine_f32
     "2x2 stride 3 > kernel": ((1, 50, 47, 16), (2, 2), (3, 3), 1, (0, 0, 0, 0)),
     "one row": ((1, 1, 300, 16), (3, 3), (1, 1), 1, (1, 1, 1, 1)),
     "one column": ((1, 300, 1, 16), (3, 3), (1, 1), 1, (1, 1, 1, 1)),

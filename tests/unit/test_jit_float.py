@@ -134,11 +134,14 @@ EDGE = {
     "5x5-multiplier": (1, 6, 14, 41, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 2),
     "5x5-few-channels": (1, 6, 14, 24, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),  # the row loop
     "5x5-dilated-columns": (1, 6, 14, 8, (5, 5), (4, 4, 2, 2), (1, 1), (2, 1), 1),
-    # the pixel loop at column stride 2: 3x3 and 5x5, odd widths, valid padding, dilated rows
-    "3x3/2-odd-width": (1, 9, 23, 16, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 1),
-    "3x3/2-valid": (2, 8, 30, 12, (3, 3), (0, 0, 0, 0), (2, 2), (1, 1), 1),
+    # column stride 2: 3x3 from 32 channels one pass per pixel (``depthwise_nine_f32``), else and
+    # 5x5 the pixel loop; odd widths, valid padding, dilated rows and columns, channel remainders
+    "3x3/2-odd-width": (1, 9, 23, 32, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 1),
+    "3x3/2-valid": (2, 8, 30, 36, (3, 3), (0, 0, 0, 0), (2, 2), (1, 1), 1),
     "5x5/2-odd-width": (1, 11, 21, 24, (5, 5), (2, 2, 2, 2), (2, 2), (1, 1), 1),
-    "3x3/2-dilated-rows": (1, 10, 17, 8, (3, 3), (1, 1, 2, 2), (2, 1), (1, 2), 1),
+    "3x3/2-dilated-rows": (1, 10, 17, 33, (3, 3), (1, 1, 2, 2), (2, 1), (1, 2), 1),
+    "3x3/3-dilated-columns": (1, 13, 19, 32, (3, 3), (2, 1, 1, 2), (3, 2), (2, 1), 1),
+    "3x3/2-few-channels": (1, 9, 23, 16, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 1),
 }
 
 
@@ -247,7 +250,7 @@ def test_compiled_matches_uncompiled_python(loop: str, stride_w: int, channels: 
     with _jit.forced(True):
         run = compiled_depthwise(stride_w, channels)
     assert isinstance(run, partial) and run.func.__name__ == f"_depthwise_{loop}"
-    python = partial(run.func, depthwise_rows_f32, None) if loop == "rows" else partial(run.func, window_pixels_f32)
+    python = partial(run.func, depthwise_rows_f32 if loop == "rows" else window_pixels_f32, None)
     taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
     outs = [r(x.shape, taps, bias, 2, g)(x) for r in (run, python)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
