@@ -45,6 +45,7 @@ import numpy as np
 
 from nnrt.ops._conv_core import Geometry
 from nnrt.ops._epilogue import Epilogue
+from nnrt.ops._gemm import Product, batched_product, product
 from nnrt.ops._jit import compiled
 
 __all__ = [
@@ -291,16 +292,18 @@ def scratch(size: int) -> np.ndarray:
 
 class Im2colConv:
     """A float32 CONV_2D (group 1) as blocked compiled im2col + BLAS, bias and fused activation
-    per block (module doc). Made once at preparation from the compiled functions; ``__call__``
-    takes one run's NHWC input, filter matrix and geometry."""
+    per block (module doc). Made once at preparation from the compiled functions and the
+    backend's product (``_gemm.product`` unless ``mm`` is given); ``__call__`` takes one run's
+    NHWC input, filter matrix and geometry."""
 
-    __slots__ = ("_bias_act", "_im2col", "_planes")
+    __slots__ = ("_bias_act", "_im2col", "_mm", "_planes")
 
     def __init__(self, im2col: Callable[..., Any], bias_act: Callable[..., Any],
-                 planes: Callable[..., Any] | None = None) -> None:
+                 planes: Callable[..., Any] | None = None, mm: Product | None = None) -> None:
         self._im2col = im2col
         self._bias_act = bias_act
         self._planes = planes
+        self._mm = mm if mm is not None else product()
 
     def __call__(self, x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry,
                  lo: np.float32, hi: np.float32, epilogue: Epilogue | None = None) -> np.ndarray:
@@ -315,7 +318,7 @@ class Im2colConv:
         xf = np.ascontiguousarray(x).reshape(n, h, w * c)
         weights, bias = wmat[:k], wmat[k]
         out = np.empty((p, cout), dtype=np.float32)
-        fill = self._im2col
+        fill, mm = self._im2col, self._mm
         planes = self._planes is not None and c <= PLANES_MAX_CHANNELS
         if self._planes is not None and planes:
             fill, rows = self._planes, min(p, max(PLANES_ROWS, PLANES_OUT_FLOATS // cout))
@@ -327,7 +330,7 @@ class Im2colConv:
             block = buf[: r * k].reshape((k, r) if planes else (r, k))
             fill(xf, block, p0, c, k_h, k_w, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w)
             dst = out[p0 : p0 + r]
-            np.matmul(block.T if planes else block, weights, out=dst)
+            mm(block.T if planes else block, weights, dst)
             if epilogue is None:
                 self._bias_act(dst, bias, lo, hi)
             else:
@@ -476,14 +479,17 @@ class WinogradConv:
     """A float32 3x3 CONV_2D with stride 1 and dilation 1 as Winograd F(2x2, 3x3): the input
     tiles transformed by a compiled loop, 16 BLAS products [tiles, Cin] x [Cin, Cout] per block
     of tile rows (2.25x fewer multiply-adds than im2col's one product), the outputs transformed
-    back with bias and activation. Made at preparation from a constant filter."""
+    back with bias and activation. Made at preparation from a constant filter; the 16 products
+    are one batched call of the backend (``_gemm.batched_product`` unless ``bm`` is given)."""
 
-    __slots__ = ("_bias", "_fin", "_fout", "_u")
+    __slots__ = ("_bias", "_bm", "_fin", "_fout", "_u")
 
-    def __init__(self, w: np.ndarray, bias: np.ndarray, fin: Callable[..., Any], fout: Callable[..., Any]) -> None:
+    def __init__(self, w: np.ndarray, bias: np.ndarray, fin: Callable[..., Any], fout: Callable[..., Any],
+                 bm: Product | None = None) -> None:
         self._u = winograd_filter(w)
         self._bias = np.ascontiguousarray(bias, dtype=np.float32)
         self._fin, self._fout = fin, fout
+        self._bm = bm if bm is not None else batched_product()
 
     @staticmethod
     def takes(x: np.ndarray) -> bool:
@@ -519,7 +525,7 @@ class WinogradConv:
             t = n * (ty1 - ty0) * tw
             vb, mb = v[: 16 * t * c].reshape(16, t, c), m[: 16 * t * cout].reshape(16, t, cout)
             self._fin(xf, vb, c, tw, ty0, ty1)
-            np.matmul(vb, self._u, out=mb)
+            self._bm(vb, self._u, mb)
             self._fout(mb, self._bias, out, tw, ty0, ty1, lo, hi)
         if epilogue is not None:  # per block of tile rows it measured 1.05-1.1x the separate step
             return epilogue.after(out)
