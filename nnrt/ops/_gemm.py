@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from nnrt._log import get_logger
+from nnrt._log import get_logger, vlog_enabled
 from nnrt.ops._jit import _import_numba, available, compiled
 
 __all__ = ["BLAS_ENV", "Product", "backend", "batched_product", "find_library", "forced", "matmul", "matmul_into",
@@ -206,14 +206,15 @@ def _load() -> tuple[bool, str]:
 
 def mkl_loaded() -> bool:
     """Whether MKL is loaded for the compiled kernels: looked for and loaded once per process,
-    at the first call (logged: ``nnrt.gemm`` event ``gemm.mkl`` at debug level, with the
-    library's path or why not)."""
+    at the first call (logged with ``NNRT_VLOG=compilation``: ``nnrt.gemm`` event ``gemm.mkl``
+    at debug level, with the library's path or why not)."""
     if "mkl" not in _state:
         with _lock:
             if "mkl" not in _state:
                 ok, detail = _load()
                 _state["mkl"], _state["detail"] = ok, detail
-                _log.debug("gemm.mkl", loaded=ok, detail=detail)
+                if vlog_enabled("compilation"):
+                    _log.debug("gemm.mkl", loaded=ok, detail=detail)
     loaded: bool = _state["mkl"]
     return loaded
 

@@ -22,6 +22,7 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
+from nnrt._log import reload_vlog
 from nnrt.execution import _fuse_pool
 from nnrt.ops import _gemm, _jit, _jit_conv, conv, dense, lstm
 from tests.unit.test_ops_conv import build
@@ -42,10 +43,12 @@ def mkl() -> Iterator[_gemm.Product]:
 
 @pytest.fixture
 def fresh_choice(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The backend decided again inside the test, and again after it."""
+    """The backend decided again inside the test (its decision logged), and again after it."""
     monkeypatch.delenv(_gemm.BLAS_ENV, raising=False)
     _gemm.reset_for_tests()
+    reload_vlog("compilation")
     yield
+    reload_vlog()
     _gemm.reset_for_tests()
 
 
