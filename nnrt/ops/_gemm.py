@@ -190,6 +190,9 @@ def _load() -> tuple[bool, str]:
     if path is None:
         return False, "MKL is not installed (pip install mkl)"
     try:
+        add_dll_directory = getattr(os, "add_dll_directory", None)  # Windows: MKL's other DLLs beside it
+        if add_dll_directory is not None:
+            add_dll_directory(str(Path(path).parent))
         lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0))
         lib.MKL_Set_Threading_Layer(ctypes.c_int(_SEQUENTIAL))
         cbwr = lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO))
