@@ -68,6 +68,17 @@ def _ort_matmul(batch: int, m: int, k: int, w: np.ndarray) -> Callable[[np.ndarr
     return lambda x: sess.run(None, {"x": x})
 
 
+def _contenders(x: np.ndarray, w: np.ndarray, out_np: np.ndarray, out_mkl: np.ndarray, mkl: _gemm.Product,
+                ort_run: Callable[[np.ndarray], object] | None) -> dict[str, Callable[[], object]]:
+    fns: dict[str, Callable[[], object]] = {
+        "numpy": lambda: np.matmul(x, w, out=out_np),
+        "mkl": lambda: mkl(x, w, out_mkl),
+    }
+    if ort_run is not None:
+        fns["ort"] = lambda: ort_run(x)
+    return fns
+
+
 def _time(fn: Callable[[], object], calls: int) -> float:
     t = time.thread_time()
     for _ in range(calls):
@@ -81,10 +92,9 @@ def main() -> None:
     args = ap.parse_args()
     rounds = 5 if args.quick else 15
     with _jit.forced(True), _gemm.forced("mkl"):
-        backend = _gemm.backend()
+        backend = _gemm.describe()
         mkl_2d, mkl_batched = _gemm.product(), _gemm.batched_product()
-    detail = _gemm._state.get("detail", "")
-    print(f"MKL product: {backend} ({detail}); numpy {np.__version__}; ONNX Runtime "
+    print(f"MKL product: {backend}; numpy {np.__version__}; ONNX Runtime "
           f"{ort.__version__ if ort is not None else 'not installed'}; CPU us per call, medians of {rounds} rounds")
     print(f"{'product':34s} {'M x K x N':>18s} {'numpy':>9s} {'MKL':>9s} {'ORT':>9s} {'numpy/MKL':>10s} {'MKL/ORT':>8s}")
     rng = np.random.default_rng(0)
@@ -96,12 +106,7 @@ def main() -> None:
         mkl = mkl_batched if batch else mkl_2d
         ort_run = _ort_matmul(batch, m, k, w)
         calls = max(3, int(3e8 / (2 * max(batch, 1) * m * k * n + 2e5)))
-        fns: dict[str, Callable[[], object]] = {
-            "numpy": lambda: np.matmul(x, w, out=out_np),
-            "mkl": lambda: mkl(x, w, out_mkl),
-        }
-        if ort_run is not None:
-            fns["ort"] = lambda: ort_run(x)
+        fns = _contenders(x, w, out_np, out_mkl, mkl, ort_run)
         for fn in fns.values():
             fn()
         np.testing.assert_allclose(out_mkl, out_np, rtol=1e-4, atol=1e-4 * k)

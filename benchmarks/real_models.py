@@ -40,6 +40,7 @@ from typing import Any
 from nnrt.bench import BenchOptions, run_bench
 from nnrt.errors import NnrtError
 from nnrt.importers import UnsupportedModelError, load
+from nnrt.ops import _gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORED = ROOT / "tests" / "data" / "models"
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     runs, warmup = (5, 1) if args.quick else (args.runs, args.warmup)
     models = [(p, e) for p, e in find_models([VENDORED, FETCHED, *args.models]) if args.only in p.name]
     sys.stdout.write(f"real models: {len(models)} found; {runs} runs each after {warmup} warm-up, nnrt and reference "
-                     "interleaved, one thread each\n")
+                     f"interleaved, one thread each; float32 products: {_gemm.describe()} (NNRT_BLAS=numpy: numpy's)\n")
     rows = asyncio.run(bench_all(models, runs, warmup))
     print_table(rows)
     print_targets(rows)

@@ -45,7 +45,7 @@ import numpy as np
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.ops._jit import _import_numba, available, compiled
 
-__all__ = ["BLAS_ENV", "Product", "backend", "batched_product", "find_library", "forced", "matmul", "matmul_into",
+__all__ = ["BLAS_ENV", "Product", "backend", "batched_product", "describe", "find_library", "forced", "matmul", "matmul_into",
            "mkl_loaded", "operand_layout", "product", "sgemm_batch_f32", "sgemm_f32"]
 
 #: The environment variable that chooses the backend: ``numpy`` (or ``openblas``) keeps numpy's
@@ -235,6 +235,19 @@ def backend() -> str:
     if choice == "numpy" or not available() or not mkl_loaded():
         return "numpy"
     return "mkl"
+
+
+def describe() -> str:
+    """The backend ``backend()`` gives now and where it comes from, for benchmark headers:
+    ``"mkl (<library path>)"`` or ``"numpy (<why not MKL>)"``."""
+    name = backend()
+    if name == "mkl":
+        return f"mkl ({_state['detail']})"
+    if _state.get("forced") == "numpy" or _state.get("env") == "numpy":
+        return f"numpy ({BLAS_ENV}=numpy)" if _state.get("forced") is None else "numpy (forced)"
+    if not available():
+        return "numpy (compiled kernels off)"
+    return f"numpy ({_state.get('detail', '')})"
 
 
 def product() -> Product:
