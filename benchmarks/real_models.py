@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     runs, warmup = (5, 1) if args.quick else (args.runs, args.warmup)
     models = [(p, e) for p, e in find_models([VENDORED, FETCHED, *args.models]) if args.only in p.name]
     sys.stdout.write(f"real models: {len(models)} found; {runs} runs each after {warmup} warm-up, nnrt and reference "
-                     f"interleaved, one thread each; float32 products: {_gemm.describe()} (NNRT_BLAS=numpy: numpy's)\n")
+                     f"interleaved, one thread each; float32 products: {_gemm.describe()}\n")
     rows = asyncio.run(bench_all(models, runs, warmup))
     print_table(rows)
     print_targets(rows)
