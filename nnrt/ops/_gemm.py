@@ -12,14 +12,19 @@ OpenBLAS. So MKL is an optional backend of the products, chosen once per process
   else ``<sys.prefix>/lib`` (``find_library``). It is loaded at the first preparation that asks
   (``ctypes.CDLL(..., RTLD_LOCAL)``: its symbols stay out of the process's namespace), set to its
   sequential threading layer (one thread: nnrt runs one kernel per compute unit) and to
-  conditional numerical reproducibility on the branch MKL picks for this CPU (``MKL_CBWR_AUTO``:
-  the same bits for the same inputs whatever the buffers' alignment, which fused and unfused
-  plans rely on; measured free, where ``STRICT`` cost 6-45%).
+  conditional numerical reproducibility on the branch MKL picks for this CPU (``MKL_CBWR_AUTO``):
+  fused and unfused plans put a product in different buffers and must agree bit for bit, and
+  MKL only promises the same bits for the same inputs whatever their alignment under CNR. (Here
+  no alignment mattered over 300 random shapes and offsets, with or without it; ``AUTO``
+  measured free, the ``STRICT`` mode 6-45% slower, so it is not used.)
 * MKL is called from compiled code: numba calls the function through an external symbol
   registered with llvmlite (``sgemm_f32``), 0.4-0.9 us per call like ``np.matmul`` (a ctypes call
   from Python costs 4-5 us), and numba still caches the machine code on disk (the symbol is
-  resolved by name when the cache is loaded). Without numba (``NNRT_JIT=0``) every product is
-  numpy's: the numpy kernels stay the reference the CTS runs.
+  resolved by name when the cache is loaded). No product size measured faster in numpy (1x16x16:
+  0.41 against 0.64 us; a [1, 1280] x [1280, 1000] FULLY_CONNECTED, memory-bound: equal), so
+  every float32 product of the kernels that ask (``product()``) takes MKL. Without numba
+  (``NNRT_JIT=0``) every product is numpy's: the numpy kernels stay the reference the CTS runs.
+  MKL's packed filters (``cblas_sgemm_pack``) were measured too: 0.8-1.07x, not used.
 
 A kernel asks once, at preparation: ``product()`` gives ``f(a, b, out)`` (``out = a @ b``, 2-D
 float32, ``a`` and ``b`` C-contiguous or transposed views, anything else is copied; ``out`` must not
