@@ -16,7 +16,8 @@ OpenBLAS. So MKL is an optional backend of the products, chosen once per process
   fused and unfused plans put a product in different buffers and must agree bit for bit, and
   MKL only promises the same bits for the same inputs whatever their alignment under CNR. (Here
   no alignment mattered over 300 random shapes and offsets, with or without it; ``AUTO``
-  measured free, the ``STRICT`` mode 6-45% slower, so it is not used.)
+  measured free, the ``STRICT`` mode 6-45% slower, so it is not used.) When the process already
+  has that library (an MKL-built numpy), its settings stay its owner's: a warning says so.
 * MKL is called from compiled code: numba calls the function through an external symbol
   registered with llvmlite (``sgemm_f32``), 0.4-0.9 us per call like ``np.matmul`` (a ctypes call
   from Python costs 4-5 us), and numba still caches the machine code on disk (the symbol is
@@ -63,6 +64,7 @@ Product = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
+_ours: set[str] = set()  # the libraries this module loaded (and set up)
 _log = get_logger("gemm")
 
 # MKL's constants (mkl_types.h, mkl_cblas.h).
@@ -198,18 +200,35 @@ def _load() -> tuple[bool, str]:
         add_dll_directory = getattr(os, "add_dll_directory", None)  # Windows: MKL's other DLLs beside it
         if add_dll_directory is not None:
             add_dll_directory(str(Path(path).parent))
+        shared = path not in _ours and _loaded_already(path)
         lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0))
-        lib.MKL_Set_Threading_Layer(ctypes.c_int(_SEQUENTIAL))
-        cbwr = lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO))
+        _ours.add(path)
+        cbwr = 0
+        if not shared:  # else another user's (an MKL-built numpy): its settings stay theirs
+            lib.MKL_Set_Threading_Layer(ctypes.c_int(_SEQUENTIAL))
+            cbwr = lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO))
         registered = _register(lib)
     except (OSError, AttributeError) as exc:  # a broken or foreign library: numpy's products
         return False, f"{path}: {type(exc).__name__}: {exc}"
     path = str(Path(path).resolve())
     if not registered:
         return False, "MKL is called from compiled code, and numba is not installed"
-    if cbwr != 0:  # another user of this library called MKL first; still deterministic per alignment
-        _log.warning("gemm.cbwr_failed", path=path, status=int(cbwr))
+    if shared or cbwr != 0:  # another user of this library set it up; still deterministic per alignment
+        _log.warning("gemm.mkl_shared", path=path, cbwr_status=int(cbwr),
+                     note="MKL was loaded before nnrt: its threading layer and CNR mode are left as they are")
     return True, path
+
+
+def _loaded_already(path: str) -> bool:
+    """Whether the library at ``path`` is already in the process (Linux: ``RTLD_NOLOAD``)."""
+    noload = getattr(os, "RTLD_NOLOAD", None)
+    if noload is None:
+        return False
+    try:
+        ctypes.CDLL(path, mode=noload | getattr(os, "RTLD_LOCAL", 0))
+    except OSError:
+        return False
+    return True
 
 
 def mkl_loaded() -> bool:

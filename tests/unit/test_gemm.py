@@ -167,6 +167,18 @@ def test_a_broken_library_falls_back_to_numpy(fresh_choice: None, monkeypatch: p
     assert [e["loaded"] for e in logs if e["event"] == "gemm.mkl"] == [False]
 
 
+def test_an_mkl_loaded_before_keeps_its_settings(fresh_choice: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MKL already in the process (an MKL-built numpy): used, its settings left alone, said so."""
+    path = _gemm.find_library()
+    if path is None:
+        pytest.skip("MKL is not installed")
+    monkeypatch.setattr(_gemm, "_ours", set())
+    monkeypatch.setattr(_gemm, "_loaded_already", lambda p: True)
+    with capture_logs() as logs, _jit.forced(True):
+        assert _gemm.backend() == "mkl"
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["gemm.mkl_shared"]
+
+
 @pytest.mark.parametrize("value", ["numpy", "OpenBLAS", " numpy "])
 def test_nnrt_blas_numpy_switch(fresh_choice: None, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     """``NNRT_BLAS=numpy`` keeps numpy's products without even looking for MKL."""
