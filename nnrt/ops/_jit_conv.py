@@ -22,7 +22,8 @@ each 4x4 input tile is transformed (``winograd_input_f32``, channels innermost),
 [tiles, Cin] x [Cin, Cout] run per block of tile rows, and each tile's 16 products are
 transformed back into 2x2 outputs with bias and activation (``winograd_output_f32``). From 48
 input channels it is 1.35-1.8x faster than the blocked im2col (3x3 96->96 on [1,52,52,96]:
-3.9 -> 2.3 ms, ONNX Runtime 2.7); below, the transforms cost more than they save. Its results
+3.9 -> 2.3 ms, ONNX Runtime 2.7); below, or with few output channels (``WINO_MIN_BALANCE``), the
+transforms cost more than they save. Its results
 differ from the direct sum by rounding only (the transforms' coefficients are 0, +-1 and 1/2);
 inputs with NaN, inf or huge values take the im2col path, where they give what numpy gives.
 A direct compiled convolution (taps outer, output channels inner) was measured too and lost
@@ -45,7 +46,7 @@ import numpy as np
 
 from nnrt.ops._conv_core import Geometry
 from nnrt.ops._epilogue import Epilogue
-from nnrt.ops._gemm import Product, batched_product, product
+from nnrt.ops._gemm import Product, batched_product, flush_subnormals, product
 from nnrt.ops._jit import compiled
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "SCRATCH_MAX",
     "WINO_INPUT_F32",
     "WINO_LIMIT",
+    "WINO_MIN_BALANCE",
     "WINO_MIN_CHANNELS",
     "WINO_MIN_SIZE",
     "WINO_OUTPUT_F32",
@@ -353,9 +355,10 @@ WINO_OUTPUT_F32 = (
 
 
 def winograd_filter(w: np.ndarray) -> np.ndarray:
-    """A 3x3 filter [Cout, 3, 3, Cin] as the 16 [Cin, Cout] matrices ``G g G^T`` (float32, [16, Cin, Cout])."""
+    """A 3x3 filter [Cout, 3, 3, Cin] as the 16 [Cin, Cout] matrices ``G g G^T`` (float32, [16, Cin, Cout]),
+    subnormal values flushed to zero (``_gemm.flush_subnormals``)."""
     u = np.einsum("ai,oijc,bj->abco", WINO_G, w.astype(np.float64), WINO_G)
-    return np.ascontiguousarray(u.reshape(16, w.shape[3], w.shape[0]), dtype=np.float32)
+    return flush_subnormals(np.ascontiguousarray(u.reshape(16, w.shape[3], w.shape[0]), dtype=np.float32))
 
 
 def winograd_input_f32(xp: np.ndarray, v: np.ndarray, c: int, tiles_w: int, ty0: int, ty1: int) -> None:
@@ -461,6 +464,13 @@ def winograd_output_f32(m: np.ndarray, bias: np.ndarray, out: np.ndarray, tiles_
 #: 1.35-1.8x at 48-96, 1.1x at 192 on 13x13).
 WINO_MIN_CHANNELS = 48
 
+#: Least ``Cin * Cout / (Cin + Cout)`` for Winograd: its transforms cost per tile in proportion to
+#: Cin + Cout, the multiply-adds it saves in proportion to Cin x Cout, so few output channels do
+#: not pay for them. Measured (CPU time, im2col / Winograd, interleaved; MKL's products | numpy's):
+#: 48->24 on 80x80 0.73-0.79 | 0.88; 96->24 on 80x80 (PP-OCR det's FPN) 0.84-0.90 | 1.01-1.03;
+#: 48->48 on 52x52 1.12-1.18 | 1.45; 128->32 on 40x40 1.01-1.05 | 1.44; 64->64 on 40x40 1.37 | 1.60.
+WINO_MIN_BALANCE = 24
+
 #: Fewest output rows and columns for Winograd: on small outputs its 16 transformed filters
 #: (1.8x the filter's bytes) are read for few tiles, and odd sizes waste part of the edge
 #: tiles (measured: 13x13 1.1-1.6x faster than im2col; 3x40 and 1x40 2-3x slower).
@@ -537,9 +547,11 @@ def winograd(w: np.ndarray, b: np.ndarray, g: Geometry | None, bias_act: Callabl
     """The Winograd form of a float32 CONV_2D with constant filter ``w`` [Cout, KH, KW, Cin],
     bias ``b`` and geometry ``g`` (None: not constant), when it applies (3x3, stride 1,
     dilation 1, finite weights below ``WINO_LIMIT``) and pays (``WINO_MIN_CHANNELS``,
-    ``WINO_MIN_SIZE``); else
+    ``WINO_MIN_BALANCE``, ``WINO_MIN_SIZE``); else
     None. ``bias_act`` is the compiled bias pass (None: numba is not in use)."""
     if bias_act is None or g is None or w.shape[1:3] != (3, 3) or w.shape[3] < WINO_MIN_CHANNELS:
+        return None
+    if w.shape[0] * w.shape[3] < WINO_MIN_BALANCE * (w.shape[0] + w.shape[3]):
         return None
     if (g.stride_h, g.stride_w, g.dil_h, g.dil_w) != (1, 1, 1, 1) or min(g.out_h, g.out_w) < WINO_MIN_SIZE:
         return None

@@ -20,7 +20,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import ACT_NONE, apply_activation, check_activation, from_real, quant_range
-from nnrt.ops._gemm import matmul, product
+from nnrt.ops._gemm import flush_subnormals, matmul, product
 from nnrt.ops._jit_quant import fc_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
@@ -110,7 +110,8 @@ def _fc_float32(call: OpCall, const_act: int | None) -> Kernel:
     mm = product()
     if w_const is not None and b_const is not None:
         input_size = _check_weights_bias(call, w_const, b_const)
-        wt = relaid(call, "wt", lambda: np.ascontiguousarray(w_const.T))  # from the compilation cache when there
+        # from the compilation cache when there; subnormal weights flushed (``_gemm.flush_subnormals``)
+        wt = relaid(call, "wt", lambda: flush_subnormals(np.ascontiguousarray(w_const.T)))
         bias = np.array(b_const, dtype=np.float32)
 
         if const_act == ACT_NONE:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnrt.ops._common import optional_tensor
-from nnrt.ops._gemm import matmul, matmul_into, product
+from nnrt.ops._gemm import flush_subnormals, matmul, matmul_into, product
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.ops.recurrent import bidirectional_outputs, check_merge_outputs, expect_float_signature
@@ -88,12 +88,12 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> None:
 
 def _packed(parts: Sequence[np.ndarray | None]) -> np.ndarray:
     """The present per-gate matrices ``[units, n]`` as one ``[n, gates * units]`` operand of
-    ``rows @ packed`` (a fresh, aligned float32 array), or the vectors ``[units]`` as one
-    ``[gates * units]``."""
+    ``rows @ packed`` (a fresh, aligned float32 array, subnormal values flushed to zero:
+    ``_gemm.flush_subnormals``), or the vectors ``[units]`` as one ``[gates * units]``."""
     present = [p for p in parts if p is not None]
     if present[0].ndim == 1:
         return np.concatenate(present).astype(np.float32)
-    return np.ascontiguousarray(np.concatenate(present).T, dtype=np.float32)
+    return flush_subnormals(np.ascontiguousarray(np.concatenate(present).T, dtype=np.float32))
 
 
 class _Cell:

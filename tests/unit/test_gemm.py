@@ -25,7 +25,8 @@ from nnrt import OperationType as Op
 from nnrt._log import reload_vlog
 from nnrt.execution import _fuse_pool
 from nnrt.ops import _gemm, _jit, _jit_conv, conv, dense, lstm
-from tests.unit.test_ops_conv import build
+from nnrt.ops._jit_conv import winograd_filter
+from tests.unit.test_ops_conv import build, ref_conv
 from tests.unit.test_ops_dense import bmm_model, fc_model
 from tests.unit.test_ops_lstm import make, run_unidirectional
 
@@ -260,7 +261,7 @@ CONV_CASES = {
     "1x1 strided": ((16, 8, 1, (9, 9), 2), conv, "product"),
     "im2col": ((24, 16, 3, (17, 13), 2, 1), conv, "product"),
     "first layer": ((3, 16, 3, (33, 33), 2, 1), conv, "product"),
-    "winograd": ((64, 16, 3, (12, 12), 1, 1), _jit_conv, "batched_product"),
+    "winograd": ((64, 48, 3, (12, 12), 1, 1), _jit_conv, "batched_product"),
 }
 
 
@@ -340,3 +341,60 @@ def test_float16_and_quantized_convolutions_keep_numpy(device: nnrt.CpuDevice, m
         out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
     assert calls == []
     assert out.dtype == np.float16
+
+
+# -- subnormal constants --------------------------------------------------------------------------
+
+TINY = np.finfo(np.float32).tiny
+
+
+def test_flush_subnormals() -> None:
+    """Subnormals become zeros of their sign; normal values, zeros, inf and NaN stay; an array
+    without subnormals (or not float32) is returned as it is."""
+    a = np.array([1e-40, -1e-40, TINY, -TINY, 0.0, -0.0, 1.0, np.inf, np.nan, 5e-45], np.float32)
+    got = _gemm.flush_subnormals(a)
+    np.testing.assert_array_equal(got, [0, 0, TINY, -TINY, 0, 0, 1, np.inf, np.nan, 0])
+    np.testing.assert_array_equal(np.signbit(got), [False, True, False, True, False, True, False, False, False, False])
+    assert a[0] == np.float32(1e-40)  # the input is left alone
+    normal = np.array([1.0, -TINY, 0.0], np.float32)
+    assert _gemm.flush_subnormals(normal) is normal
+    wide = np.array([1e-40], np.float64)
+    assert _gemm.flush_subnormals(wide) is wide
+
+
+def _with_subnormals(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Normal values with a third of them replaced by subnormals (as PaddleOCR's filters have)."""
+    w = rng.standard_normal(shape).astype(np.float32)
+    mask = rng.random(shape) < 0.33
+    w[mask] = (rng.random(int(mask.sum())) * 1e-39).astype(np.float32)
+    assert np.any((w != 0) & (np.abs(w) < TINY))
+    return w
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_conv_filters_lose_their_subnormals(device: nnrt.CpuDevice, blas: str, k: int) -> None:
+    """The prepared filter matrix has no subnormals; the results are the float64 convolution's."""
+    rng = np.random.default_rng(k)
+    w, b = _with_subnormals(rng, (8, k, k, 64)), rng.standard_normal(8).astype(np.float32)
+    x = rng.standard_normal((1, 9, 9, 64)).astype(np.float32)
+    mat = conv.conv_matrix(w, b)
+    assert not np.any((mat != 0) & (np.abs(mat) < TINY))
+    m = build(Op.CONV_2D, [1, 9, 9, 64], [w, b], [k // 2] * 4 + [1, 1, 0])
+    for jit in (True, False):
+        with _jit.forced(jit):
+            out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+        want = ref_conv(x, w, b, (k // 2,) * 4, (1, 1), (1, 1))
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_winograd_and_dense_weights_lose_their_subnormals(device: nnrt.CpuDevice) -> None:
+    rng = np.random.default_rng(1)
+    u = winograd_filter(_with_subnormals(rng, (8, 3, 3, 48)) * np.float32(1e-6))
+    assert not np.any((u != 0) & (np.abs(u) < TINY))
+    w = _with_subnormals(rng, (5, 30))
+    b = np.zeros(5, np.float32)
+    x = rng.standard_normal((2, 30)).astype(np.float32)
+    out = device.prepare_model_sync(fc_model([2, 30], w, b)).execute_sync([x]).outputs[0]
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-5)
+    packed = lstm._packed([w, None, w])
+    assert not np.any((packed != 0) & (np.abs(packed) < TINY))

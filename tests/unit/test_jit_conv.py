@@ -43,6 +43,14 @@ from tests.unit.test_ops_conv import build, ref_conv
 numba = pytest.importorskip("numba")
 
 
+@pytest.fixture(autouse=True)
+def _winograd_for_few_output_channels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Winograd cases here have few output channels (small, quick shapes): Winograd takes
+    them whatever ``WINO_MIN_BALANCE`` says, except in the test of that rule."""
+    if "balance" not in request.node.name:
+        monkeypatch.setattr(_jit_conv, "WINO_MIN_BALANCE", 0)
+
+
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the compiled conv loops (im2col, planes, Winograd) called by CONV_2D kernels prepared from now on."""
     calls: list[str] = []
@@ -350,6 +358,18 @@ def test_winograd_only_where_it_pays(device: nnrt.CpuDevice, monkeypatch: pytest
                                      stride: tuple[int, int], dil: tuple[int, int], cin: int, path: str) -> None:
     x, f, b = _data(1, 9, 9, cin, 4, k, seed=cin)
     m = build(Op.CONV_2D, [1, 9, 9, cin], [f, b], [2, 2, 2, 2, *stride, 0, False, *dil])
+    fast, ref = _both(device, monkeypatch, m, [x], path=path)
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("cin", "cout", "path"), [(96, 24, "im2col"), (48, 16, "im2col"), (48, 48, "winograd"),
+                                                   (128, 32, "winograd"), (47, 200, "im2col")])
+def test_winograd_balance_of_channels(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, cin: int, cout: int,
+                                      path: str) -> None:
+    """Winograd only where ``Cin * Cout / (Cin + Cout)`` reaches ``WINO_MIN_BALANCE`` (24), from
+    ``WINO_MIN_CHANNELS`` input channels: few output channels do not pay for its transforms."""
+    x, f, b = _data(1, 10, 10, cin, cout, (3, 3), seed=cin + cout)
+    m = build(Op.CONV_2D, [1, 10, 10, cin], [f, b], [1, 1, 1, 1, 1, 1, 0])
     fast, ref = _both(device, monkeypatch, m, [x], path=path)
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
 
