@@ -319,7 +319,8 @@ class Im2colConv:
         p = n * g.out_h * g.out_w
         xf = np.ascontiguousarray(x).reshape(n, h, w * c)
         weights, bias = wmat[:k], wmat[k]
-        out = np.empty((p, cout), dtype=np.float32)
+        result = np.empty((n, g.out_h, g.out_w, cout), dtype=np.float32)  # owns its data: never copied again
+        out = result.reshape(p, cout)
         fill, mm = self._im2col, self._mm
         planes = self._planes is not None and c <= PLANES_MAX_CHANNELS
         if self._planes is not None and planes:
@@ -337,7 +338,7 @@ class Im2colConv:
                 self._bias_act(dst, bias, lo, hi)
             else:
                 epilogue.with_bias(dst, bias, lo, hi, p0, self._bias_act)
-        return out.reshape(n, g.out_h, g.out_w, cout)
+        return result
 
 
 # -- Winograd F(2x2, 3x3) ---------------------------------------------------------------------

@@ -164,6 +164,26 @@ def test_blocks_split_rows_and_images(device: nnrt.CpuDevice, monkeypatch: pytes
     _check(fast, ref, np.clip(ref_conv(x, f, b, (1, 0, 2, 1), (1, 2), (1, 1)), 0, None).astype(np.float32))
 
 
+@pytest.mark.parametrize("cin", [PLANES_MAX_CHANNELS, PLANES_MAX_CHANNELS + 1])
+def test_result_owns_its_memory(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, cin: int) -> None:
+    """The blocked convolution's result is an array of its own (not a view of its [P, Cout]
+    blocks), so the execution hands a model output over without copying it: the output a caller
+    gets is an array the kernel wrote (preparation may run the kernel too)."""
+    x, f, b = _data(1, 9, 8, cin, 5, (3, 3), seed=4)
+    m = build(Op.CONV_2D, [1, 9, 8, cin], [f, b], [1, 1, 1, 1, 2, 2, 3])
+    made: list[np.ndarray] = []
+    call = _jit_conv.Im2colConv.__call__
+
+    def recorded(self: _jit_conv.Im2colConv, *args: Any, **kwargs: Any) -> np.ndarray:
+        made.append(call(self, *args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(_jit_conv.Im2colConv, "__call__", recorded)
+    fast, ref = _both(device, monkeypatch, m, [x])
+    assert made and all(a.flags.owndata for a in made) and any(fast is a for a in made)
+    _check(fast, ref, np.clip(ref_conv(x, f, b, (1, 1, 1, 1), (2, 2), (1, 1)), 0, 6).astype(np.float32))
+
+
 def test_special_values_and_zero_bias(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
     """NaN and inf in the input reach the same outputs as numpy's; a zero bias adds nothing."""
     x, f, _ = _data(1, 8, 9, 4, 5, (3, 3), seed=1)
