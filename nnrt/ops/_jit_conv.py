@@ -27,7 +27,14 @@ transforms cost more than they save. Its results
 differ from the direct sum by rounding only (the transforms' coefficients are 0, +-1 and 1/2);
 inputs with NaN, inf or huge values take the im2col path, where they give what numpy gives.
 A direct compiled convolution (taps outer, output channels inner) was measured too and lost
-to im2col + BLAS by 1.3-3x on every shape, the first layers (3 input channels) included.
+to im2col + BLAS by 1.3-3x on every shape, the first layers (3 input channels) included; so did
+direct first-layer loops written for numba's vectorizer (224x224 3x3/2 3->32 RELU6, CPU time
+against 275 us for the planes + MKL path: the 27 taps unrolled over a vector of output channels
+450 us; four output pixels per pass 2000 us, LLVM keeps no pixels x channels tile in registers).
+There the time is the gather (~100 us), MKL's product (~125) and the bias pass (~45), plus
+~3 us of calls per block (``benchmarks/first_layer.py`` prints the split against ONNX Runtime).
+The result is allocated whole and returned as is (not a view of the [P, Cout] blocks): the
+execution copies a model output that does not own its memory (1.6 MB: ~130 us there).
 
 Every loop here is valid numpy/Python (mypy checks it; it runs uncompiled, slowly) written
 for numba's ``njit``, as in ``_jit_float``. ``Im2colConv`` and ``WinogradConv`` are the
