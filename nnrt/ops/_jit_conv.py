@@ -26,15 +26,13 @@ input channels it is 1.35-1.8x faster than the blocked im2col (3x3 96->96 on [1,
 transforms cost more than they save. Its results
 differ from the direct sum by rounding only (the transforms' coefficients are 0, +-1 and 1/2);
 inputs with NaN, inf or huge values take the im2col path, where they give what numpy gives.
-A direct compiled convolution (taps outer, output channels inner) was measured too and lost
-to im2col + BLAS by 1.3-3x on every shape, the first layers (3 input channels) included; so did
-direct first-layer loops written for numba's vectorizer (224x224 3x3/2 3->32 RELU6, CPU time
-against 275 us for the planes + MKL path: the 27 taps unrolled over a vector of output channels
-450 us; four output pixels per pass 2000 us, LLVM keeps no pixels x channels tile in registers).
-There the time is the gather (~100 us), MKL's product (~125) and the bias pass (~45), plus
-~3 us of calls per block (``benchmarks/first_layer.py`` prints the split against ONNX Runtime).
-The result is allocated whole and returned as is (not a view of the [P, Cout] blocks): the
-execution copies a model output that does not own its memory (1.6 MB: ~130 us there).
+A direct compiled convolution (taps outer, output channels inner) lost to im2col + BLAS by
+1.3-3x on every shape; so did first-layer loops written for numba's vectorizer (224x224 3x3/2
+3->32, CPU: 450 and 2000 us against 275; LLVM keeps no pixels x channels tile in registers).
+There the time is the gather (~100 us), MKL's product (~125), the bias pass (~45) and ~3 us of
+calls per block, which ``planes_blocks_f32`` saves (``benchmarks/first_layer.py``: the split).
+The result is allocated whole, not a view of the blocks: the execution copies a model output
+that does not own its memory.
 
 Every loop here is valid numpy/Python (mypy checks it; it runs uncompiled, slowly) written
 for numba's ``njit``, as in ``_jit_float``. ``Im2colConv`` and ``WinogradConv`` are the
@@ -55,6 +53,7 @@ from nnrt.ops._conv_core import Geometry
 from nnrt.ops._epilogue import Epilogue
 from nnrt.ops._gemm import Product, batched_product, flush_subnormals, product
 from nnrt.ops._jit import compiled
+from nnrt.ops._jit_planes import PLANES_BLOCKS_F32, PLANES_ROWS_F32, planes_blocks, planes_blocks_f32, planes_rows_f32
 
 __all__ = [
     "scratch",
@@ -63,6 +62,7 @@ __all__ = [
     "MIN_ROWS",
     "PLANES_MAX_CHANNELS",
     "PLANES_OUT_FLOATS",
+    "PLANES_BLOCKS_F32",
     "PLANES_ROWS",
     "PLANES_ROWS_F32",
     "SCRATCH_MAX",
@@ -75,6 +75,8 @@ __all__ = [
     "Im2colConv",
     "WinogradConv",
     "im2col_rows_f32",
+    "planes_blocks",
+    "planes_blocks_f32",
     "planes_rows_f32",
     "winograd",
     "winograd_filter",
@@ -168,9 +170,6 @@ def im2col_rows_f32(
         p += ox1 - ox0
 
 
-#: The one signature ``planes_rows_f32`` is compiled for: ``im2col_rows_f32``'s.
-PLANES_ROWS_F32 = IM2COL_ROWS_F32
-
 #: Input channels up to which a CONV_2D gathers its taps channel-major (``planes_rows_f32``):
 #: with K = 27 or 75 taps BLAS multiplies a transposed [K, pixels] block 1.25x faster than a
 #: [pixels, K] one, and the gather (one input value per output pixel and tap) is cheap.
@@ -186,98 +185,6 @@ PLANES_MAX_CHANNELS = 4
 #: for 8; the product alone, [P, 27] x [27, 32]: 136 us in blocks of 1024 against 217 in 4096.
 PLANES_ROWS = 1024
 PLANES_OUT_FLOATS = 1 << 15
-
-
-def planes_rows_f32(
-    xf: np.ndarray,
-    planes: np.ndarray,
-    p0: int,
-    c: int,
-    kh: int,
-    kw: int,
-    stride_h: int,
-    stride_w: int,
-    dil_h: int,
-    dil_w: int,
-    top: int,
-    left: int,
-    out_h: int,
-    out_w: int,
-) -> None:
-    """The transpose of ``im2col_rows_f32``: column ``r`` of ``planes`` [KH*KW*C, R] holds the
-    taps of output pixel ``p0 + r``, row ``(i*KW + j)*C + c`` the values of one tap and channel
-    (zero outside the input). Each row is written contiguously, one output row at a time.
-
-    Each input row a tap row reads is first split once into one contiguous run per channel and
-    column phase (``x % stride_w``), kept for the next output rows that read it (``KH`` rows
-    kept): a tap's values for an output row are then one contiguous copy, zeros before and after
-    (not one strided, bounds-checked load per value): 2.3x fewer strided loads on a 3x3/2 first
-    layer; the block's first layer (224x224x3) 114 -> 105 us CPU, the rest being the split's
-    strided loads (~45 us) and the copies (~33 us)."""
-    h, wc = xf.shape[1], xf.shape[2]
-    w = wc // c
-    rows = planes.shape[1]
-    per_image = out_h * out_w
-    wq = (w + stride_w - 1) // stride_w  # columns of one phase, at most
-    run = c * stride_w * wq  # floats of one split row
-    split = np.empty(kh * run, dtype=np.float32)
-    tags = np.full(kh, -1, dtype=np.int64)  # which input row (image * h + y) each slot holds
-    pf = planes.reshape(-1)
-    u = np.uint64
-    r = 0
-    p = p0
-    while r < rows:
-        b = p // per_image
-        rem = p - b * per_image
-        oy = rem // out_w
-        ox0 = rem - oy * out_w
-        cnt = min(out_w - ox0, rows - r)
-        for i in range(kh):
-            iy = oy * stride_h - top + i * dil_h
-            if iy < 0 or iy >= h:
-                for t in range(kw * c):
-                    d = u((i * kw * c + t) * rows + r)
-                    for q in range(u(cnt)):
-                        pf[d + q] = 0.0
-                continue
-            key = b * h + iy
-            slot = 0
-            for s in range(kh):  # the slot holding this row, else the one holding the oldest
-                if tags[s] == key or (tags[slot] != key and tags[s] < tags[slot]):
-                    slot = s
-            sb = slot * run
-            if tags[slot] != key:
-                tags[slot] = key
-                src = u((b * h + iy) * wc)
-                xflat = xf.reshape(-1)
-                for ph in range(min(stride_w, w)):
-                    n_ph = (w - ph + stride_w - 1) // stride_w
-                    for ci in range(c):
-                        d = u(sb + (ci * stride_w + ph) * wq)
-                        s0 = src + u(ph * c + ci)
-                        step = u(stride_w * c)
-                        for k in range(u(n_ph)):
-                            split[d + k] = xflat[s0 + k * step]
-            for j in range(kw):
-                off = j * dil_w - left
-                ph = off % stride_w
-                shift = (off - ph) // stride_w  # tap column of output x: phase ph, index x + shift
-                n_ph = (w - ph + stride_w - 1) // stride_w
-                q_lo = min(cnt, max(0, -shift - ox0))
-                q_hi = max(q_lo, min(cnt, n_ph - shift - ox0))
-                for ci in range(c):
-                    d = u(((i * kw + j) * c + ci) * rows + r)
-                    for q in range(u(q_lo)):
-                        pf[d + q] = 0.0
-                    if q_hi > q_lo:
-                        s0 = u(sb + (ci * stride_w + ph) * wq + ox0 + shift + q_lo)
-                        d1 = d + u(q_lo)
-                        for q in range(u(q_hi - q_lo)):
-                            pf[d1 + q] = split[s0 + q]
-                    for q in range(u(q_hi), u(cnt)):
-                        pf[d + q] = 0.0
-        r += cnt
-        p += cnt
 
 
 _local = threading.local()
@@ -305,7 +212,7 @@ class Im2colConv:
     backend's product (``_gemm.product`` unless ``mm`` is given); ``__call__`` takes one run's
     NHWC input, filter matrix and geometry."""
 
-    __slots__ = ("_bias_act", "_im2col", "_mm", "_planes")
+    __slots__ = ("_bias_act", "_blocks", "_im2col", "_mm", "_planes")
 
     def __init__(self, im2col: Callable[..., Any], bias_act: Callable[..., Any],
                  planes: Callable[..., Any] | None = None, mm: Product | None = None) -> None:
@@ -313,6 +220,7 @@ class Im2colConv:
         self._bias_act = bias_act
         self._planes = planes
         self._mm = mm if mm is not None else product()
+        self._blocks = planes_blocks(self._mm) if planes is not None else None
 
     def __call__(self, x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry,
                  lo: np.float32, hi: np.float32, epilogue: Epilogue | None = None) -> np.ndarray:
@@ -335,6 +243,10 @@ class Im2colConv:
         else:
             rows = min(p, max(MIN_ROWS, max(BLOCK_BYTES, 8 * weights.size) // (4 * k)))
         buf = scratch(rows * k)
+        if planes and epilogue is None and self._blocks is not None:
+            self._blocks(xf, weights, bias, out, buf, rows, c, k_h, k_w, g.stride_h, g.stride_w, g.dil_h, g.dil_w,
+                         g.top, g.left, g.out_h, g.out_w, lo, hi)
+            return result
         for p0 in range(0, p, rows):
             r = min(rows, p - p0)
             block = buf[: r * k].reshape((k, r) if planes else (r, k))

@@ -23,7 +23,7 @@ import nnrt
 from nnrt import Model
 from nnrt import OperandType as T
 from nnrt import OperationType as Op
-from nnrt.ops import _jit, _jit_conv, conv
+from nnrt.ops import _jit, _jit_conv, _jit_planes, conv
 from nnrt.ops._conv_core import Geometry, im2col, padded
 from nnrt.ops._jit_conv import (
     IM2COL_ROWS_F32,
@@ -34,6 +34,7 @@ from nnrt.ops._jit_conv import (
     WINO_OUTPUT_F32,
     WinogradConv,
     im2col_rows_f32,
+    planes_blocks_f32,
     planes_rows_f32,
     winograd_input_f32,
     winograd_output_f32,
@@ -54,7 +55,8 @@ def _winograd_for_few_output_channels(request: pytest.FixtureRequest, monkeypatc
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the compiled conv loops (im2col, planes, Winograd) called by CONV_2D kernels prepared from now on."""
     calls: list[str] = []
-    watched = {im2col_rows_f32: "im2col", planes_rows_f32: "planes", winograd_input_f32: "winograd"}
+    watched = {im2col_rows_f32: "im2col", planes_rows_f32: "planes", planes_blocks_f32: "planes",
+               winograd_input_f32: "winograd"}
 
     def patched(f: Any, signature: str) -> Any:
         got = _jit.compiled(f, signature)
@@ -69,6 +71,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(conv, "compiled", patched)
     monkeypatch.setattr(_jit_conv, "compiled", patched)
+    monkeypatch.setattr(_jit_planes, "compiled", patched)
     return calls
 
 
@@ -182,6 +185,48 @@ def test_result_owns_its_memory(device: nnrt.CpuDevice, monkeypatch: pytest.Monk
     fast, ref = _both(device, monkeypatch, m, [x])
     assert made and all(a.flags.owndata for a in made) and any(fast is a for a in made)
     _check(fast, ref, np.clip(ref_conv(x, f, b, (1, 1, 1, 1), (2, 2), (1, 1)), 0, 6).astype(np.float32))
+
+
+# First layers for the compiled loop over planes blocks: (n, h, w, cin, cout, k, pads (l, r, t, b),
+# strides (w, h), dilations (w, h), act); one row, one column, stride over kernel, dilation,
+# asymmetric padding, batch 2, 1-4 input channels, odd output channels.
+FIRST = {
+    "3x3/2-relu6": (1, 23, 21, 3, 32, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 3),
+    "one-row": (1, 1, 19, 3, 7, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 1),
+    "one-column": (1, 17, 1, 2, 5, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 0),
+    "stride-over-kernel": (2, 13, 14, 1, 9, (2, 2), (0, 0, 0, 0), (3, 4), (1, 1), 2),
+    "dilation": (1, 15, 16, 4, 11, (3, 3), (2, 1, 0, 3), (1, 2), (2, 3), 3),
+    "5x5/2-asymmetric": (2, 20, 18, 3, 13, (5, 5), (1, 2, 2, 1), (2, 2), (1, 1), 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST))
+def test_first_layer_blocks_in_one_call(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, blas: str,
+                                        name: str) -> None:
+    """With MKL's product the planes blocks run in one compiled call (``planes_blocks_f32``), with
+    numpy's from Python; both give numpy's kernel's results, NaN where it gives NaN; several blocks."""
+    monkeypatch.setattr(_jit_conv, "PLANES_ROWS", 16)
+    monkeypatch.setattr(_jit_conv, "PLANES_OUT_FLOATS", 0)
+    made: list[bool] = []
+    make = _jit_planes.planes_blocks
+
+    def recorded(mm: Any) -> Any:
+        got = make(mm)
+        made.append(got is not None)
+        return got
+
+    monkeypatch.setattr(_jit_conv, "planes_blocks", recorded)
+    n, h, w, cin, cout, k, pads, stride, dil, act = FIRST[name]
+    x, f, b = _data(n, h, w, cin, cout, k, seed=len(name))
+    x[0, h // 2, w // 2, 0] = np.nan
+    m = build(Op.CONV_2D, [n, h, w, cin], [f, b], [*pads, *stride, act, False, *dil])
+    fast, ref = _both(device, monkeypatch, m, [x])
+    assert made and all(made) == (blas == "mkl")
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
+    want = np.clip(ref_conv(x, f, b, pads, stride, dil), *_CLAMP[act]).astype(np.float32)
+    keep = ~np.isnan(want)
+    np.testing.assert_allclose(fast[keep], ref[keep], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fast[keep], want[keep], rtol=1e-4, atol=1e-4)
 
 
 def test_special_values_and_zero_bias(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
