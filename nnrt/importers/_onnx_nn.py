@@ -328,7 +328,7 @@ def _conv_run_time(ctx: NodeCtx) -> None:
 
 @mapper("ConvTranspose")
 def _conv_transpose(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
+    x = ctx.raw(0)  # read NHWC (``ctx.inp`` would add a TRANSPOSE to NCHW that nothing reads)
     if x.need_rank("ConvTranspose") != 4:
         raise Reject("only 2-D ConvTranspose is supported")
     wv = ctx.inp(1)
