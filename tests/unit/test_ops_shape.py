@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -153,6 +154,35 @@ def test_resize_nearest_integer_upscale(device: nnrt.CpuDevice) -> None:
                                               (T.BOOL, None, False)], [(F32, [1, 4, 6, 1])])
     (y,) = run(device, m, x)
     np.testing.assert_array_equal(y, x.repeat(2, axis=1).repeat(2, axis=2))
+
+
+@pytest.mark.parametrize(("dims", "out_hw"), [
+    ([1, 4, 5, 3], (8, 10)),  # 2x: one broadcasting copy
+    ([2, 3, 2, 4], (9, 8)),  # batch 2, 3x by 4x
+    ([1, 4, 4, 2], (4, 4)),  # 1x: a fresh copy
+    ([1, 4, 6, 2], (6, 9)),  # 1.5x: the gathers
+    ([1, 6, 4, 1], (3, 8)),  # down by 2 on H, up by 2 on W: the gathers
+])
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True)])  # align_corners, half_pixel
+@pytest.mark.parametrize("nchw", [False, True])
+@pytest.mark.parametrize("t", [F32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_resize_nearest_matches_the_gathers(device: nnrt.CpuDevice, dims: list[int], out_hw: tuple[int, int],
+                                            flags: tuple[bool, bool], nchw: bool, t: T) -> None:
+    from nnrt.ops.resize import _nearest_axis
+
+    x = np.random.default_rng(5).integers(0, 255, dims).astype(t.dtype)
+    xin = x.transpose(0, 3, 1, 2).copy() if nchw else x
+    oh, ow = out_hw
+    out_dims = [dims[0], dims[3], oh, ow] if nchw else [dims[0], oh, ow, dims[3]]
+    args: list[Arg] = [(t, list(xin.shape), None), (T.INT32, None, ow), (T.INT32, None, oh),
+                       (T.BOOL, None, nchw), (T.BOOL, None, flags[0]), (T.BOOL, None, flags[1])]
+    quant = {0: (0.5, 3), 6: (0.5, 3)} if t.is_quantized else {}
+    m, _ = build(Op.RESIZE_NEAREST_NEIGHBOR, args, [(t, out_dims)], quant=quant)
+    (y,) = run(device, m, xin)
+    want = x[:, _nearest_axis(dims[1], oh, *flags)][:, :, _nearest_axis(dims[2], ow, *flags)]
+    assert y.dtype == t.dtype and y.flags.c_contiguous and y.flags.writeable
+    np.testing.assert_array_equal(y, want.transpose(0, 3, 1, 2) if nchw else want)
+    assert not np.shares_memory(y, xin)
 
 
 def test_resize_bilinear_by_scale_align_corners(device: nnrt.CpuDevice) -> None:
