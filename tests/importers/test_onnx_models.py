@@ -182,6 +182,44 @@ def test_conv_transpose_reads_its_input_nhwc(device: CpuDevice, tmp_path: object
     assert [op.type.name for op in loaded.operations].count("TRANSPOSE") == 2  # x in, y out
 
 
+@pytest.mark.parametrize("conv", ["Conv", "ConvTranspose"])
+def test_bias_add_batchnorm_and_relu_fold_into_the_convolution(device: CpuDevice, tmp_path: object, conv: str) -> None:
+    """Paddle's export: a convolution without bias, then Add of the bias reshaped to [1, C, 1, 1]
+    by a Reshape that comes after the convolution in the file, BatchNormalization and Relu: one
+    operation between the layout transposes."""
+    import nnrt
+    from tests.importers.onnx_build import save
+
+    c = 4
+    w = rand(c, 3, 2, 2) if conv == "Conv" else rand(3, c, 2, 2)
+    nodes = [
+        helper.make_node(conv, ["x", "w"], ["y"], strides=[2, 2]),
+        helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([1, c, 1, 1], np.int64))),
+        helper.make_node("Reshape", ["b", "shape"], ["b4"]),
+        helper.make_node("Add", ["y", "b4"], ["yb"]),
+        helper.make_node("BatchNormalization", ["yb", "g", "be", "m", "v"], ["n"], epsilon=1e-5),
+        helper.make_node("Relu", ["n"], ["out"]),
+    ]
+    inits = [init("w", w), init("b", rand(c)), init("g", rand(c)), init("be", rand(c)), init("m", rand(c)),
+             init("v", np.abs(rand(c)) + 0.1)]
+    model = make_model(nodes, [vi("x", [1, 3, 6, 8])], [vi("out", None)], inits)
+    out = compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 6, 8)})
+    assert out[0].min() >= 0
+    loaded = nnrt.load(save(model, tmp_path, "fold.onnx"))
+    op = "CONV_2D" if conv == "Conv" else "TRANSPOSE_CONV_2D"
+    assert [o.type.name for o in loaded.operations] == ["TRANSPOSE", op, "TRANSPOSE"]
+
+
+def test_a_bias_add_that_is_not_per_channel_stays(device: CpuDevice, tmp_path: object) -> None:
+    """An Add of a [W] constant (it broadcasts along W, not C) or of a run-time tensor is no bias."""
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2]),
+             helper.make_node("Add", ["y", "along_w"], ["z"]),
+             helper.make_node("Add", ["z", "x2"], ["out"])]
+    model = make_model(nodes, [vi("x", [1, 3, 4, 4]), vi("x2", [1, 4, 8, 8])], [vi("out", None)],
+                       [init("w", rand(3, 4, 2, 2)), init("along_w", rand(8))])
+    compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 4, 4), "x2": rand(1, 4, 8, 8)})
+
+
 def test_spatial_runs_stay_nhwc_between_two_transposes(device: CpuDevice, tmp_path: object) -> None:
     import nnrt
     from tests.importers.onnx_build import save
