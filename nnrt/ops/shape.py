@@ -265,10 +265,32 @@ def prepare_transpose(call: OpCall) -> Kernel:
     if src.dimensions and all_const(call, 1):
         _transpose_plan(call, len(src.dimensions), call.const(1) if call.has_input(1) else None)
 
+    plain = same_quant(src, dst)
+
     def run(x: np.ndarray, perm: Any = None) -> np.ndarray:
-        return requantize(x.transpose(_transpose_plan(call, x.ndim, perm)), src, dst)
+        p = _transpose_plan(call, x.ndim, perm)
+        if plain and x.size >= _PLANES_MIN and p[-1] != x.ndim - 1 and x.shape[p[-1]] <= _PLANES_MAX_LAST \
+                and list(p[:-1]) == sorted(p[:-1]):
+            return _by_planes(x.transpose(p), dst.type.dtype)
+        return requantize(x.transpose(p), src, dst)
 
     return run
+
+
+#: A transpose whose last output axis is a short input axis (NCHW -> NHWC of an image: 3
+#: channels) copies one plane per index of it (``_by_planes``) from this many elements.
+_PLANES_MIN, _PLANES_MAX_LAST = 4096, 4
+
+
+def _by_planes(xt: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``xt`` (a transposed view whose other axes keep the input's order) into a fresh array,
+    one strided copy per index of its short last axis: each reads its plane in order, where
+    numpy's copy walks the input across all planes for every output row ([1,3,320,320] to
+    NHWC 283 -> 88 us; it loses from 12 planes on, 184 -> 635 us for [1,12,208,208])."""
+    out = np.empty(xt.shape, dtype)
+    for k in range(xt.shape[-1]):
+        out[..., k] = xt[..., k]
+    return out
 
 
 # -- SLICE / STRIDED_SLICE ---------------------------------------------------------------------

@@ -185,6 +185,26 @@ def test_resize_nearest_matches_the_gathers(device: nnrt.CpuDevice, dims: list[i
     assert not np.shares_memory(y, xin)
 
 
+@pytest.mark.parametrize(("shape", "perm"), [
+    ([1, 3, 40, 50], [0, 2, 3, 1]),  # NCHW -> NHWC of an image: one plane per channel
+    ([2, 4, 32, 40], [0, 2, 3, 1]),  # batch 2, 4 channels
+    ([1, 5, 40, 40], [0, 2, 3, 1]),  # 5 channels: numpy's copy
+    ([3, 64, 70], [1, 2, 0]),  # rank 3
+    ([2, 70, 64], [0, 2, 1]),  # the other axes out of order: numpy's copy
+    ([1, 3, 4, 5], [0, 2, 3, 1]),  # small: numpy's copy
+])
+@pytest.mark.parametrize("t", [F32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_transpose_of_large_tensors_matches_numpy(device: nnrt.CpuDevice, shape: list[int], perm: list[int], t: T) -> None:
+    x = np.random.default_rng(6).integers(0, 200, shape).astype(t.dtype)
+    out_dims = [shape[p] for p in perm]
+    quant = {0: (0.5, 3), 2: (0.5, 3)} if t.is_quantized else {}
+    m, _ = build(Op.TRANSPOSE, [(t, shape, None), (T.TENSOR_INT32, [len(perm)], i32(*perm))], [(t, out_dims)],
+                 quant=quant)
+    (y,) = run(device, m, x)
+    assert y.dtype == t.dtype and y.flags.c_contiguous and not np.shares_memory(y, x)
+    np.testing.assert_array_equal(y, x.transpose(perm))
+
+
 def test_resize_bilinear_by_scale_align_corners(device: nnrt.CpuDevice) -> None:
     x = np.array([0, 3], dtype=np.float32).reshape(1, 1, 2, 1)
     args: list[Arg] = [(F32, [1, 1, 2, 1], None), (T.FLOAT32, None, 2.0), (T.FLOAT32, None, 1.0),
