@@ -23,6 +23,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize, same_quant
+from nnrt.ops._into import set_into, write
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -405,6 +406,13 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
         out = x[slices].copy()
         return out if out.shape == shape else out.reshape(shape)
 
+    def into(out: np.ndarray, x: np.ndarray, *params: Any) -> None:
+        """``run_same``'s values copied straight into ``out`` (``nnrt.ops._into``)."""
+        slices, shape = planned(x.shape)
+        part = x[slices]
+        write(out, part if part.shape == shape else part.reshape(shape), call.label)
+
+    set_into(run_same, into)
     return run_same
 
 

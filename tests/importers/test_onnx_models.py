@@ -463,3 +463,40 @@ def test_if_branch_returning_an_outer_value(device: CpuDevice, tmp_path: object)
     model = make_model([node], [vi("c", [], TensorProto.BOOL), vi("x", [2, 3])], [y], opset=13)
     for c in (True, False):
         compare_with_ort(device, model, tmp_path, {"c": np.asarray(c), "x": rand(2, 3)})
+
+
+def _slice(name: str, src: str, out: str, starts: list[int], ends: list[int], axes: list[int], steps: list[int]
+           ) -> tuple[object, list[object]]:
+    arrays = {"s": starts, "e": ends, "a": axes, "t": steps}
+    inits = [init(f"{name}_{k}", np.array(v, np.int64)) for k, v in arrays.items()]
+    return helper.make_node("Slice", [src, *(f"{name}_{k}" for k in arrays)], [out]), inits
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    (([0], [2**31 - 1], [2], [2]), ([0], [2**31 - 1], [3], [2])),  # YOLOv5's space-to-depth: rows, then columns
+    (([1], [9], [2], [2]), ([1], [4], [2], [1])),  # the same axis twice
+    (([-1], [-10], [3], [-1]), ([1], [8], [3], [3])),  # a reversal, then a step
+    (([2, 1], [7, 6], [3, 2], [2, 1]), ([-3, 10], [-1, -10], [2, 3], [1, -2])),  # two axes each, negative bounds
+])
+def test_a_slice_of_a_slice_is_one_strided_slice(device: CpuDevice, tmp_path: object,
+                                                 first: tuple[list[int], ...], second: tuple[list[int], ...]) -> None:
+    import nnrt
+    from tests.importers.onnx_build import save
+
+    a, ia = _slice("a", "x", "m", *first)
+    b, ib = _slice("b", "m", "y", *second)
+    model = make_model([a, b], [vi("x", [2, 3, 9, 10])], [vi("y", None)], [*ia, *ib])
+    compare_with_ort(device, model, tmp_path, {"x": rand(2, 3, 9, 10)})
+    ops = [op.type.name for op in nnrt.load(save(model, tmp_path, "ss.onnx")).operations]
+    assert ops == ["STRIDED_SLICE"]
+
+
+def test_a_slice_read_elsewhere_too_stays(device: CpuDevice, tmp_path: object) -> None:
+    import nnrt
+    from tests.importers.onnx_build import save
+
+    a, ia = _slice("a", "x", "m", [0], [2**31 - 1], [2], [2])
+    b, ib = _slice("b", "m", "y", [1], [2**31 - 1], [3], [2])
+    model = make_model([a, b], [vi("x", [1, 3, 8, 8])], [vi("y", None), vi("m", None)], [*ia, *ib])
+    compare_with_ort(device, model, tmp_path, {"x": rand(1, 3, 8, 8)})
+    assert [op.type.name for op in nnrt.load(save(model, tmp_path, "s2.onnx")).operations] == ["STRIDED_SLICE"] * 2

@@ -179,7 +179,7 @@ def test_kernel_intos_give_the_kernels_results(jit: bool) -> None:
     def kernel(op: Op, dims: list[list[int]], out: list[int], consts: dict[int, object]) -> object:
         ins = []
         for k, d in enumerate(dims):
-            t = T.INT32 if d == [] else T.BOOL if d == [-1] else T.TENSOR_FLOAT32
+            t = T.INT32 if d == [] else T.BOOL if d == [-1] else T.TENSOR_INT32 if d == [4] else T.TENSOR_FLOAT32
             value = consts.get(k)
             ins.append(Operand(k, t, tuple(d) if d and d != [-1] else (), lifetime=OperandLifeTime.CONSTANT_COPY
                                if value is not None else OperandLifeTime.SUBGRAPH_INPUT, value=value))
@@ -193,8 +193,12 @@ def test_kernel_intos_give_the_kernels_results(jit: bool) -> None:
     with _jit.forced(jit):
         add = kernel(Op.ADD, [[1, 4, 4, 3], [1, 4, 4, 3], []], [1, 4, 4, 3], {2: 1})
         resize = kernel(Op.RESIZE_NEAREST_NEIGHBOR, [[1, 4, 4, 3], [], [], [-1]], [1, 8, 8, 3], {})
+        ints = [np.array(v, np.int32) for v in ([0, 1, 0, 0], [1, 4, 4, 3], [1, 2, 1, 1])]
+        strided = kernel(Op.STRIDED_SLICE, [[1, 4, 4, 3], [4], [4], [4], [], [], []], [1, 2, 4, 3],
+                         {1: ints[0], 2: ints[1], 3: ints[2], 4: 0, 5: 0, 6: 0})
         cases = [(add, (x, y, 1)), (add, (x, y, 0)), (add, (x, y[:, :1], 1)),
-                 (resize, (x, 8, 8, False)), (resize, (x, 6, 8, False)), (resize, (x.transpose(0, 3, 1, 2), 8, 8, True))]
+                 (resize, (x, 8, 8, False)), (resize, (x, 6, 8, False)), (resize, (x.transpose(0, 3, 1, 2), 8, 8, True)),
+                 (strided, (x, *ints, 0, 0, 0))]
         for fn, args in cases:
             want = fn(*args)  # type: ignore[operator]
             buf = np.full((*want.shape[:-1], want.shape[-1] + 5), np.float32(9))
