@@ -24,7 +24,7 @@ SPECS = list(iter_specs())
 #: lookups are left to ``tests/unit/test_jit_quant.py``, which compares their specs bit for bit
 #: (an ADD is in a third of all specs).
 COMPILED_OPS = {
-    "TENSOR_FLOAT32": frozenset({"AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "LOGISTIC",
+    "TENSOR_FLOAT32": frozenset({"AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "LOGISTIC",
                                  "MAX_POOL_2D", "MEAN", "PAD", "PAD_V2", "PRELU", "RESIZE_BILINEAR",
                                  "TRANSPOSE_CONV_2D"}),
     "TENSOR_QUANT8_ASYMM": frozenset({

@@ -205,6 +205,29 @@ def test_transpose_of_large_tensors_matches_numpy(device: nnrt.CpuDevice, shape:
     np.testing.assert_array_equal(y, x.transpose(perm))
 
 
+@pytest.mark.parametrize(("a_dims", "b_dims", "axis"), [
+    ([1, 5, 6, 4], [1, 5, 6, 3], 3), ([2, 5, 6, 4], [2, 5, 2, 4], 2), ([2, 3, 4], [1, 3, 4], 0), ([2, 3], [2, 5], -1),
+])
+@pytest.mark.parametrize("jit", [True, False])
+def test_two_input_concatenation_in_both_modes(device: nnrt.CpuDevice, a_dims: list[int], b_dims: list[int], axis: int,
+                                              jit: bool) -> None:
+    """Two float32 inputs: the compiled one-pass copy (``_copies.concat2_rows_f32``) with numba,
+    numpy's concatenate without: the same values, NaN and signed zeros included."""
+    from nnrt.ops import _jit
+
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal(a_dims).astype(np.float32), rng.standard_normal(b_dims).astype(np.float32)
+    a.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    out_dims = list(a_dims)
+    out_dims[axis] += b_dims[axis]
+    m, _ = build(Op.CONCATENATION, [(F32, a_dims, None), (F32, b_dims, None), (T.INT32, None, axis)], [(F32, out_dims)])
+    with _jit.forced(jit):
+        (y,) = run(device, m, a, b)
+    want = np.concatenate([a, b], axis=axis)
+    assert y.flags.c_contiguous and y.shape == want.shape
+    np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+
+
 def test_resize_bilinear_by_scale_align_corners(device: nnrt.CpuDevice) -> None:
     x = np.array([0, 3], dtype=np.float32).reshape(1, 1, 2, 1)
     args: list[Arg] = [(F32, [1, 1, 2, 1], None), (T.FLOAT32, None, 2.0), (T.FLOAT32, None, 1.0),
