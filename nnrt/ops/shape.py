@@ -23,7 +23,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize, same_quant
-from nnrt.ops._copies import CONCAT2_ROWS_F32, by_planes, concat2_rows_f32
+from nnrt.ops._copies import CHANNELS_LAST_F32, CONCAT2_ROWS_F32, by_planes, channels_last_f32, concat2_rows_f32
 from nnrt.ops._into import set_into, write
 from nnrt.ops._jit import compiled
 from nnrt.ops._registry import Kernel, OpCall, kernel
@@ -277,12 +277,18 @@ def prepare_transpose(call: OpCall) -> Kernel:
         _transpose_plan(call, len(src.dimensions), call.const(1) if call.has_input(1) else None)
 
     plain = same_quant(src, dst)
+    last = compiled(channels_last_f32, CHANNELS_LAST_F32) if dst.type is T.TENSOR_FLOAT32 else None
 
     def run(x: np.ndarray, perm: Any = None) -> np.ndarray:
         p = _transpose_plan(call, x.ndim, perm)
-        if plain and x.size >= _PLANES_MIN and p[-1] != x.ndim - 1 and x.shape[p[-1]] <= _PLANES_MAX_LAST \
-                and list(p[:-1]) == sorted(p[:-1]):
-            return by_planes(x.transpose(p), dst.type.dtype)
+        if plain and x.size >= _PLANES_MIN and p[-1] != x.ndim - 1 and list(p[:-1]) == sorted(p[:-1]):
+            if x.shape[p[-1]] <= _PLANES_MAX_LAST:
+                return by_planes(x.transpose(p), dst.type.dtype)
+            if last is not None and p == (0, 2, 3, 1) and x.dtype == np.float32:
+                n, c, h, w = x.shape
+                out = np.empty((n, h, w, c), np.float32)
+                last(np.ascontiguousarray(x).reshape(n, c, h * w), out.reshape(n, h * w, c))
+                return out
         return requantize(x.transpose(p), src, dst)
 
     return run
