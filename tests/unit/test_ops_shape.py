@@ -126,6 +126,34 @@ def test_transpose_matches_numpy(device: nnrt.CpuDevice, x: np.ndarray, rnd: obj
     np.testing.assert_array_equal(y, x.transpose(perm))
 
 
+@pytest.mark.parametrize(("shape", "perm", "dtype"), [
+    ((1, 3, 48, 192), (0, 2, 3, 1), np.float32), ((2, 2, 40, 60), (0, 2, 3, 1), np.float32),
+    ((1, 4, 32, 33), (0, 2, 3, 1), np.uint8), ((3, 5000), (1, 0), np.float32), ((1, 3, 64, 64), (2, 0, 3, 1), np.float32),
+    ((1, 5, 40, 40), (0, 2, 3, 1), np.float32), ((1, 3, 8, 8), (0, 2, 3, 1), np.float32),
+])  # fmt: skip
+def test_transpose_to_a_short_last_axis(device: nnrt.CpuDevice, shape: tuple[int, ...], perm: tuple[int, ...],
+                                        dtype: type[np.generic]) -> None:
+    """NCHW -> NHWC of an image (one strided copy per channel from 4096 values, 2-4 channels):
+    numpy's transpose, values and dtype, special values included."""
+    x = (np.random.default_rng(1).standard_normal(shape) * 50).astype(dtype)
+    if dtype is np.float32:
+        x.reshape(-1)[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    t = F32 if dtype is np.float32 else T.TENSOR_QUANT8_ASYMM
+    q = (0.5, 3) if dtype is np.uint8 else (0.0, 0)
+    m = Model()
+    xi = m.add_operand(t, list(shape), *q)
+    pi = m.add_operand(T.TENSOR_INT32, [len(perm)])
+    m.set_operand_value(pi, np.array(perm, np.int32))
+    yi = m.add_operand(t, [shape[i] for i in perm], *q)
+    m.add_operation(Op.TRANSPOSE, [xi, pi], [yi])
+    m.identify_inputs_and_outputs([xi], [yi])
+    m.finish()
+    (y,) = run(device, m, x)
+    want = x.transpose(perm)
+    assert y.dtype == want.dtype and y.flags.c_contiguous
+    np.testing.assert_array_equal(y.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
 def test_depth_space_round_trip_nchw(device: nnrt.CpuDevice) -> None:
     x = np.arange(2 * 8 * 2 * 3, dtype=np.float32).reshape(2, 8, 2, 3)  # NCHW, C = 8
     m, _ = build(Op.DEPTH_TO_SPACE, [(F32, [2, 8, 2, 3], None), (T.INT32, None, 2), (T.BOOL, None, True)],
