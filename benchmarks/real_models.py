@@ -40,6 +40,7 @@ from typing import Any
 from nnrt.bench import BenchOptions, run_bench
 from nnrt.errors import NnrtError
 from nnrt.importers import UnsupportedModelError, load
+from nnrt.ops import _gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORED = ROOT / "tests" / "data" / "models"
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.only.split(",")
     models = [(p, e) for p, e in find_models([VENDORED, FETCHED, *args.models]) if any(w in p.name for w in wanted)]
     sys.stdout.write(f"real models: {len(models)} found; {runs} runs each after {warmup} warm-up, nnrt and reference "
-                     "interleaved, one thread each\n")
+                     f"interleaved, one thread each; float32 products: {_gemm.describe()}\n")
     rows = asyncio.run(bench_all(models, runs, warmup))
     print_table(rows)
     print_targets(rows)

@@ -93,6 +93,13 @@ def _small_residuals_fold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_jit_pointwise, "MEAN_BLOCK_FLOATS", 0)
 
 
+@pytest.fixture(autouse=True)
+def _both_blas(blas: str) -> str:
+    """Every test with numpy's products and with MKL's (``_gemm``): fused and unfused agree bit
+    for bit under each."""
+    return blas
+
+
 KINDS = ["hard_swish", "chain", "affine chain", "prelu", "prelu, one slope", "residual", "residual first, relu6",
          "residual, then RELU"]
 
