@@ -24,7 +24,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt._log import reload_vlog
 from nnrt.execution import _fuse_pool
-from nnrt.ops import _gemm, _jit, _jit_conv, conv, dense, lstm
+from nnrt.ops import _gemm, _jit, _jit_conv, conv, conv_transpose, dense, lstm
 from nnrt.ops._jit_conv import winograd_filter
 from tests.unit.test_ops_conv import build, ref_conv
 from tests.unit.test_ops_dense import bmm_model, fc_model
@@ -271,6 +271,21 @@ def test_conv_products(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, 
     m, xs = _conv_case(*args)  # type: ignore[arg-type]
     calls = _spy(monkeypatch, module, name)
     (fast,), (ref,) = _run_both(device, m, xs, calls, blas)
+    np.testing.assert_allclose(fast, ref, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize(("k", "stride", "pads"), [(2, 2, (0, 0, 0, 0)), (3, 2, (1, 0, 1, 0)), (3, 1, (1, 1, 1, 1))])
+def test_transpose_conv_products(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, blas: str, k: int,
+                                 stride: int, pads: tuple[int, int, int, int]) -> None:
+    """TRANSPOSE_CONV_2D's product (taps placed without overlap when the filter is the stride,
+    scattered and summed otherwise) with the backend's products, against the numpy kernels."""
+    rng = np.random.default_rng(k + stride)
+    x = rng.standard_normal((2, 7, 5, 12)).astype(np.float32)
+    w = rng.standard_normal((9, k, k, 12)).astype(np.float32)
+    b = rng.standard_normal(9).astype(np.float32)
+    m = build(Op.TRANSPOSE_CONV_2D, [2, 7, 5, 12], [w, b], [*pads, stride, stride, 0, False])
+    calls = _spy(monkeypatch, conv_transpose, "product")
+    (fast,), (ref,) = _run_both(device, m, [x], calls, blas)
     np.testing.assert_allclose(fast, ref, rtol=2e-5, atol=2e-5)
 
 
