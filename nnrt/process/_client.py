@@ -280,7 +280,7 @@ class ServiceProcess(RingConsumer):
                 if self._consumer is not loop and self._claimable():
                     self._claim(loop)
         mine = self._consumer is loop
-        awake, window = self._reply_window(base, mine)
+        awake, window = self._reply_window(base, mine, loop)
         if ring:
             self._ring_now()
         if mine:

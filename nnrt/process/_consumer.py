@@ -35,6 +35,10 @@ _log = get_logger("driver")
 
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"] | concurrent.futures.Future[Any]
 
+#: Loop passes the consumer loop stays awake after a doorbell while it has callbacks ready
+#: (asyncio's loops; ``_doze``).
+DOZE_DEFER = 4
+
 #: The services of this process with rings (whose outstanding requests decide who polls).
 _LIVE: weakref.WeakSet[RingConsumer] = weakref.WeakSet()
 
@@ -42,6 +46,12 @@ _LIVE: weakref.WeakSet[RingConsumer] = weakref.WeakSet()
 def _outstanding() -> int:
     """Executions outstanding on the rings of every service of this process."""
     return sum([len(s._ring_ids) for s in list(_LIVE)])
+
+
+def _busy(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether ``loop`` has other callbacks ready to run now, such as tasks about to send more
+    requests (asyncio's own loops tell; others, uvloop, do not: False)."""
+    return bool(getattr(loop, "_ready", None))
 
 
 def _resolve(fut: asyncio.Future[Any], ok: bool, payload: Any) -> None:
@@ -87,7 +97,8 @@ class RingConsumer:
                 old.remove_reader(ch.res_fd)
         ch.results.set_sleeping(True)  # whatever the last consumer left: ring the new one
 
-    def _reply_window(self, base: float, mine: bool) -> tuple[bool, float]:
+    def _reply_window(self, base: float, mine: bool, loop: asyncio.AbstractEventLoop | None = None
+                      ) -> tuple[bool, float]:
         """Whether the service is awake now (it polls or runs: no doorbell needed), and how long
         the consumer (``mine``: this caller holds the role) polls for the reply to the request
         just sent (0: it sleeps on the doorbell at once). Decided before the doorbell rings:
@@ -96,19 +107,24 @@ class RingConsumer:
         that answers while the app is still ringing (the ring is a slow system call on this VM)
         does not ring back: both sides awake, no doorbell rung either way.
 
-        It polls only for the one execution outstanding on the rings of this process: with more,
-        the services need the cores (three processes on two cores: a polling app takes the core
-        a service needs), and a result wakes it soon enough. The rest is ``_poll.ReplyPoller``'s:
+        It polls only for the one execution outstanding on the rings of this process, and only
+        when its loop has nothing else ready to run (``_busy``: a task about to send the next
+        request would otherwise wait for this poll, and a burst of requests would go one by one):
+        with more, the services need the cores (three processes on two cores: a polling app
+        takes the core a service needs), and a result wakes it soon enough. The rest is ``_poll.ReplyPoller``'s:
         a request expected shortly (``base``: the model's recent time on the device), a window
         fitted to the expected wait, polling only while it pays."""
         ch = self.channel
         assert ch is not None
-        awake = not ch.requests.consumer_sleeping
-        alone = mine and len(self._ring_ids) == 1 and (len(_LIVE) == 1 or _outstanding() == 1)
-        window = self.poller.should(alone, awake, base)
-        ch.requests.set_producer_polling(window > 0)
+        requests = ch.requests
+        awake = not requests.consumer_sleeping
+        alone = mine and len(self._ring_ids) == 1 and (len(_LIVE) == 1 or _outstanding() == 1) and not _busy(loop)
+        window = self.poller.should(alone, awake, base) if alone else 0.0
         if window:
+            requests.set_producer_polling(True)
             ch.results.set_sleeping(False)
+        elif requests.producer_polling:  # (a store only when it changes: the service reads that line)
+            requests.set_producer_polling(False)
         return awake, window
 
     def _spin(self, done: Callable[[], bool], window: float, awake: bool, base: float, since: float) -> None:
@@ -131,34 +147,55 @@ class RingConsumer:
     def _settle(self, loop: asyncio.AbstractEventLoop) -> None:
         """The consumer loop watches the doorbell (and keeps watching it between executions:
         adding and removing the reader each time costs two system calls)."""
+        if self._attached and self._consumer is loop:  # the usual case, without the lock
+            return
         ch = self.channel
         with self._lock:
             if self._consumer is loop and ch is not None and not ch.closed and not self._attached:
                 self._attached = True
                 loop.add_reader(ch.res_fd, self._on_doorbell, loop)
 
+    def _siblings(self, loop: asyncio.AbstractEventLoop) -> list[RingConsumer]:
+        """This service and every other whose result ring ``loop`` consumes (open ones)."""
+        if len(_LIVE) == 1:
+            return [self]
+        return [self, *(s for s in list(_LIVE) if s is not self and s._consumer is loop
+                        and s.channel is not None and not s.channel.closed)]
+
     def _on_doorbell(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A service rang: this loop is awake, so it takes what every service it consumes has
+        answered (one wake-up for all of them), and stays awake until its loop has run what
+        that woke (``_doze``): no service need ring meanwhile (a ring would wake this process
+        while it runs, and on a busy core preempt the service)."""
         ch = self.channel
         assert ch is not None
         if ch.closed:
             return
-        # Awake until the loop has run what this wakes: the service need not ring (a ring
-        # would wake this process while it runs, and on a busy core preempt the service).
-        ch.results.set_sleeping(False)
         ch.result_bell.clear()
-        self._drain()
-        loop.call_soon(self._doze, loop)
+        for s in self._siblings(loop):
+            s.channel.results.set_sleeping(False)  # type: ignore[union-attr]
+            s._drain()
+        loop.call_soon(self._doze, loop, 0)
 
-    def _doze(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Back to sleeping (the loop is about to block, or runs after what was ready): look
-        once more after saying so (``_fmq``'s handshake), and stay awake if results came."""
-        ch = self.channel
-        if ch is None or ch.closed or self._consumer is not loop:
+    def _doze(self, loop: asyncio.AbstractEventLoop, deferred: int) -> None:
+        """Back to sleeping once the loop is about to block (while it has other callbacks ready,
+        such as the tasks the results woke, which send the next requests, it looks again after
+        them, up to ``DOZE_DEFER`` times): each ring it consumes says so, then is looked at once
+        more (``_fmq``'s handshake); it stays awake if results came."""
+        if self._consumer is not loop:
             return
-        if ch.results.set_sleeping(True):
-            ch.results.set_sleeping(False)
-            self._drain()
-            loop.call_soon(self._doze, loop)
+        if deferred < DOZE_DEFER and getattr(loop, "_ready", None):
+            loop.call_soon(self._doze, loop, deferred + 1)
+            return
+        came = False
+        for s in self._siblings(loop):
+            ring = s.channel.results  # type: ignore[union-attr]
+            if ring.set_sleeping(True):
+                ring.set_sleeping(False)
+                s._drain()
+                came = True
+        if came:
+            loop.call_soon(self._doze, loop, 0)
 
     def _release_role(self, me: int) -> None:
         """A thread gives the consumer role back (if it holds it); a loop awaiting a ring
