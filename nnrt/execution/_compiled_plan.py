@@ -51,6 +51,7 @@ import numpy as np
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.errors import GeneralFailureError
 from nnrt.model import Model, Operand
+from nnrt.ops import _jit_program as _jp
 from nnrt.ops import _jit_quant as _jq
 from nnrt.ops._jit import Arg, CoreCall, available, core_call_of
 from nnrt.types import OperandLifeTime, OperationType
@@ -120,7 +121,7 @@ def _lower(step: Step, ops: tuple[Operand, ...], out: Operand) -> _Lowered | Non
                 if call is None:
                     return None
                 dtypes = [(0, ops[a.index].type.dtype) for a in call.args if isinstance(a, Arg)]
-                runs = _jq.encode_core_call(call, dtypes, 0, _jq.ProgramConstants()) is not None
+                runs = _jp.encode_core_call(call, dtypes, 0, _jp.ProgramConstants()) is not None
                 return _Lowered(step, call=call) if runs else None
             if step.type in _MOVES:
                 return _lower_move(step, ops, out, args)
@@ -333,7 +334,7 @@ class _Program:
     def __init__(self, model: Model, operands: Callable[[tuple[int, ...]], tuple[Operand, ...]]) -> None:
         self.model, self.operands = model, operands
         self.rows: list[list[int]] = []
-        self.consts = _jq.ProgramConstants()
+        self.consts = _jp.ProgramConstants()
         self.at: dict[int, int] = {}  # slot -> its value's arena offset (aliases share one)
         self.size = 0
 
@@ -402,7 +403,7 @@ class _Program:
                     raise _NotLowered("reshaped argument of another size")
                 args.append((self._value(slot, ops[a.index]), ops[a.index].type.dtype))
         out = low.step.outs[0]
-        row = _jq.encode_core_call(call, args, self._alloc(out), self.consts)
+        row = _jp.encode_core_call(call, args, self._alloc(out), self.consts)
         if row is None:
             raise _NotLowered(f"{low.step.label}: its core is not run by programs")
         self.rows.append(row)

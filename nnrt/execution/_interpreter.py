@@ -23,7 +23,7 @@ resuming. The interpreter stores them and frees temporaries as for any step.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import numpy as np
@@ -119,11 +119,7 @@ def run_plan(plan: Plan, args: list[Any], ctx: ExecContext) -> Yield:
         # step on the arguments themselves, without the slots (1 us of the 15 us step of a
         # keyword spotter). Anything else (a deadline passed, an interrupt, a profile) takes
         # the loop below, which says so.
-        tail = plan.whole_tail
-        result = _kernel(whole, [*args, *tail] if tail else args)
-        if deadline is not None and now() > deadline:
-            raise _finished_late(plan)
-        return [result] if whole.out >= 0 else result if type(result) is list else list(result)
+        return _run_whole(plan, whole, args, now, deadline)
     slots = plan.template.copy()
     for slot, value in zip(plan.inputs, args):
         slots[slot] = value
@@ -179,6 +175,9 @@ def run_kernels(plan: Plan, args: list[Any], clock: Clock, deadline: float | Non
     """``run_plan`` to completion, without a generator, for a plan without control flow run
     where nothing can interrupt it (a burst's lean runner): the same deadline checks before
     each step, the same failures. Floating-point warnings are the caller's to turn off."""
+    whole = plan.whole
+    if whole is not None and (deadline is None or clock.now() < deadline):
+        return _run_whole(plan, whole, args, clock.now, deadline)  # (see ``run_plan``)
     slots = plan.template.copy()
     for slot, value in zip(plan.inputs, args):
         slots[slot] = value
@@ -189,6 +188,16 @@ def run_kernels(plan: Plan, args: list[Any], clock: Clock, deadline: float | Non
     if deadline is not None and clock.now() > deadline:
         raise _finished_late(plan)
     return [slots[i] for i in plan.outputs]
+
+
+def _run_whole(plan: Plan, whole: Step, args: list[Any], now: Callable[[], float], deadline: float | None) -> list[Any]:
+    """``plan``'s one step (``Plan.whole``) on the arguments themselves, then the end-of-run
+    deadline check."""
+    tail = plan.whole_tail
+    result = _kernel(whole, [*args, *tail] if tail else args)
+    if deadline is not None and now() > deadline:
+        raise _finished_late(plan)
+    return [result] if whole.out >= 0 else result if type(result) is list else list(result)
 
 
 def _kernel(step: Step, args: Sequence[Any]) -> Any:

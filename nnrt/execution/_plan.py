@@ -264,7 +264,7 @@ def _segments(steps: list[Step]) -> list[float]:
     return costs
 
 
-def _estimate_ns(operation_outputs: list[Operand]) -> float:
+def estimate_ns(operation_outputs: list[Operand]) -> float:
     """A first guess before calibration: 1 µs plus 1 ns per output element."""
     elems = sum(dims_product(o.dimensions) if o.dimensions else 1 for o in operation_outputs)
     return 1000.0 + elems
@@ -305,7 +305,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
             step = Step(operation.index, operation.type, label, KERNEL, ins, outs, fn=fn)
         step.fetch = _fetcher(ins)
         step.out = outs[0] if len(outs) == 1 else -1
-        step.cost_ns = _estimate_ns(list(out_ops))
+        step.cost_ns = estimate_ns(list(out_ops))
         if step.kind == KERNEL and folder.fold(step, in_ops):
             continue
         steps.append(step)

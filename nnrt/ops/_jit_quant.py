@@ -40,8 +40,9 @@ from nnrt.ops._jit import Arg, CoreCall, compiled, set_core_call
 from nnrt.ops._registry import Kernel, KernelResult, OpCall
 
 __all__ = [
-    "OP_COPY", "OP_COPY_CONST", "OP_GATHER", "PROGRAM_WIDTH", "ProgramConstants", "conv_runner", "dequantize_runner",
-    "encode_core_call", "fc_runner", "program_runner", "quantize_runner", "set_lookup_call", "table_lookups",
+    "OP_CONV", "OP_COPY", "OP_COPY_CONST", "OP_DEQUANTIZE", "OP_GATHER", "OP_LOOKUP", "OP_QUANTIZE", "PROGRAM_WIDTH",
+    "conv_runner", "dequantize_runner", "fc_runner", "program_runner", "quantize_runner", "set_lookup_call",
+    "table_lookups",
 ]
 
 #: CONV_2D runs (and FULLY_CONNECTED) of up to this many multiply-adds take the compiled core;
@@ -561,75 +562,3 @@ def program_runner() -> Callable[..., Any] | None:
     _CORE_CONV, _CORE_QUANTIZE, _CORE_DEQUANTIZE, _CORE_LOOKUP = cores
     _ROW_COPY, _ROW_GATHER, _ROW_CONV, _ROW_QUANTIZE, _ROW_DEQUANTIZE, _ROW_LOOKUP = rows
     return compiled(_run_program)
-
-
-class ProgramConstants:
-    """The constant buffers of a program: bytes, int16, int64 and float64 (each array once)."""
-
-    def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {"uint8": [], "int16": [], "int64": [], "float64": []}
-        self.sizes = dict.fromkeys(self.parts, 0)
-        self._seen: dict[tuple[int, str], int] = {}
-        self._alive: list[Any] = []  # what ``_seen`` keys on, kept alive so that no id is reused
-
-    def add(self, value: Any, kind: str) -> int:
-        """Offset (in items of ``kind``) of ``value``'s items converted exactly to ``kind``."""
-        key = (id(value), kind)
-        if key in self._seen:
-            return self._seen[key]
-        arr = np.ascontiguousarray(value).reshape(-1)
-        if kind == "uint8":
-            arr = arr.view(np.uint8)
-        else:
-            conv = arr.astype(kind)
-            if not np.array_equal(conv, arr):
-                raise ValueError(f"constant of {arr.dtype} does not convert exactly to {kind}")
-            arr = conv
-        at = self._seen[key] = self.sizes[kind]
-        self._alive.append(value)
-        self.parts[kind].append(arr)
-        self.sizes[kind] += arr.size
-        return at
-
-    def buffers(self) -> tuple[np.ndarray, ...]:
-        return tuple(np.concatenate(p) if p else np.zeros(1, k) for k, p in self.parts.items())
-
-
-def encode_core_call(call: CoreCall, ins: list[tuple[int, np.dtype[Any]]], out: int,
-                     consts: ProgramConstants) -> list[int] | None:
-    """The program row running ``call``, its ``Arg`` inputs at the arena offsets ``ins`` (offset
-    and dtype, in ``Arg`` order) and its result at offset ``out``; None when the program does not
-    run this call."""
-    fn, args = getattr(call.core, "py_func", None), call.args
-    eight = (np.dtype(np.int8), np.dtype(np.uint8))
-    shapes = [a.shape for a in args if isinstance(a, Arg)]
-    if any(dt not in eight and dt != np.float32 for _, dt in ins):
-        return None
-    if fn is _conv_q_into:
-        _, w, geo, scales = args
-        if len(shapes[0]) != 4 or ins[0][1] not in eight or tuple(geo[_G_N:_G_CIN + 1]) != shapes[0]:
-            return None
-        return [OP_CONV, ins[0][0], consts.add(w, "int16"), consts.add(geo, "int64"), consts.add(scales, "float64"), out]
-    if fn is _quantize_q:
-        _, scale, params = args
-        if ins[0][1] != np.float32:
-            return None
-        return [OP_QUANTIZE, 0, ins[0][0], math.prod(shapes[0]),
-                consts.add(np.array([scale], np.float64), "float64"), consts.add(params, "int64"), out]
-    if fn is _dequantize_q:
-        _, _, zero, scale = args
-        if ins[0][1] not in eight:
-            return None
-        return [OP_DEQUANTIZE, _signed(ins[0][1]), ins[0][0], math.prod(shapes[0]),
-                consts.add(np.array([zero], np.float64), "float64"), consts.add(np.array([scale], np.float64), "float64"), out]
-    if fn is _lookup_q:
-        table, _, _, pairs = args
-        if table.dtype not in eight or any(dt not in eight for _, dt in ins):
-            return None
-        return [OP_LOOKUP, _signed(table.dtype), ins[0][0], ins[1][0], math.prod(shapes[0]),
-                consts.add(table, "uint8"), table.size, int(pairs), out]
-    return None
-
-
-def _signed(dtype: Any) -> int:
-    return int(np.dtype(dtype) == np.int8)

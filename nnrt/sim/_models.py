@@ -140,7 +140,7 @@ def _load(name: str, spec: ModelSpec, cache: _CostCache) -> SimModel:
     inputs = zoo.example_inputs(model)
     plan = compile_plan(model)
     steps = list(walk_steps(plan))
-    outputs = _record(plan, inputs, steps, where)
+    outputs, _ = record(plan, inputs, steps, where)
     estimates = [s.cost_ns for s in steps]
     if spec.step_costs_us is not None:
         if len(spec.step_costs_us) != len(steps):
@@ -156,8 +156,9 @@ def _load(name: str, spec: ModelSpec, cache: _CostCache) -> SimModel:
     return SimModel(name, model, inputs, costs, source, outputs, spec.jitter, cache_key=f"{key}:{_VERSION}")
 
 
-def _record(plan: Plan, inputs: list[np.ndarray], steps: list[Step], where: str) -> list[Any]:
-    """Run ``plan`` once for real; each step's output, as read-only zeros of its shape and dtype."""
+def record(plan: Plan, inputs: list[np.ndarray], steps: list[Step], where: str) -> tuple[list[Any], list[Any]]:
+    """Run ``plan`` once for real: each step's output, as read-only zeros of its shape and
+    dtype, and the plan's outputs."""
     seen: dict[int, Any] = {}
     originals = [(s, s.fn) for s in steps if s.fn is not None]
     for step, fn in originals:
@@ -168,16 +169,19 @@ def _record(plan: Plan, inputs: list[np.ndarray], steps: list[Step], where: str)
 
         step.fn = recording
     token = fp_errors_ignored()
+    gen = run_plan(plan, list(inputs), ExecContext())
     try:
-        for _ in run_plan(plan, list(inputs), ExecContext()):
-            pass
+        while True:
+            next(gen)
+    except StopIteration as stop:
+        results: list[Any] = stop.value
     except NnrtError as err:
         raise ScenarioError(f"{where}: the model fails on example inputs: {err}") from None
     finally:
         fp_errors_restored(token)
         for step, fn in originals:
             step.fn = fn
-    return [_zeros(seen.get(id(s))) for s in steps]
+    return [_zeros(seen.get(id(s))) for s in steps], results
 
 
 def _zeros(value: Any) -> Any:

@@ -3,11 +3,17 @@ the framework's partitioning over the scenario's devices, each step at its devic
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import nnrt
+from nnrt.execution import compile_plan
 from nnrt.sim import Report, ScenarioError, parse_scenario, simulate
 
 pytestmark = pytest.mark.usefixtures("cost_cache")  # tests/integration/conftest.py
+
+MODELS = Path(__file__).parents[1] / "data" / "models"
 
 TWO_DEVICES = """
 [devices.cpu]
@@ -100,3 +106,23 @@ def test_no_device_for_an_operation_is_a_scenario_error() -> None:
     scenario = parse_scenario(TWO_DEVICES.format(placement='devices = ["npu"]'))
     with pytest.raises(ScenarioError, match=r"models.block: no device can run operation 3 \(AVERAGE_POOL_2D\)"):
         simulate(scenario, progress=False)
+
+
+def test_a_real_model_whose_plan_fuses_operations_is_partitioned(tmp_path: Path) -> None:
+    """A real network's plan has fewer steps than operations (PAD folded into a convolution,
+    elementwise chains, constants folded): each device's part is compiled on its own and gets
+    the costs of the operations it runs, so the model's cost is conserved across devices (it
+    once indexed the whole plan's per-step costs by operation: IndexError)."""
+    model = nnrt.load(MODELS / "mediapipe_hand_recrop.tflite")
+    assert len(compile_plan(model).steps) < len(model.operations)
+    model.save(tmp_path / "hand.nnrt")
+    text = TWO_DEVICES.replace('builtin = "mobilenet_block"', f'path = "{tmp_path / "hand.nnrt"}"')
+    text = text.replace("step_costs_us = [1000, 500, 1000, 200, 100, 1200]", "cost_ms = 4.0")
+    text = text.replace("deadline_ms = 8\n", "").replace("count = 50", "count = 10")
+    (rep,) = simulate(parse_scenario(text.format(placement='devices = ["npu", "cpu"]')), progress=False).reports
+    c = rep.get("camera", "high")
+    assert (c.offered, c.succeeded) == (10, 10)
+    used = {d.name: d.device_s for d in rep.devices}
+    assert used["npu"] > 0 and used["cpu"] > 0
+    # 4 ms at speed 1 per execution, whichever device ran each operation.
+    assert used["npu"] * 4.0 + used["cpu"] * 1.0 == pytest.approx(10 * 4e-3, abs=5e-6)  # (reported in whole µs)

@@ -335,7 +335,7 @@ def test_calibration_does_not_count_the_cold_run(device: nnrt.CpuDevice, monkeyp
     several warm runs, and its cost is theirs: it runs inline."""
     import time
 
-    from nnrt.devices import _cpu
+    from nnrt.devices import _cpu_prepare as _cpu
 
     m = Model()
     x = m.add_operand(T.TENSOR_FLOAT32, [4])

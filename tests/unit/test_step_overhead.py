@@ -298,3 +298,31 @@ def test_models_with_scalars_or_unknown_dimensions_check_input_by_input(
     calls = _spy_checks(prepared, monkeypatch)
     out = prepared.execute_sync([ones(3, 2), ones(3, 2)]).outputs[0]
     assert calls == [1] and out.shape == (3, 2)
+
+
+async def test_a_burst_runs_a_whole_plan_on_the_arguments(device: nnrt.CpuDevice) -> None:
+    """The burst's lean runner (``run_kernels``, requests in registered pools) takes the whole
+    path too: no template copy, the same outputs as ``execute``; a passed deadline is refused."""
+    prepared, inputs = _streaming(device, MODELS[0])
+    assert prepared.plan.whole is not None
+    ref = (await prepared.execute(inputs)).outputs
+    model = prepared.model
+    specs = [(model.operands[i].dimensions, model.operands[i].type.dtype) for i in (*model.input_indexes,
+                                                                                   *model.output_indexes)]
+    sizes = [int(np.prod(d)) * np.dtype(t).itemsize for d, t in specs]
+    offsets = np.cumsum([0, *sizes[:-1]])
+    data = np.zeros(sum(sizes), np.uint8)
+    for x, o, n in zip(inputs, offsets, sizes, strict=False):
+        data[o:o + n] = np.ascontiguousarray(x).view(np.uint8).reshape(-1)
+    async with prepared.burst() as burst:
+        slot = burst.register_memory(Memory(data))
+        locs = [burst.location(slot, int(o), n, d) for o, n, (d, _) in zip(offsets, sizes, specs, strict=True)]
+        ins, outs = locs[:len(inputs)], locs[len(inputs):]
+        counting = _count_loop(prepared)
+        got = (await burst.execute(ins, outs)).outputs
+        assert counting.copies == 0 and burst.statistics().inline == 1
+        for a, b in zip(ref, got, strict=True):
+            np.testing.assert_array_equal(a, b)
+        with pytest.raises(NnrtError) as err:
+            await burst.execute(ins, outs, deadline=nnrt.deadline_after(-1.0))
+        assert err.value.status in (ErrorStatus.MISSED_DEADLINE_PERSISTENT, ErrorStatus.MISSED_DEADLINE_TRANSIENT)
