@@ -65,11 +65,10 @@ def no_waiters(svc: ServiceProcess) -> bool:
 async def test_a_queue_of_requests_wakes_the_app_once_or_twice(device: nnrt.CpuDevice) -> None:
     """16 requests written in one pass of the loop: the service finds them queued, holds the
     app's doorbell until nothing is left behind a result (lead 0, hold unbounded: only the
-    queue decides), so the sleeping app is rung at most twice for 16 results. On asyncio's loops
-    the app rang the sleeping service at most twice (once when it sent the first, once for the
-    rest of the pass): it does not poll for the first reply while the other tasks of the pass
-    wait to send theirs (uvloop does not say that they wait: there it may still send them one by
-    one)."""
+    queue decides), so the sleeping app is rung at most twice for 16 results. The app rang the
+    sleeping service at most twice (once when it sent the first, once for the rest of the pass):
+    it does not poll for the first reply while the other tasks of the pass wait to send theirs
+    (which would send them one by one, a doorbell each)."""
     with nnrt.ProcessDevice("chain-queue") as dev:
         model = zoo.add_chain(CHAIN, WIDTH)
         prepared = await dev.prepare_model(model)
@@ -84,8 +83,7 @@ async def test_a_queue_of_requests_wakes_the_app_once_or_twice(device: nnrt.CpuD
             results = await asyncio.gather(*(prepared.execute([x]) for x in xs))
             check([r.outputs[0] for r in results], want)
             assert result_bells(dev) - rung <= 2
-            if hasattr(asyncio.get_running_loop(), "_ready"):  # the loop says when tasks are about to send more
-                assert svc.channel.request_bell.rung - app_rung <= 2  # type: ignore[union-attr]
+            assert svc.channel.request_bell.rung - app_rung <= 2  # type: ignore[union-attr]
             assert no_waiters(svc) and svc.rescues == 0
 
 
