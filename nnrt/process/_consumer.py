@@ -35,10 +35,6 @@ _log = get_logger("driver")
 
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"] | concurrent.futures.Future[Any]
 
-#: Loop passes the consumer loop stays awake after a doorbell while it has callbacks ready
-#: (asyncio's loops; ``_doze``).
-DOZE_DEFER = 4
-
 #: The services of this process with rings (whose outstanding requests decide who polls).
 _LIVE: weakref.WeakSet[RingConsumer] = weakref.WeakSet()
 
@@ -49,9 +45,12 @@ def _outstanding() -> int:
 
 
 def _busy(loop: asyncio.AbstractEventLoop | None) -> bool:
-    """Whether ``loop`` has other callbacks ready to run now, such as tasks about to send more
-    requests (asyncio's own loops tell; others, uvloop, do not: False)."""
-    return bool(getattr(loop, "_ready", None))
+    """Whether ``loop`` has callbacks ready to run now other than its consumers' ``_doze``, such
+    as tasks about to send more requests (asyncio's own loops tell; others, uvloop, do not: False)."""
+    ready = getattr(loop, "_ready", None)
+    if not ready:
+        return False
+    return len(ready) > sum(s._dozing for s in list(_LIVE) if s._consumer is loop)
 
 
 def _resolve(fut: asyncio.Future[Any], ok: bool, payload: Any) -> None:
@@ -78,6 +77,7 @@ class RingConsumer:
     _drain_lock: threading.Lock
     _last_drain: float
     _last_rx: float
+    _dozing: bool = False  # a ``_doze`` of this consumer is scheduled on its loop
 
     def _claimable(self) -> bool:
         """Whether the consumer role is free: nobody holds it, or an event loop that no longer
@@ -165,7 +165,7 @@ class RingConsumer:
     def _on_doorbell(self, loop: asyncio.AbstractEventLoop) -> None:
         """A service rang: this loop is awake, so it takes what every service it consumes has
         answered (one wake-up for all of them), and stays awake until its loop has run what
-        that woke (``_doze``): no service need ring meanwhile (a ring would wake this process
+        was ready (``_doze``): no service need ring meanwhile (a ring would wake this process
         while it runs, and on a busy core preempt the service)."""
         ch = self.channel
         assert ch is not None
@@ -175,17 +175,17 @@ class RingConsumer:
         for s in self._siblings(loop):
             s.channel.results.set_sleeping(False)  # type: ignore[union-attr]
             s._drain()
-        loop.call_soon(self._doze, loop, 0)
+        if not self._dozing:
+            self._dozing = True
+            loop.call_soon(self._doze, loop)
 
-    def _doze(self, loop: asyncio.AbstractEventLoop, deferred: int) -> None:
-        """Back to sleeping once the loop is about to block (while it has other callbacks ready,
-        such as the tasks the results woke, which send the next requests, it looks again after
-        them, up to ``DOZE_DEFER`` times): each ring it consumes says so, then is looked at once
-        more (``_fmq``'s handshake); it stays awake if results came."""
+    def _doze(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Back to sleeping (the loop is about to block, or runs after what was ready): each ring
+        it consumes says so, then is looked at once more (``_fmq``'s handshake); it stays awake
+        if results came. (Staying awake longer, while the loop has callbacks ready, kept the
+        loop from ever looking idle, so a lone request was never polled for.)"""
+        self._dozing = False
         if self._consumer is not loop:
-            return
-        if deferred < DOZE_DEFER and getattr(loop, "_ready", None):
-            loop.call_soon(self._doze, loop, deferred + 1)
             return
         came = False
         for s in self._siblings(loop):
@@ -195,7 +195,8 @@ class RingConsumer:
                 s._drain()
                 came = True
         if came:
-            loop.call_soon(self._doze, loop, 0)
+            self._dozing = True
+            loop.call_soon(self._doze, loop)
 
     def _release_role(self, me: int) -> None:
         """A thread gives the consumer role back (if it holds it); a loop awaiting a ring
