@@ -307,9 +307,15 @@ class ServiceProcess(RingConsumer):
 
     def _watch(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], window: float, awake: bool,
                base: float, since: float) -> None:
-        """The consumer loop polls for the reply for ``window`` seconds, then watches the doorbell."""
+        """The consumer loop polls for the reply for ``window`` seconds, then watches the doorbell;
+        not polling, it is awake until its loop has run what is ready (``_doze``): a result that
+        comes meanwhile, such as while it writes the next requests, needs no doorbell."""
         if window:
             self._spin(fut.done, window, awake, base, since)
+        elif not self._dozing and self.channel is not None:
+            self.channel.results.set_sleeping(False)
+            self._dozing = True
+            loop.call_soon(self._doze, loop)
         if not fut.done():
             self._settle(loop)
             if self.channel is not None and self.channel.results.readable():

@@ -32,11 +32,10 @@ missed, its score fell and both sides settled into sleeping. Hence the **joint p
 while more requests wait on its ring rings a sleeping app only once those would run out within
 ``LEAD_S`` (what the app needs to wake, take the results and refill the ring), and never holds a
 result's doorbell back beyond ``HOLD_S`` (a latency bound): the app wakes once for several
-results, yet the service never runs dry. Having rung, the service yields its core once
-(``_service``): the kernel often wakes the app onto the ringing service's core, where it would
-otherwise wait a whole time slice. The app, once woken, takes the results of every service its
-loop consumes and stays awake while its loop has work ready (``_consumer``); a producer rings
-only a consumer that said it sleeps (``_fmq.Doorbell``).
+results, yet the service never runs dry. The app, once woken, takes the results of every
+service its loop consumes (``_consumer``), and it polls for a lone reply only when its loop has
+nothing else ready (a task about to send the next request must not wait for that poll); a
+producer rings only a consumer that said it sleeps (``_fmq.Doorbell``).
 
 Every decision is taken by a ``Poller`` on injected clocks, or by a pure function of what was
 measured: the unit tests drive them with fake ones.

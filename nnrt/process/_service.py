@@ -40,7 +40,7 @@ goes on the result ring, or over the socket when it does not fit there; the app'
 rung only when the app sleeps, and while requests are still queued behind a result it waits
 until they would run out within what the app needs to refill the ring (at most ``HOLD_S``:
 ``_poll.hold_doorbell``): the app wakes once for several results and the service never runs
-dry; having rung, the service yields its core once (``_publish``). A request packet that
+dry. A request packet that
 does not parse is answered with GENERAL_FAILURE under its id, one naming no prepared model
 with INVALID_ARGUMENT, and the ring serves on; a ring whose framing is lost (a length that runs
 past the written data) is reset and the app is told over the socket (id -1), as the socket's
@@ -123,7 +123,7 @@ class _Service:
         self.passes = 0  # times the request doorbell woke the service
         self._serving = False  # in a pass over the request ring (``_on_ring``)
         self._held = 0.0  # when the first result whose doorbell is held back was written (0.0: none)
-        self._per_request = 0.0  # the time a request of the ring takes to serve (s, a moving average)
+        self._per_request = 0.0  # the CPU time a request of the ring takes to serve (s, a moving average)
         self.lead_s, self.hold_s = LEAD_S, HOLD_S  # when a doorbell is held back (``_poll.hold_doorbell``)
         self._app_awake = False  # the app was awake (no doorbell needed) when its last result was published
         self._published = 0.0  # when this pass last published results (0.0: none yet)
@@ -265,15 +265,8 @@ class _Service:
             self._publish(ch)
 
     def _publish(self, ch: Channel) -> None:
-        """Ring the app's doorbell if it sleeps, and note whether it was awake, and when. Having
-        woken it with requests still queued here, yield the core once: the kernel often wakes
-        the app onto this core, where it would otherwise wait for this service to block or
-        to use up its time slice (1.4 ms here) before it takes the results and refills the
-        ring; the app's work has to share the cores anyway."""
-        bell = ch.result_bell
-        self._app_awake = not bell.ring(ch.results)
-        if not self._app_awake and not bell.always and ch.requests.readable():
-            os.sched_yield()
+        """Ring the app's doorbell if it sleeps, and note whether it was awake, and when."""
+        self._app_awake = not ch.result_bell.ring(ch.results)
         self._published = time.perf_counter()
 
     def _serve_ring(self, ch: Channel, ring: Any) -> None:
@@ -285,13 +278,13 @@ class _Service:
                 self._reply(-1, False, f"the service lost the request ring's framing ({err})")
                 pkt = None
             if pkt is not None:
-                t = time.perf_counter()
+                t = time.thread_time()  # CPU time: a service preempted by other work still holds its queue's worth
                 try:
                     self._serve_packet(pkt)
                 finally:
                     pkt.release()
                     ring.advance()
-                self._per_request += 0.25 * (time.perf_counter() - t - self._per_request)
+                self._per_request += 0.25 * (time.thread_time() - t - self._per_request)
                 continue
             self._flush(ch)  # before polling: the app waits for these
             kind = self._app_kind(ch, ring.producer_polling)
