@@ -12,7 +12,9 @@ Each model runs in three child processes, in this order:
 * ``numpy``: ``NNRT_JIT=0``, the numpy kernels only (the baseline);
 * ``cold``: ``NUMBA_CACHE_DIR`` set to an empty directory, so numba compiles every kernel the
   model needs (once per machine and nnrt version);
-* ``warm``: the same directory again, now filled: numba loads the kernels.
+* ``warm``: the same directory again, now filled: numba loads the kernels;
+* ``warm-np``: the same, with ``NNRT_BLAS=numpy``: the float32 products numpy's, so MKL's
+  library is not loaded (``nnrt/ops/_gemm.py``; the difference to ``warm`` is its load cost).
 
 Printed per mode (the fastest of ``--repeat`` tries, each cold one with a fresh directory):
 import, load, prepare, first execution (s) and the sum of the first three. The compiled
@@ -53,9 +55,9 @@ inputs = [np.zeros([max(d, 1) for d in model.operands[i].dimensions], dtype=mode
           for i in model.input_indexes]
 prepared.execute_sync(inputs)
 t4 = time.perf_counter()
-from nnrt.ops import _jit
+from nnrt.ops import _gemm, _jit
 json.dump({"import": t1 - t0, "load": t2 - t1, "prepare": t3 - t2, "execute": t4 - t3,
-           "jit": _jit.available()}, sys.stdout)
+           "jit": _jit.available(), "mkl": bool(_gemm._state.get("mkl"))}, sys.stdout)
 device.close()
 """
 
@@ -90,8 +92,8 @@ def main() -> int:
     base = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
             "OPENBLAS_NUM_THREADS": "1"}
     sys.stdout.write("cold start: fresh process per run, seconds (import + load + prepare = the issue's figure)\n")
-    sys.stdout.write(f"  {'model':40} {'run':6} {'import':>7} {'load':>7} {'prepare':>8} {'1st exec':>8} "
-                     f"{'total':>7}  vs numpy\n")
+    sys.stdout.write(f"  {'model':40} {'run':7} {'import':>7} {'load':>7} {'prepare':>8} {'1st exec':>8} "
+                     f"{'total':>7} MKL  vs numpy\n")
     worst = 0.0
     for path in paths:
         tries: list[dict[str, dict[str, Any]]] = []
@@ -101,16 +103,18 @@ def main() -> int:
                     "numpy": _child(path, {**base, "NNRT_JIT": "0"}),
                     "cold": _child(path, {**base, "NNRT_JIT": "1", "NUMBA_CACHE_DIR": cache}),
                     "warm": _child(path, {**base, "NNRT_JIT": "1", "NUMBA_CACHE_DIR": cache}),
+                    "warm-np": _child(path, {**base, "NNRT_JIT": "1", "NUMBA_CACHE_DIR": cache, "NNRT_BLAS": "numpy"}),
                 })
         runs = {name: min((t[name] for t in tries), key=lambda r: r["import"] + r["load"] + r["prepare"])
-                for name in ("numpy", "cold", "warm")}
+                for name in ("numpy", "cold", "warm", "warm-np")}
         ref = runs["numpy"]["import"] + runs["numpy"]["load"] + runs["numpy"]["prepare"]
         for name, r in runs.items():
             total = r["import"] + r["load"] + r["prepare"]
             worst = max(worst, total)
             extra = "" if name == "numpy" else f"  {total - ref:+.3f} s ({(total - ref) / ref:+.0%})"
-            sys.stdout.write(f"  {path.name[:40]:40} {name:6} {r['import']:7.3f} {r['load']:7.3f} {r['prepare']:8.3f} "
-                             f"{r['execute']:8.3f} {total:7.3f}{extra}\n")
+            mkl = "yes" if r.get("mkl") else "no"
+            sys.stdout.write(f"  {path.name[:40]:40} {name:7} {r['import']:7.3f} {r['load']:7.3f} {r['prepare']:8.3f} "
+                             f"{r['execute']:8.3f} {total:7.3f} {mkl:>3}{extra}\n")
         cold = sum(runs["cold"][k] for k in ("import", "load", "prepare")) - ref
         warm = sum(runs["warm"][k] for k in ("import", "load", "prepare")) - ref
         if cold > 0:

@@ -40,6 +40,7 @@ from typing import Any
 from nnrt.bench import BenchOptions, run_bench
 from nnrt.errors import NnrtError
 from nnrt.importers import UnsupportedModelError, load
+from nnrt.ops import _gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORED = ROOT / "tests" / "data" / "models"
@@ -207,13 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="5 runs, 1 warm-up")
-    parser.add_argument("--only", default="", help="only models whose file name contains this")
+    parser.add_argument("--only", default="", help="only models whose file name contains this (or one of these, comma-separated)")
     parser.add_argument("--json", type=Path, help="write the rows as JSON")
     args = parser.parse_args(argv)
     runs, warmup = (5, 1) if args.quick else (args.runs, args.warmup)
-    models = [(p, e) for p, e in find_models([VENDORED, FETCHED, *args.models]) if args.only in p.name]
+    wanted = args.only.split(",")
+    models = [(p, e) for p, e in find_models([VENDORED, FETCHED, *args.models]) if any(w in p.name for w in wanted)]
     sys.stdout.write(f"real models: {len(models)} found; {runs} runs each after {warmup} warm-up, nnrt and reference "
-                     "interleaved, one thread each\n")
+                     f"interleaved, one thread each; float32 products: {_gemm.describe()}\n")
     rows = asyncio.run(bench_all(models, runs, warmup))
     print_table(rows)
     print_targets(rows)

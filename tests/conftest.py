@@ -15,6 +15,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run the adversarial suite (tests/adversarial) with its long budgets")
 
 
+@pytest.fixture(params=["numpy", "mkl"])
+def blas(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Preparations in the test use this backend's float32 products (``nnrt.ops._gemm``); the
+    MKL run is skipped where MKL is not installed (it is an optional extra)."""
+    from nnrt.ops import _gemm, _jit
+
+    name: str = request.param
+    if name == "mkl" and (not _gemm.mkl_loaded() or not _jit.available()):
+        pytest.skip("MKL (the fast extra) is not installed, or compiled kernels are off")
+    with _gemm.forced(name):
+        yield name
+
+
 @pytest.fixture(scope="module")
 def device() -> Iterator[CpuDevice]:
     # The suite is nnrt's own process: it asks for the latency settings (one BLAS thread, a

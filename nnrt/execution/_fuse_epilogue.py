@@ -3,8 +3,9 @@ compiler (``fuse_steps`` calls ``fold_epilogues`` last).
 
 A float32 CONV_2D over NHWC takes an *epilogue* (``nnrt.ops._epilogue``): a HARD_SWISH, or an ADD
 of a residual with its fused activation, done in the convolution's own compiled bias pass block
-by block instead of by a later step reading the whole output back and writing another. When a
-step
+by block instead of by a later step reading the whole output back and writing another. A float32
+DEPTHWISE_CONV_2D over NHWC takes a HARD_SWISH one, done by its compiled loop on each finished
+output row (MobileNetV3 and PP-LCNet put one after most depthwise layers). When a step
 
 * is a HARD_SWISH, a chain that computes just a hardswish (``_fuse_chain``: ``x * relu6(x + 3)
   / 6`` as PaddleOCR exports it) with scalar affines ``x * s + b`` before or after it (as
@@ -12,11 +13,12 @@ step
   channel), or an ADD of the value and a float32 tensor of the same known shape (a residual:
   every input of a step is computed before it; from ``RESIDUAL_MIN_ELEMENTS``) with a constant
   fused activation (and at most one RELU-family step folded into it by ``_fuse``),
-* reads a value that a CONV_2D taking an epilogue made, read by this step alone, not a model
-  output and a temporary of the plan,
+* reads a value that a convolution taking that kind of epilogue made, read by this step alone,
+  not a model output and a temporary of the plan,
 
 the two become one step at the successor's place (every input of both is ready there; the
-convolution's output is never materialised), typed CONV_2D and labelled with both operations.
+convolution's output is never materialised), typed as the convolution and labelled with both
+operations.
 The epilogue computes the successor's own float32 operations in the same order on each element,
 so the outputs are bit for bit the unfused plan's (tested with NaN, infinities, -0.0 and the edge
 geometries). A run whose residual does not have the shape, type or layout preparation saw runs
@@ -36,7 +38,7 @@ from nnrt.execution._fuse_chain import Affines
 from nnrt.model import Model, Operand, dims_product
 from nnrt.ops import _epilogue as epilogues
 from nnrt.ops._common import ACT_NONE
-from nnrt.ops._epilogue import Epilogue, takes_epilogue
+from nnrt.ops._epilogue import IDENTITY_AFFINES, Epilogue, takes_epilogue
 from nnrt.types import OperandLifeTime, OperandType, OperationType
 
 if TYPE_CHECKING:
@@ -56,8 +58,9 @@ Bind = Callable[[list[Any]], Epilogue | None]
 #: 0.96-1.04, and +1% on the landmark models, whose residuals are [1,32,32,64] and smaller.
 RESIDUAL_MIN_ELEMENTS = 1 << 18
 
-#: A HARD_SWISH alone: the affines around it change no value (``x * 1 + -0.0``).
-_IDENTITIES: Affines = (np.float32(1), np.float32(-0.0), np.float32(1), np.float32(-0.0))
+#: The steps that take epilogues (each kernel says which kinds: ``_epilogue.accept_epilogue``).
+_PRODUCERS = (Op.CONV_2D, Op.DEPTHWISE_CONV_2D)
+
 
 def fold_epilogues(model: Model, steps: list[Step], operands: Operands, new: NewStep,
                    forms: dict[int, Affines | None], plain: set[int], acts: dict[int, tuple[int, ...]]) -> list[Step]:
@@ -73,16 +76,17 @@ def fold_epilogues(model: Model, steps: list[Step], operands: Operands, new: New
     dropped: set[int] = set()
     replaced: dict[int, Step] = {}
 
-    def foldable(x: int) -> bool:
+    def foldable(x: int, kind: int) -> bool:
         p = producer.get(x)
-        return (p is not None and p.type is Op.CONV_2D and takes_epilogue(p.fn) and id(p) not in dropped
+        return (p is not None and p.type in _PRODUCERS and takes_epilogue(p.fn, kind) and id(p) not in dropped
                 and readers[x] == 1 and x not in outputs and ops[x].lifetime is OperandLifeTime.TEMPORARY_VARIABLE
                 and ops[x].type is OperandType.TENSOR_FLOAT32)
 
     for s in steps:
         if s.fn is None or len(s.outs) != 1 or not s.ins:
             continue
-        found = next(((x, bind) for x, bind in _successor(s, operands, forms, plain, acts) if foldable(x)), None)
+        found = next(((x, bind) for x, kind, bind in _successor(s, operands, forms, plain, acts) if foldable(x, kind)),
+                     None)
         if found is None:
             continue
         x, bind = found
@@ -114,16 +118,16 @@ def _fused(conv: Callable[..., Any], n: int, succ: Callable[..., Any], k: int, b
 
 
 def _successor(s: Step, operands: Operands, forms: dict[int, Affines | None], plain: set[int],
-               acts: dict[int, tuple[int, ...]]) -> list[tuple[int, Bind]]:
-    """The values ``s`` may take as its running value, each with its epilogue maker."""
+               acts: dict[int, tuple[int, ...]]) -> list[tuple[int, int, Bind]]:
+    """The values ``s`` may take as its running value, each with its epilogue's kind and maker."""
     out = operands(s.outs)[0]
     if out.type is not OperandType.TENSOR_FLOAT32 or len(out.dimensions) != 4 or s.fn is None:
         return []
     extra = acts.get(id(s), ())
-    affines = forms.get(id(s)) if id(s) in forms else _IDENTITIES if id(s) in plain and s.type is Op.HARD_SWISH else None
+    affines = forms.get(id(s)) if id(s) in forms else IDENTITY_AFFINES if id(s) in plain and s.type is Op.HARD_SWISH else None
     if affines is not None and len(s.ins) == 1:
         epi = epilogues.hard_swish(affines, cast(Callable[[np.ndarray], np.ndarray], s.fn))
-        return [] if extra else [(s.ins[0], lambda args: epi)]
+        return [] if extra else [(s.ins[0], epilogues.HARD_SWISH, lambda args: epi)]
     if id(s) in plain and s.type is Op.PRELU and len(s.ins) == 2 and not extra:
         return _prelu(s, s.fn, operands(s.ins[1:])[0], out.dimensions[3])
     if id(s) not in plain or s.type is not Op.ADD or len(s.ins) != 3 or s.ins[0] == s.ins[1]:
@@ -132,14 +136,14 @@ def _successor(s: Step, operands: Operands, forms: dict[int, Affines | None], pl
     act = ins[2].value if ins[2].is_constant else None
     if not isinstance(act, int) or act not in (0, 1, 2, 3) or len(extra) > (act == ACT_NONE):
         return []
-    found: list[tuple[int, Bind]] = []
+    found: list[tuple[int, int, Bind]] = []
     for k in (0, 1):
         x, other = ins[k], ins[1 - k]
         dims = tuple(x.dimensions)
         if (not x.is_constant and not other.is_constant and other.type is OperandType.TENSOR_FLOAT32
                 and len(dims) == 4 and all(dims) and tuple(other.dimensions) == dims
                 and dims_product(dims) >= RESIDUAL_MIN_ELEMENTS):
-            found.append((s.ins[k], _residual(k, act, extra[0] if extra else act, dims)))
+            found.append((s.ins[k], epilogues.ADD, _residual(k, act, extra[0] if extra else act, dims)))
     return found
 
 
@@ -160,7 +164,7 @@ def _residual(k: int, act: int, effective: int, dims: tuple[int, ...]) -> Bind:
     return bind
 
 
-def _prelu(s: Step, kernel: Callable[..., Any], slope: Operand, channels: int) -> list[tuple[int, Bind]]:
+def _prelu(s: Step, kernel: Callable[..., Any], slope: Operand, channels: int) -> list[tuple[int, int, Bind]]:
     """A PRELU with a constant float32 slope of one value or one per channel (the slopes its
     kernel runs compiled: ``activations._prelu_const``)."""
     a = slope.value if slope.is_constant else None
@@ -169,4 +173,4 @@ def _prelu(s: Step, kernel: Callable[..., Any], slope: Operand, channels: int) -
         return []
     row = np.ascontiguousarray(np.broadcast_to(a.reshape(-1), (channels,)), dtype=np.float32)
     epi = epilogues.prelu(row, lambda x: kernel(x, a))
-    return [(s.ins[0], lambda args: epi)]
+    return [(s.ins[0], epilogues.PRELU, lambda args: epi)]

@@ -13,11 +13,12 @@ numbers. When
 * that pool is float32 with constant parameters and one window over the whole unpadded image
   (``pooling.global_average_act``),
 
-the pool's step computes both (``_jit_pointwise.BlockMean``): per block of pixels one BLAS product
-into a buffer that stays in L2, the convolution's bias and activation and a float64 sum per
-channel in one compiled pass. The convolution's step stays, in its place, and hands its input
-on unchanged (its output slot holds the input; the pool's step is its only reader): the plan
-keeps one step per operation, which the simulator's per-step costs and partitioning rely on.
+the pool's step computes both (``_jit_pointwise.BlockMean``): per block of pixels one product
+(``_gemm.product``, as the convolution's kernel makes) into a buffer that stays in L2, the
+convolution's bias and activation and a float64 sum per channel in one compiled pass. The
+convolution's step stays, in its place, and hands its input on unchanged (its output slot
+holds the input; the pool's step is its only reader): the plan keeps one step per operation,
+which the simulator's per-step costs and partitioning rely on.
 Measured (``benchmarks/block_steps.py``): the two steps' 0.56 + 0.12-0.16 ms become 0.47-0.50.
 
 Exact: the unfused steps make the same products in the same blocks
@@ -37,6 +38,7 @@ import numpy as np
 from nnrt.model import Model, Operand
 from nnrt.ops import OpCall
 from nnrt.ops._common import activation_bounds
+from nnrt.ops._gemm import product
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_float import BIAS_ACT_SUM_F32, bias_act_sum_f32
 from nnrt.ops._jit_pointwise import BlockMean
@@ -106,7 +108,7 @@ def _fused(model: Model, conv: Step, pool: Step, operands: Operands, act_sum: Ca
     conv_ops = operands(conv.ins)
     shape = tuple(conv_ops[0].dimensions)
     conv_args = tuple(op.value for op in conv_ops[1:])  # constants (``pointwise_parts``)
-    fused = BlockMean(parts, act_sum, activation_bounds(act))
+    fused = BlockMean(parts, act_sum, activation_bounds(act), product())  # the convolution's products
     conv_fn, pool_fn = conv.fn, pool.fn
     assert conv_fn is not None and pool_fn is not None
 

@@ -34,13 +34,18 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnrt.ops._common import activation_bounds
 from nnrt.ops._jit import compiled
-from nnrt.ops._jit_float import (
+from nnrt.ops._jit_depthwise import (
     BLOCK,
+    DEPTHWISE_NINE_F32,
+    DEPTHWISE_QUADS_F32,
     DEPTHWISE_ROWS_F32,
-    WINDOW_PIXELS_F32,
+    NINE_MIN_CHANNELS,
+    QUADS_MIN_CHANNELS,
+    depthwise_nine_f32,
+    depthwise_quads_f32,
     depthwise_rows_f32,
-    window_pixels_f32,
 )
+from nnrt.ops._jit_float import WINDOW_PIXELS_F32, window_pixels_f32
 
 __all__ = [
     "Geometry",
@@ -226,49 +231,94 @@ def _phase_taps(k: int, dil: int, stride: int) -> list[tuple[int, tuple[int, int
 #: numba's fast-math flag for fused multiply-adds (the row-major depthwise loop's sums).
 _CONTRACT = frozenset({"contract"})
 
-#: A compiled depthwise run: (NHWC float32 input, filter taps, bias, KW, geometry) -> output.
-CompiledDepthwise = Callable[[np.ndarray, TiledTaps, TiledTaps, int, Geometry], np.ndarray]
+#: A compiled depthwise layer: (NHWC input shape, filter taps, bias, KW, geometry, HARD_SWISH
+#: after the activation) -> its run on float32 NHWC inputs of that shape (the layout its loop
+#: reads made once: a small layer's loop takes a few microseconds, as long as making it).
+CompiledDepthwise = Callable[[tuple[int, ...], TiledTaps, TiledTaps, int, Geometry, bool],
+                             Callable[[np.ndarray], np.ndarray]]
 
 
-def compiled_depthwise(stride_w: int | None, channels: int | None) -> CompiledDepthwise | None:
-    """At preparation: the compiled float32 depthwise loop for a layer's column stride (the
-    channel count, unused now, may matter to a later loop), or None when numba is absent or
-    ``NNRT_JIT=0``.
+def compiled_depthwise(stride_w: int | None, channels: int | None, k_w: int | None = None
+                       ) -> CompiledDepthwise | None:
+    """At preparation: the compiled float32 depthwise loop for a layer's column stride and
+    filter width (the channel count, unused now, may matter to a later loop), or None when numba
+    is absent or ``NNRT_JIT=0``.
 
     The row-major loop for column stride 1, the pixel-major one otherwise (``_jit_float``'s
     module comment; measured with both loops indexed flat: at stride 1 the row loop takes
     0.65-1.05 of the pixel loop's time, [1,128,128,8] 1x1 to [1,8,8,64] 3x3; at stride 2 the
     pixel loop 0.5-0.8 of the row loop's on a phase-split input, 16-144 channels). Only the
-    loop a layer uses is compiled (or loaded from numba's cache).
+    loop a layer uses is compiled (or loaded from numba's cache). A filter five columns wide at
+    column stride 1 over ``QUADS_MIN_CHANNELS`` or more and rows of 12 pixels or more takes
+    ``depthwise_quads_f32`` instead when undilated (four output pixels per pass where they fit;
+    CPU time, 5x5: [1,14,14,256] 78 -> 60 us, [1,3,96,88] 28 -> 18, [1,2,96,200] 31 -> 18; on
+    [1,7,7,512] no four pixels fit: 36 -> 38, the row loop kept). At column strides above 1,
+    3x3 filters over ``NINE_MIN_CHANNELS`` or more take ``depthwise_nine_f32`` (one pass per
+    output pixel: 3x3/2 [1,112,112,32] 109 -> 81 us, [1,28,28,128] 20 -> 14).
     """
     if stride_w == 1:
         rows = compiled(depthwise_rows_f32, DEPTHWISE_ROWS_F32, _CONTRACT)
-        return None if rows is None else partial(_depthwise_rows, rows)
+        quads = compiled(depthwise_quads_f32, DEPTHWISE_QUADS_F32, _CONTRACT) if k_w == 5 and rows else None
+        return None if rows is None else partial(_depthwise_rows, rows, quads)
     pixels = compiled(window_pixels_f32, WINDOW_PIXELS_F32)
-    return None if pixels is None else partial(_depthwise_pixels, pixels)
+    nine = compiled(depthwise_nine_f32, DEPTHWISE_NINE_F32, _CONTRACT) if k_w == 3 and pixels else None
+    return None if pixels is None else partial(_depthwise_pixels, pixels, nine)
 
 
-def _depthwise_pixels(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
-                      g: Geometry) -> np.ndarray:
-    c = x.shape[3]
-    out = np.empty((x.shape[0], g.out_h, g.out_w, c), dtype=np.float32)
+def _depthwise_pixels(fn: Callable[..., Any], nine: Callable[..., Any] | None, shape: tuple[int, ...], taps: TiledTaps,
+                      bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+    """The pixel loop's run (column strides above 1), or ``nine`` (``depthwise_nine_f32``) on a
+    3x3 layer of ``NINE_MIN_CHANNELS`` or more."""
+    n, c = shape[0], shape[3]
     lo, hi = activation_bounds(g.act)
-    fn(np.ascontiguousarray(x, dtype=np.float32), taps.taps.reshape(-1, k_w, c), bias.taps[0], out,
-       g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, lo, hi, False)
-    return out
+    w, b = taps.taps.reshape(-1, k_w, c), bias.taps[0]
+    if nine is not None and w.shape[:2] == (3, 3) and c >= NINE_MIN_CHANNELS:
+
+        def run_nine(x: np.ndarray) -> np.ndarray:
+            out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+            nine(np.ascontiguousarray(x, dtype=np.float32), w, b, out, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top,
+                 g.left, lo, hi, hswish)
+            return out
+
+        return run_nine
+
+    def run(x: np.ndarray) -> np.ndarray:
+        out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+        fn(np.ascontiguousarray(x, dtype=np.float32), w, b, out, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left,
+           lo, hi, False, hswish)
+        return out
+
+    return run
 
 
-def _depthwise_rows(fn: Callable[..., Any], x: np.ndarray, taps: TiledTaps, bias: TiledTaps, k_w: int,
-                    g: Geometry) -> np.ndarray:
+def _depthwise_rows(fn: Callable[..., Any], quads: Callable[..., Any] | None, shape: tuple[int, ...], taps: TiledTaps,
+                    bias: TiledTaps, k_w: int, g: Geometry, hswish: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """Lays out what ``depthwise_rows_f32`` reads (column stride 1): the rows flattened, the
-    weights and bias tiled to ``BLOCK`` floats of whole pixels (cached by ``TiledTaps``), and
-    per tap column the shift and the output range it covers (cached per geometry)."""
-    n, h, w, c = x.shape
+    weights and bias tiled to ``BLOCK`` floats of whole pixels, and per tap column the shift and
+    the output range it covers; or runs ``quads`` (``depthwise_quads_f32``) on a layer it takes
+    (``compiled_depthwise``)."""
+    n, h, w, c = shape
     reps, cols, lo, hi = _row_layout(w, c, k_w, g)
-    out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
-    fn(np.ascontiguousarray(x, dtype=np.float32).reshape(n, h, w * c), taps.tiled(reps).reshape(-1, k_w, reps * c),
-       bias.tiled(reps)[0], cols, out.reshape(n, g.out_h, g.out_w * c), g.stride_h, g.dil_h, g.top, lo, hi)
-    return out
+    flat, rows = (n, h, w * c), (n, g.out_h, g.out_w * c)
+    if quads is not None and k_w == 5 and g.dil_w == 1 and c >= QUADS_MIN_CHANNELS and w >= 12:
+        wq, spans = taps.taps.reshape(-1, 5, c), _filter_rows(h, taps.taps.shape[0] // 5, g)
+
+        def run_quads(x: np.ndarray) -> np.ndarray:
+            out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+            quads(np.ascontiguousarray(x, dtype=np.float32).reshape(flat), wq, bias.taps[0], out.reshape(rows), spans,
+                  g.stride_h, g.dil_h, g.top, g.left, lo, hi, hswish)
+            return out
+
+        return run_quads
+    wt, bt = taps.tiled(reps).reshape(-1, k_w, reps * c), bias.tiled(reps)[0]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        out = np.empty((n, g.out_h, g.out_w, c), dtype=np.float32)
+        fn(np.ascontiguousarray(x, dtype=np.float32).reshape(flat), wt, bt, cols, out.reshape(rows), g.stride_h, g.dil_h,
+           g.top, lo, hi, hswish)
+        return out
+
+    return run
 
 
 @lru_cache(maxsize=512)
@@ -282,6 +332,18 @@ def _row_layout(w: int, c: int, k_w: int, g: Geometry) -> tuple[int, np.ndarray,
         cols[j] = off * c, max(0, -off) * c, max(0, min(g.out_w, w - off)) * c
     cols.flags.writeable = False
     return max(1, min(g.out_w, -(-BLOCK // c))), cols, *activation_bounds(g.act)
+
+
+@lru_cache(maxsize=512)
+def _filter_rows(h: int, k_h: int, g: Geometry) -> np.ndarray:
+    """Per output row, the filter rows ``[first, end)`` that read an input of ``h`` rows
+    (read-only int64 [OH, 2]; remembered per geometry, as ``_row_layout``)."""
+    spans = np.empty((g.out_h, 2), dtype=np.int64)
+    for oy in range(g.out_h):
+        inside = [i for i in range(k_h) if 0 <= oy * g.stride_h - g.top + i * g.dil_h < h]  # a contiguous range
+        spans[oy] = (inside[0], inside[-1] + 1) if inside else (0, 0)
+    spans.flags.writeable = False
+    return spans
 
 
 def live_taps(g: Geometry | None, shape: tuple[int, ...] | None, filter_shape: tuple[int, ...]

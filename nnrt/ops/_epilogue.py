@@ -47,6 +47,7 @@ __all__ = [
     "BIAS_PRELU_F32",
     "BIAS_HARD_SWISH_F32",
     "HARD_SWISH",
+    "IDENTITY_AFFINES",
     "PRELU",
     "Epilogue",
     "accept_epilogue",
@@ -64,20 +65,26 @@ __all__ = [
 #: with a constant slope (one value or one per channel).
 HARD_SWISH, ADD, PRELU = 1, 2, 3
 
+#: The affines (s1, b1, s2, b2) of a HARD_SWISH alone: ``x * 1 + -0.0`` changes no value
+#: (-0.0 and NaN included).
+IDENTITY_AFFINES = (np.float32(1), np.float32(-0.0), np.float32(1), np.float32(-0.0))
+
 #: Bounds that clamp nothing (lo > hi).
 _NO_CLAMP = (np.float32(1), np.float32(0))
 
-_takers: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+#: Each declared kernel -> the epilogue kinds it takes.
+_takers: weakref.WeakKeyDictionary[Callable[..., Any], frozenset[int]] = weakref.WeakKeyDictionary()
 
 
-def accept_epilogue(kernel: Callable[..., Any]) -> None:
-    """Declare that ``kernel`` takes an ``epilogue=`` keyword (module doc)."""
-    _takers.add(kernel)
+def accept_epilogue(kernel: Callable[..., Any], kinds: frozenset[int] = frozenset({HARD_SWISH, ADD, PRELU})) -> None:
+    """Declare that ``kernel`` takes an ``epilogue=`` keyword (module doc) of the ``kinds`` given."""
+    _takers[kernel] = kinds
 
 
-def takes_epilogue(kernel: Callable[..., Any] | None) -> bool:
-    """Whether ``kernel`` was declared with ``accept_epilogue``."""
-    return kernel is not None and kernel in _takers
+def takes_epilogue(kernel: Callable[..., Any] | None, kind: int | None = None) -> bool:
+    """Whether ``kernel`` was declared with ``accept_epilogue`` (for epilogues of ``kind``)."""
+    kinds = _takers.get(kernel) if kernel is not None else None
+    return kinds is not None and (kind is None or kind in kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,9 @@ class Epilogue:
     kernel: Callable[[np.ndarray], np.ndarray] | None = None
     act: int = ACT_NONE
     affines: tuple[np.float32, ...] = ()
+    #: A HARD_SWISH with no affine around it (each ``x * 1 + -0.0``, which changes no value):
+    #: what a compiled depthwise loop applies to each finished output row (``depthwise``).
+    plain_hard_swish: bool = False
 
     def with_bias(self, out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32, row0: int,
                   bias_act: Callable[..., Any]) -> None:
@@ -137,8 +147,9 @@ class Epilogue:
 def hard_swish(affines: tuple[np.float32, ...], kernel: Callable[[np.ndarray], np.ndarray]) -> Epilogue:
     """A HARD_SWISH epilogue, ``x * s1 + b1`` before it and ``* s2 + b2`` after it (``affines``
     (s1, b1, s2, b2); ``(1, -0.0)`` changes no value); ``kernel`` the successor step's own."""
+    plain = all(a.tobytes() == i.tobytes() for a, i in zip(affines, IDENTITY_AFFINES, strict=True))
     return Epilogue(HARD_SWISH, fast=compiled(bias_hard_swish_f32, BIAS_HARD_SWISH_F32), kernel=kernel,
-                    affines=affines)
+                    affines=affines, plain_hard_swish=plain)
 
 
 def prelu(slope: np.ndarray, kernel: Callable[[np.ndarray], np.ndarray]) -> Epilogue:
@@ -227,7 +238,7 @@ def bias_prelu_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.flo
 
 
 def silu(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None,
-         logistic: Callable[[np.ndarray, np.ndarray, bool], None] | None = None) -> None:
+         logistic: Callable[[np.ndarray, np.ndarray, int, bool], None] | None = None) -> None:
     """``out = x * (1 / (1 + exp(-x)))`` for C-contiguous float32 ``x`` and ``out`` of one size,
     the LOGISTIC then MUL kernels' float32 operations: ``logistic``, the compiled
     ``logistic_f32`` the LOGISTIC kernel runs (``_jit_logistic.compiled_logistic()``, asked at
@@ -236,7 +247,7 @@ def silu(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None,
     not overlap it."""
     xf, of = x.reshape(-1), out.reshape(-1)
     if logistic is not None:
-        logistic(xf, of, True)
+        logistic(xf.reshape(1, -1), of.reshape(1, -1), 0, True)
         return
     same = out is x or np.may_share_memory(xf, of)
     e = scratch.reshape(-1) if same and scratch is not None else of if not same else np.empty_like(xf)

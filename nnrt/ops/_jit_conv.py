@@ -22,7 +22,8 @@ each 4x4 input tile is transformed (``winograd_input_f32``, channels innermost),
 [tiles, Cin] x [Cin, Cout] run per block of tile rows, and each tile's 16 products are
 transformed back into 2x2 outputs with bias and activation (``winograd_output_f32``). From 48
 input channels it is 1.35-1.8x faster than the blocked im2col (3x3 96->96 on [1,52,52,96]:
-3.9 -> 2.3 ms, ONNX Runtime 2.7); below, the transforms cost more than they save. Its results
+3.9 -> 2.3 ms, ONNX Runtime 2.7); below, or with few output channels (``WINO_MIN_BALANCE``), the
+transforms cost more than they save. Its results
 differ from the direct sum by rounding only (the transforms' coefficients are 0, +-1 and 1/2);
 inputs with NaN, inf or huge values take the im2col path, where they give what numpy gives.
 A direct compiled convolution (taps outer, output channels inner) was measured too and lost
@@ -45,6 +46,7 @@ import numpy as np
 
 from nnrt.ops._conv_core import Geometry
 from nnrt.ops._epilogue import Epilogue
+from nnrt.ops._gemm import Product, batched_product, flush_subnormals, product
 from nnrt.ops._jit import compiled
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "SCRATCH_MAX",
     "WINO_INPUT_F32",
     "WINO_LIMIT",
+    "WINO_MIN_BALANCE",
     "WINO_MIN_CHANNELS",
     "WINO_MIN_SIZE",
     "WINO_OUTPUT_F32",
@@ -291,16 +294,18 @@ def scratch(size: int) -> np.ndarray:
 
 class Im2colConv:
     """A float32 CONV_2D (group 1) as blocked compiled im2col + BLAS, bias and fused activation
-    per block (module doc). Made once at preparation from the compiled functions; ``__call__``
-    takes one run's NHWC input, filter matrix and geometry."""
+    per block (module doc). Made once at preparation from the compiled functions and the
+    backend's product (``_gemm.product`` unless ``mm`` is given); ``__call__`` takes one run's
+    NHWC input, filter matrix and geometry."""
 
-    __slots__ = ("_bias_act", "_im2col", "_planes")
+    __slots__ = ("_bias_act", "_im2col", "_mm", "_planes")
 
     def __init__(self, im2col: Callable[..., Any], bias_act: Callable[..., Any],
-                 planes: Callable[..., Any] | None = None) -> None:
+                 planes: Callable[..., Any] | None = None, mm: Product | None = None) -> None:
         self._im2col = im2col
         self._bias_act = bias_act
         self._planes = planes
+        self._mm = mm if mm is not None else product()
 
     def __call__(self, x: np.ndarray, wmat: np.ndarray, k_h: int, k_w: int, g: Geometry,
                  lo: np.float32, hi: np.float32, epilogue: Epilogue | None = None) -> np.ndarray:
@@ -315,7 +320,7 @@ class Im2colConv:
         xf = np.ascontiguousarray(x).reshape(n, h, w * c)
         weights, bias = wmat[:k], wmat[k]
         out = np.empty((p, cout), dtype=np.float32)
-        fill = self._im2col
+        fill, mm = self._im2col, self._mm
         planes = self._planes is not None and c <= PLANES_MAX_CHANNELS
         if self._planes is not None and planes:
             fill, rows = self._planes, min(p, max(PLANES_ROWS, PLANES_OUT_FLOATS // cout))
@@ -327,7 +332,7 @@ class Im2colConv:
             block = buf[: r * k].reshape((k, r) if planes else (r, k))
             fill(xf, block, p0, c, k_h, k_w, g.stride_h, g.stride_w, g.dil_h, g.dil_w, g.top, g.left, g.out_h, g.out_w)
             dst = out[p0 : p0 + r]
-            np.matmul(block.T if planes else block, weights, out=dst)
+            mm(block.T if planes else block, weights, dst)
             if epilogue is None:
                 self._bias_act(dst, bias, lo, hi)
             else:
@@ -350,9 +355,10 @@ WINO_OUTPUT_F32 = (
 
 
 def winograd_filter(w: np.ndarray) -> np.ndarray:
-    """A 3x3 filter [Cout, 3, 3, Cin] as the 16 [Cin, Cout] matrices ``G g G^T`` (float32, [16, Cin, Cout])."""
+    """A 3x3 filter [Cout, 3, 3, Cin] as the 16 [Cin, Cout] matrices ``G g G^T`` (float32, [16, Cin, Cout]),
+    subnormal values flushed to zero (``_gemm.flush_subnormals``)."""
     u = np.einsum("ai,oijc,bj->abco", WINO_G, w.astype(np.float64), WINO_G)
-    return np.ascontiguousarray(u.reshape(16, w.shape[3], w.shape[0]), dtype=np.float32)
+    return flush_subnormals(np.ascontiguousarray(u.reshape(16, w.shape[3], w.shape[0]), dtype=np.float32))
 
 
 def winograd_input_f32(xp: np.ndarray, v: np.ndarray, c: int, tiles_w: int, ty0: int, ty1: int) -> None:
@@ -458,6 +464,13 @@ def winograd_output_f32(m: np.ndarray, bias: np.ndarray, out: np.ndarray, tiles_
 #: 1.35-1.8x at 48-96, 1.1x at 192 on 13x13).
 WINO_MIN_CHANNELS = 48
 
+#: Least ``Cin * Cout / (Cin + Cout)`` for Winograd: its transforms cost per tile in proportion to
+#: Cin + Cout, the multiply-adds it saves in proportion to Cin x Cout, so few output channels do
+#: not pay for them. Measured (CPU time, im2col / Winograd, interleaved; MKL's products | numpy's):
+#: 48->24 on 80x80 0.73-0.79 | 0.88; 96->24 on 80x80 (PP-OCR det's FPN) 0.84-0.90 | 1.01-1.03;
+#: 48->48 on 52x52 1.12-1.18 | 1.45; 128->32 on 40x40 1.01-1.05 | 1.44; 64->64 on 40x40 1.37 | 1.60.
+WINO_MIN_BALANCE = 24
+
 #: Fewest output rows and columns for Winograd: on small outputs its 16 transformed filters
 #: (1.8x the filter's bytes) are read for few tiles, and odd sizes waste part of the edge
 #: tiles (measured: 13x13 1.1-1.6x faster than im2col; 3x40 and 1x40 2-3x slower).
@@ -476,14 +489,17 @@ class WinogradConv:
     """A float32 3x3 CONV_2D with stride 1 and dilation 1 as Winograd F(2x2, 3x3): the input
     tiles transformed by a compiled loop, 16 BLAS products [tiles, Cin] x [Cin, Cout] per block
     of tile rows (2.25x fewer multiply-adds than im2col's one product), the outputs transformed
-    back with bias and activation. Made at preparation from a constant filter."""
+    back with bias and activation. Made at preparation from a constant filter; the 16 products
+    are one batched call of the backend (``_gemm.batched_product`` unless ``bm`` is given)."""
 
-    __slots__ = ("_bias", "_fin", "_fout", "_u")
+    __slots__ = ("_bias", "_bm", "_fin", "_fout", "_u")
 
-    def __init__(self, w: np.ndarray, bias: np.ndarray, fin: Callable[..., Any], fout: Callable[..., Any]) -> None:
+    def __init__(self, w: np.ndarray, bias: np.ndarray, fin: Callable[..., Any], fout: Callable[..., Any],
+                 bm: Product | None = None) -> None:
         self._u = winograd_filter(w)
         self._bias = np.ascontiguousarray(bias, dtype=np.float32)
         self._fin, self._fout = fin, fout
+        self._bm = bm if bm is not None else batched_product()
 
     @staticmethod
     def takes(x: np.ndarray) -> bool:
@@ -519,7 +535,7 @@ class WinogradConv:
             t = n * (ty1 - ty0) * tw
             vb, mb = v[: 16 * t * c].reshape(16, t, c), m[: 16 * t * cout].reshape(16, t, cout)
             self._fin(xf, vb, c, tw, ty0, ty1)
-            np.matmul(vb, self._u, out=mb)
+            self._bm(vb, self._u, mb)
             self._fout(mb, self._bias, out, tw, ty0, ty1, lo, hi)
         if epilogue is not None:  # per block of tile rows it measured 1.05-1.1x the separate step
             return epilogue.after(out)
@@ -531,9 +547,11 @@ def winograd(w: np.ndarray, b: np.ndarray, g: Geometry | None, bias_act: Callabl
     """The Winograd form of a float32 CONV_2D with constant filter ``w`` [Cout, KH, KW, Cin],
     bias ``b`` and geometry ``g`` (None: not constant), when it applies (3x3, stride 1,
     dilation 1, finite weights below ``WINO_LIMIT``) and pays (``WINO_MIN_CHANNELS``,
-    ``WINO_MIN_SIZE``); else
+    ``WINO_MIN_BALANCE``, ``WINO_MIN_SIZE``); else
     None. ``bias_act`` is the compiled bias pass (None: numba is not in use)."""
     if bias_act is None or g is None or w.shape[1:3] != (3, 3) or w.shape[3] < WINO_MIN_CHANNELS:
+        return None
+    if w.shape[0] * w.shape[3] < WINO_MIN_BALANCE * (w.shape[0] + w.shape[3]):
         return None
     if (g.stride_h, g.stride_w, g.dil_h, g.dil_w) != (1, 1, 1, 1) or min(g.out_h, g.out_w) < WINO_MIN_SIZE:
         return None

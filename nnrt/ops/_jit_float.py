@@ -14,15 +14,10 @@ Runtime):
   on every element, which stops LLVM from vectorizing (measured 0.76 against 0.063 ns per
   multiply-add). A multi-dimensional index whose last component is a loop variable counting
   from 0 (``o[ox, k]`` for ``k in range(c)``) vectorizes as well: LLVM proves it non-negative.
-* Depthwise convolution, two loop shapes (the caller picks one per layer at preparation):
-  ``depthwise_rows_f32`` (column stride 1) works on NHWC rows flattened to ``[W*C]``: the
-  input values one tap multiplies with a whole output row are one contiguous range, so one
-  loop covers many pixels with the weights tiled to a block of whole pixels; taken at column
-  stride 1 whatever the channels (0.65-1.05 of the other's time). ``window_pixels_f32`` loops
-  over output pixels with the channels innermost; taken at strides > 1 (0.5-0.8 of the row
-  loop's time on an input split into column phases, 16-144 channels).
-  Both start each output row with the bias and end it with the fused activation while the
-  row is in cache.
+* Depthwise convolution's loops at column stride 1 live in ``_jit_depthwise``;
+  ``window_pixels_f32`` here loops over output pixels with the channels innermost (taken at
+  column strides > 1, and by MAX_POOL_2D), starting each output row with the bias and ending it
+  with the fused activation while the row is in cache.
 * numba makes two atomic reference-count updates for each array slice it creates in a loop
   that it cannot prove short-lived: in the depthwise and window loops that was half the time.
   They index flat arrays with unsigned offsets instead, and take maxima and clamp with selects
@@ -62,8 +57,6 @@ __all__ = [
     "BIAS_ACT_F32",
     "BIAS_ACT_SUM_F32",
     "BILINEAR_F32",
-    "BLOCK",
-    "DEPTHWISE_ROWS_F32",
     "MEAN_F32",
     "PAD_LAST_F32",
     "PRELU_F32",
@@ -74,7 +67,6 @@ __all__ = [
     "bias_act_f32",
     "bias_act_sum_f32",
     "bilinear_f32",
-    "depthwise_rows_f32",
     "hard_swish_f32",
     "mean_f32",
     "pad_last_f32",
@@ -82,167 +74,11 @@ __all__ = [
     "window_pixels_f32",
 ]
 
-#: Length (in floats) to which a depthwise kernel's per-tap weights are tiled (whole pixels):
-#: the chunk of an output row done with all taps at once. Long enough for the vectorized loop,
-#: short enough that the chunk, its input ranges and the weights stay in L1.
-BLOCK = 512
-
-#: The one signature ``depthwise_rows_f32`` is compiled for (at preparation, see ``_jit.compiled``).
-#: Inputs are typed read-only: constants and callers' buffers often are, and numba passes a
-#: writable array where a read-only one is expected (not the reverse).
-DEPTHWISE_ROWS_F32 = (
-    "void(Array(float32, 3, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
-    " Array(float32, 1, 'C', readonly=True), Array(int64, 2, 'C', readonly=True), float32[:, :, ::1],"
-    " int64, int64, int64, float32, float32)"
-)
-
-
-def depthwise_rows_f32(
-    xs: np.ndarray,
-    wt: np.ndarray,
-    bt: np.ndarray,
-    cols: np.ndarray,
-    out: np.ndarray,
-    stride_h: int,
-    dil_h: int,
-    top: int,
-    lo: np.float32,
-    hi: np.float32,
-) -> None:
-    """Depthwise convolution (depth multiplier 1, column stride 1) of float32 NHWC input into
-    ``out``, plus bias and fused activation, over whole rows. The caller lays out:
-
-    * ``xs`` [N, H, W*C]: the input rows flattened;
-    * ``wt`` [KH, KW, B*C]: each tap's weights tiled to B pixels (``bt`` [B*C]: the bias);
-    * ``cols`` [KW, 3]: per tap column, its shift in an input row (floats) and the first and
-      last (exclusive) positions of an output row it reaches;
-    * ``out`` [N, OH, OW*C], written in full.
-
-    Rows ``iy = oy*stride_h - top + i*dil_h`` outside the input read zero. The fused
-    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. NaN stays NaN (``np.clip``).
-    Each output row is done in chunks of ``B*C`` floats with all taps per chunk, so that the
-    chunk, its input ranges and the weights stay in L1; each pass over a chunk adds the taps
-    of one filter column and up to three filter rows (a load and a store of the chunk per
-    three products, not per product). A 3x3 filter whose rows all lie inside the input makes
-    one pass over the part of the chunk all nine taps reach: bias, nine products and the
-    activation, one store (20 memory accesses per output instead of 28), for two such output
-    rows at once (the nine weight loads shared: 12.5 accesses per output); [1,112,112,32]:
-    282 -> 212 -> 166 us. It adds in the passes' order, so the sums are identical (bit for bit
-    on the block's layer). The arrays are indexed flat with unsigned offsets: no slice objects
-    in the loops (each costs two atomic reference-count updates in numba, which took half the
-    time) and no negative-index checks, so every inner loop vectorizes.
-    Compiled with ``fastmath={"contract"}``: fused multiply-adds, each product not rounded
-    before its sum (within 1e-6 of numpy's sums on the CTS and the tests).
-    """
-    n, h, row = xs.shape
-    kh, kw, block = wt.shape
-    oh, length = out.shape[1], out.shape[2]
-    xf, wf, of = xs.reshape(-1), wt.reshape(-1), out.reshape(-1)
-    u = np.uint64
-    clamp = lo <= hi
-    step_x, step_w = dil_h * row, kw * block
-    nine = kh == 3 and kw == 3
-    for b in range(n):
-        oy = 0
-        while oy < oh:
-            # Rows whose three filter rows are all inside the input take the nine-tap pass; two
-            # such rows at once share its weight loads (12.5 accesses per output instead of 20).
-            y0 = oy * stride_h - top
-            full = nine and y0 >= 0 and y0 + 2 * dil_h < h
-            pair = full and oy + 1 < oh and y0 + stride_h + 2 * dil_h < h
-            for start in range(0, length, block):
-                seg = min(block, length - start)
-                f0 = f1 = start
-                if full:
-                    f0 = max(start, cols[0, 1], cols[1, 1], cols[2, 1])
-                    f1 = max(f0, min(start + seg, cols[0, 2], cols[1, 2], cols[2, 2]))
-                if f1 > f0:
-                    m, o0, bo = u(f1 - f0), u((b * oh + oy) * length + f0), u(f0 - start)
-                    r0 = (b * h + y0) * row + f0
-                    x00, x01, x02 = u(r0 + cols[0, 0]), u(r0 + cols[1, 0]), u(r0 + cols[2, 0])
-                    x10, x11, x12 = x00 + u(step_x), x01 + u(step_x), x02 + u(step_x)
-                    x20, x21, x22 = x10 + u(step_x), x11 + u(step_x), x12 + u(step_x)
-                    w00, w01, w02 = bo, bo + u(block), bo + u(2 * block)
-                    w10, w11, w12 = w00 + u(step_w), w01 + u(step_w), w02 + u(step_w)
-                    w20, w21, w22 = w10 + u(step_w), w11 + u(step_w), w12 + u(step_w)
-                    if pair:
-                        o1, dy = o0 + u(length), u(stride_h * row)
-                        for t in range(m):  # the row loop's order of additions: identical sums
-                            a00, a10, a20 = wf[w00 + t], wf[w10 + t], wf[w20 + t]
-                            a01, a11, a21 = wf[w01 + t], wf[w11 + t], wf[w21 + t]
-                            a02, a12, a22 = wf[w02 + t], wf[w12 + t], wf[w22 + t]
-                            v = bt[bo + t] + xf[x00 + t] * a00 + xf[x10 + t] * a10 + xf[x20 + t] * a20
-                            v = v + xf[x01 + t] * a01 + xf[x11 + t] * a11 + xf[x21 + t] * a21
-                            v = v + xf[x02 + t] * a02 + xf[x12 + t] * a12 + xf[x22 + t] * a22
-                            q = bt[bo + t] + xf[dy + x00 + t] * a00 + xf[dy + x10 + t] * a10 + xf[dy + x20 + t] * a20
-                            q = q + xf[dy + x01 + t] * a01 + xf[dy + x11 + t] * a11 + xf[dy + x21 + t] * a21
-                            q = q + xf[dy + x02 + t] * a02 + xf[dy + x12 + t] * a12 + xf[dy + x22 + t] * a22
-                            if clamp:
-                                v = lo if v < lo else v
-                                v = hi if v > hi else v
-                                q = lo if q < lo else q
-                                q = hi if q > hi else q
-                            of[o0 + t] = v
-                            of[o1 + t] = q
-                    else:
-                        for t in range(m):
-                            v = bt[bo + t] + xf[x00 + t] * wf[w00 + t] + xf[x10 + t] * wf[w10 + t] + xf[x20 + t] * wf[w20 + t]
-                            v = v + xf[x01 + t] * wf[w01 + t] + xf[x11 + t] * wf[w11 + t] + xf[x21 + t] * wf[w21 + t]
-                            v = v + xf[x02 + t] * wf[w02 + t] + xf[x12 + t] * wf[w12 + t] + xf[x22 + t] * wf[w22 + t]
-                            if clamp:
-                                v = lo if v < lo else v
-                                v = hi if v > hi else v
-                            of[o0 + t] = v
-                for ry in range(oy, oy + 1 + pair):  # the rest of each row's chunk: the row loop
-                    obase = (b * oh + ry) * length
-                    yr = ry * stride_h - top
-                    i_lo, i_hi = 0, kh  # the filter rows inside the input: a contiguous range
-                    while i_lo < kh and yr + i_lo * dil_h < 0:
-                        i_lo += 1
-                    while i_hi > i_lo and yr + (i_hi - 1) * dil_h >= h:
-                        i_hi -= 1
-                    for part in range(2):  # before and after the nine-tap range
-                        s0, s1 = (start, f0) if part == 0 else (f1, start + seg)
-                        if s1 <= s0:
-                            continue
-                        d0 = u(obase + s0)
-                        for t in range(u(s1 - s0)):
-                            of[d0 + t] = bt[u(s0 - start) + t]
-                        for j in range(kw):
-                            k0, k1 = max(s0, cols[j, 1]), min(s1, cols[j, 2])
-                            if k1 <= k0:
-                                continue
-                            m, o0 = u(k1 - k0), u(obase + k0)
-                            xrow = (b * h + yr) * row + k0 + cols[j, 0]
-                            wcol = j * block + k0 - start
-                            for i in range(i_lo, i_hi, 3):
-                                xa, wa = u(xrow + i * step_x), u(wcol + i * step_w)
-                                if i + 2 < i_hi:
-                                    xb, wb = xa + u(step_x), wa + u(step_w)
-                                    xc, wc = xb + u(step_x), wb + u(step_w)
-                                    for t in range(m):
-                                        of[o0 + t] = (of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
-                                                      + xf[xc + t] * wf[wc + t])
-                                elif i + 1 < i_hi:
-                                    xb, wb = xa + u(step_x), wa + u(step_w)
-                                    for t in range(m):
-                                        of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t] + xf[xb + t] * wf[wb + t]
-                                else:
-                                    for t in range(m):
-                                        of[o0 + t] = of[o0 + t] + xf[xa + t] * wf[wa + t]
-                        if clamp:  # selects, not branches: the loop vectorizes
-                            for t in range(u(s1 - s0)):
-                                v = of[d0 + t]
-                                v = lo if v < lo else v
-                                of[d0 + t] = hi if v > hi else v
-            oy += 2 if pair else 1
-
-
 #: The one signature ``window_pixels_f32`` is compiled for.
 WINDOW_PIXELS_F32 = (
     "void(Array(float32, 4, 'C', readonly=True), Array(float32, 3, 'C', readonly=True),"
     " Array(float32, 1, 'C', readonly=True), float32[:, :, :, ::1],"
-    " int64, int64, int64, int64, int64, int64, float32, float32, boolean)"
+    " int64, int64, int64, int64, int64, int64, float32, float32, boolean, boolean)"
 )
 
 
@@ -260,6 +96,7 @@ def window_pixels_f32(
     lo: np.float32,
     hi: np.float32,
     take_max: bool,
+    hswish: bool,
 ) -> None:
     """A KHxKW window (``w``'s first two dimensions, dilated) over float32 NHWC ``x`` [N, H, W, C]
     into ``out`` [N, OH, OW, C] (written in full), one output pixel's channels at a time.
@@ -269,8 +106,9 @@ def window_pixels_f32(
     ``take_max``, takes the maximum (MAX_POOL_2D, ``init`` = -inf: exact, NaN propagating as
     with ``np.maximum``; ``w`` only gives the window's size). ``top``/``left``: padding before
     the first row and column; positions outside the input take no part. Last, the fused
-    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none. Indexed flat, maxima and
-    clamps as selects (see ``depthwise_rows_f32``).
+    activation clamps to [``lo``, ``hi``]; ``lo > hi`` means none; with ``hswish`` HARD_SWISH
+    follows, per output row. Indexed flat, maxima and
+    clamps as selects (see ``_jit_depthwise.depthwise_rows_f32``).
     """
     n, h, wd, c = x.shape
     kh, kw = w.shape[0], w.shape[1]
@@ -278,6 +116,7 @@ def window_pixels_f32(
     xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
     u, uc = np.uint64, np.uint64(c)
     clamp = lo <= hi
+    three, six, zero = np.float32(3), np.float32(6), np.float32(0)
     for b in range(n):
         for oy in range(oh):
             o0 = (b * oh + oy) * ow * c
@@ -309,6 +148,12 @@ def window_pixels_f32(
                     v = of[t]
                     v = lo if v < lo else v
                     of[t] = hi if v > hi else v
+            if hswish:  # as in ``depthwise_rows_f32``
+                for t in range(u(o0), u(o0 + ow * c)):
+                    v = of[t]
+                    r = v + three
+                    r = zero if r < zero else r
+                    of[t] = (six if r > six else r) * v / six
 
 
 #: The one signature ``average_pool_f32`` is compiled for.

@@ -6,7 +6,8 @@ applied while the block is in L2 (``pointwise_blocks``). A global average pool s
 with the same compiled pass (``BlockMean``), and a 1x1 convolution read only by such a pool
 (``execution._fuse_pool``) makes the same products into a scratch block that is summed there and
 never stored: the three add the same float32 values in the same order, so fused and unfused
-agree bit for bit. Split from ``_jit_conv`` (the KxK paths) to keep both modules readable.
+agree bit for bit. The products are the backend's (``_gemm.product``: MKL or numpy), asked for
+once at preparation by the step that owns them. Split from ``_jit_conv`` (the KxK paths) to keep both modules readable.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.ops._epilogue import Epilogue
+from nnrt.ops._gemm import Product
 from nnrt.ops._jit_conv import scratch
 from nnrt.ops._jit_float import SUM_ROWS
 
@@ -39,9 +41,9 @@ def mean_rows(cout: int) -> int:
 
 
 def pointwise_blocks(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32,
-                     bias_act: Callable[..., Any], epilogue: Epilogue | None = None) -> np.ndarray:
+                     bias_act: Callable[..., Any], mm: Product, epilogue: Epilogue | None = None) -> np.ndarray:
     """A plain 1x1 float32 CONV_2D (``conv.plain_pointwise``) of C-contiguous NHWC ``x``: per
-    image, blocks of ``mean_rows`` pixels, one BLAS product each written into the output and
+    image, blocks of ``mean_rows`` pixels, one product ``mm`` each written into the output and
     ``bias_act_f32`` (or the ``epilogue``'s pass) over it while in cache. ``BlockMean`` makes
     the very same products."""
     n, h, w, c = x.shape
@@ -52,7 +54,7 @@ def pointwise_blocks(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, lo: n
     for b in range(n):
         for p0 in range(0, pixels, rows):
             dst = out[b, p0 : p0 + rows]
-            np.matmul(xf[b, p0 : p0 + rows], weights, out=dst)
+            mm(xf[b, p0 : p0 + rows], weights, dst)
             if epilogue is None:
                 bias_act(dst, bias, lo, hi)
             else:
@@ -68,23 +70,26 @@ class BlockMean:
     where the block is the product ``pointwise_blocks`` makes, written to a scratch block that
     stays in L2 and summed there with the convolution's bias and activation, never stored. Both
     add the convolution's very float32 values in the same order, so the fused step gives bit
-    for bit the two steps' result (the unfused pool sums ``x + 0``: the same values)."""
+    for bit the two steps' result (the unfused pool sums ``x + 0``: the same values) when ``mm``
+    is the convolution's product function."""
 
-    __slots__ = ("_act", "_bias", "_hi", "_lo", "_pool_hi", "_pool_lo", "_weights")
+    __slots__ = ("_act", "_bias", "_hi", "_lo", "_mm", "_pool_hi", "_pool_lo", "_weights")
 
     def __init__(self, parts: tuple[np.ndarray, np.ndarray, np.float32, np.float32] | None,
-                 act_sum: Callable[..., Any], pool_bounds: tuple[np.float32, np.float32]) -> None:
+                 act_sum: Callable[..., Any], pool_bounds: tuple[np.float32, np.float32],
+                 mm: Product | None = None) -> None:
         self._weights = parts[0] if parts is not None else None
         self._bias = parts[1] if parts is not None else None
         self._lo, self._hi = (parts[2], parts[3]) if parts is not None else (np.float32(1), np.float32(0))
         self._act = act_sum
+        self._mm = mm
         self._pool_lo, self._pool_hi = pool_bounds
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """``x`` float32 NHWC [N, H, W, C] (H*W > 0): the pooled [N, 1, 1, Cout]."""
         n, h, w, c = x.shape
         pixels = h * w
-        weights = self._weights
+        weights, mm = self._weights, self._mm
         cout = weights.shape[1] if weights is not None else c
         bias = self._bias if self._bias is not None else np.zeros(c, dtype=np.float32)
         xf = np.ascontiguousarray(x).reshape(n, pixels, c)
@@ -96,9 +101,9 @@ class BlockMean:
             acc[:] = 0.0
             for p0 in range(0, pixels, rows):
                 block = xf[b, p0 : p0 + rows]
-                if weights is not None and buf is not None:
+                if weights is not None and buf is not None and mm is not None:
                     product = buf[: block.shape[0] * cout].reshape(block.shape[0], cout)
-                    np.matmul(block, weights, out=product)
+                    mm(block, weights, product)
                     block = product
                 self._act(block, bias, self._lo, self._hi, acc)
             np.divide(acc, pixels, out=out[b], casting="same_kind")

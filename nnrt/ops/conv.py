@@ -57,6 +57,7 @@ from nnrt.ops._conv_core import (
     padded,
 )
 from nnrt.ops._epilogue import Epilogue, accept_epilogue
+from nnrt.ops._gemm import Product, flush_subnormals, product
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_conv import (
     IM2COL_ROWS_F32,
@@ -299,7 +300,7 @@ def empty_output(call: OpCall, n: int, c: int, g: Geometry) -> np.ndarray:
 
 def conv_nhwc(
     x: np.ndarray, waug: np.ndarray, k_h: int, k_w: int, g: Geometry, nchw_out: bool = False,
-    bias_act: Callable[[np.ndarray, np.ndarray], None] | None = None,
+    bias_act: Callable[[np.ndarray, np.ndarray], None] | None = None, mm: Product | None = None,
 ) -> tuple[np.ndarray, bool]:
     """Convolution plus bias of real NHWC ``x`` (may be a view of NCHW data).
 
@@ -309,7 +310,7 @@ def conv_nhwc(
     asks for it and the formulation gives it for free, else [N, out_h, out_w, Cout].
     ``bias_act(out, bias_row)``, for a 1x1 filter without ``nchw_out``, adds the bias to the
     [P, Cout] product in place instead (the caller's compiled pass that also applies the fused
-    activation).
+    activation); ``mm``, with it, makes the float32 product of a 1x1 filter (``_gemm.product``).
     """
     n, h, w, c = x.shape
     oh, ow, sh, sw = g.out_h, g.out_w, g.stride_h, g.stride_w
@@ -324,7 +325,11 @@ def conv_nhwc(
     if k_h == 1 and k_w == 1:
         xp = padded(x, g, 1, 1)
         src = xp[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
-        out: np.ndarray = np.matmul(src.reshape(p, c), waug[:k])
+        if bias_act is not None and mm is not None:
+            out: np.ndarray = np.empty((p, cout), dtype=np.float32)
+            mm(src.reshape(p, c), waug[:k], out)
+        else:
+            out = np.matmul(src.reshape(p, c), waug[:k])
         if bias_act is not None:
             bias_act(out, waug[k])
         else:
@@ -375,12 +380,13 @@ def _padded_cnhw(x: np.ndarray, g: Geometry, k_h: int, k_w: int) -> np.ndarray:
 
 
 def conv_matrix(w: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """Filter [Cout, KH, KW, Cin] and bias [Cout] -> [KH*KW*Cin + 1, Cout] (bias last), contiguous."""
+    """Filter [Cout, KH, KW, Cin] and bias [Cout] -> [KH*KW*Cin + 1, Cout] (bias last), contiguous,
+    float32 subnormals flushed to zero (``_gemm.flush_subnormals``: BLAS is 10-20x slower on them)."""
     cout = w.shape[0]
     out = np.empty((w[0].size + 1, cout), dtype=w.dtype)
     out[:-1] = w.reshape(cout, -1).T
     out[-1] = bias
-    return out
+    return flush_subnormals(out)
 
 
 @kernel(Op.CONV_2D)
@@ -403,7 +409,8 @@ def prepare_conv2d(call: OpCall) -> Kernel:
     fused = compiled(bias_act_f32, BIAS_ACT_F32) if call.outputs[0].type is T.TENSOR_FLOAT32 else None
     im2col_fn = compiled(im2col_rows_f32, IM2COL_ROWS_F32) if fused is not None and fd[1:3] != (1, 1) else None
     planes_fn = compiled(planes_rows_f32, PLANES_ROWS_F32) if im2col_fn is not None else None
-    blocked = Im2colConv(im2col_fn, fused, planes_fn) if fused is not None and im2col_fn is not None else None
+    mm = product() if fused is not None else None  # MKL's or numpy's (``_gemm``), with the compiled paths
+    blocked = Im2colConv(im2col_fn, fused, planes_fn, mm) if fused is not None and im2col_fn is not None else None
 
     def checked(args: tuple[Any, ...]) -> Geometry:
         return _checked_geometry(call, sig, args)
@@ -423,8 +430,8 @@ def prepare_conv2d(call: OpCall) -> Kernel:
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any, epilogue: Epilogue | None = None
             ) -> np.ndarray:
-        if pointwise is not None and fused is not None and x.shape == shape0 and x.flags.c_contiguous:
-            return pointwise_blocks(x, *pointwise, fused, epilogue)
+        if pointwise is not None and fused is not None and mm is not None and x.shape == shape0 and x.flags.c_contiguous:
+            return pointwise_blocks(x, *pointwise, fused, mm, epilogue)
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)
@@ -437,7 +444,7 @@ def prepare_conv2d(call: OpCall) -> Kernel:
             if fused is not None and not g.nchw and kh == kw == 1:  # bias + activation in one pass
                 lo, hi, then = *activation_bounds(g.act), epilogue
                 return conv_nhwc(xin, wmat, 1, 1, g, bias_act=lambda o, row: fused(o, row, lo, hi) if then is None
-                                 else then.with_bias(o, row, lo, hi, 0, fused))[0]
+                                 else then.with_bias(o, row, lo, hi, 0, fused), mm=mm)[0]
             if wino is not None and x.shape == shape0 and wino.takes(xin):  # Winograd F(2x2, 3x3) (_jit_conv)
                 res = wino(xin, g, *activation_bounds(g.act), epilogue)
                 return np.ascontiguousarray(to_nchw(res)) if g.nchw else res

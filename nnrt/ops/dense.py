@@ -3,8 +3,9 @@
 FULLY_CONNECTED: ``[input, weights [num_units, input_size], bias [num_units], activation]``
 -> ``[batch, num_units]``; an input of rank > 2 is flattened to ``[batch, input_size]``.
 Float32 is the hot path (MLP benchmarks): constant weights are re-laid once at preparation
-as a contiguous ``weights.T`` so the kernel is one ``x @ Wt`` followed by an in-place bias
-add and fused activation. Float16 computes in float32 as NNAPI does. Quantized types
+as a contiguous ``weights.T`` so the kernel is one ``x @ Wt`` (the backend's product,
+``_gemm``: MKL's or numpy's) followed by an in-place bias add and fused activation. Float16
+computes in float32 as NNAPI does. Quantized types
 accumulate exact integer products (``(x - zx) @ (W - zw).T + bias``, the int32 bias having
 scale ``input_scale * weights_scale``) and requantize with ``from_real``.
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import ACT_NONE, apply_activation, check_activation, from_real, quant_range
+from nnrt.ops._gemm import flush_subnormals, matmul, product
 from nnrt.ops._jit_quant import fc_runner
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
@@ -105,9 +107,11 @@ def prepare_fully_connected(call: OpCall) -> Kernel:
 
 def _fc_float32(call: OpCall, const_act: int | None) -> Kernel:
     w_const, b_const = call.const(1), call.const(2)
+    mm = product()
     if w_const is not None and b_const is not None:
         input_size = _check_weights_bias(call, w_const, b_const)
-        wt = relaid(call, "wt", lambda: np.ascontiguousarray(w_const.T))  # from the compilation cache when there
+        # from the compilation cache when there; subnormal weights flushed (``_gemm.flush_subnormals``)
+        wt = relaid(call, "wt", lambda: flush_subnormals(np.ascontiguousarray(w_const.T)))
         bias = np.array(b_const, dtype=np.float32)
 
         if const_act == ACT_NONE:
@@ -115,7 +119,7 @@ def _fc_float32(call: OpCall, const_act: int | None) -> Kernel:
             def run_const_noact(x: np.ndarray, w: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
                 if x.ndim < 2 or x.size % input_size:
                     _check_input(call, x, input_size)
-                out: np.ndarray = x.reshape(-1, input_size) @ wt
+                out = matmul(mm, x.reshape(-1, input_size), wt)
                 out += bias
                 return out
 
@@ -124,7 +128,7 @@ def _fc_float32(call: OpCall, const_act: int | None) -> Kernel:
         def run_const(x: np.ndarray, w: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
             if x.ndim < 2 or x.size % input_size:
                 _check_input(call, x, input_size)
-            out = x.reshape(-1, input_size) @ wt
+            out = matmul(mm, x.reshape(-1, input_size), wt)
             out += bias
             return apply_activation(out, act if act == const_act else check_activation(call, act, 3))
 
@@ -132,7 +136,7 @@ def _fc_float32(call: OpCall, const_act: int | None) -> Kernel:
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
         input_size = _fc_runtime_checks(call, x, w, b)
-        out = x.reshape(-1, input_size) @ w.T
+        out = matmul(mm, x.reshape(-1, input_size), w.T)
         out += b
         return apply_activation(out, check_activation(call, act, 3))
 
@@ -215,6 +219,7 @@ def prepare_batch_matmul(call: OpCall) -> Kernel:
         _bmm_check_shapes(call, a_op.dimensions, b_op.dimensions, bool(adj_x), bool(adj_y))
     out_dtype = out_op.type.dtype
     product_scale = float(np.float32(a_op.scale) * np.float32(b_op.scale))
+    mm = product()
 
     def run(a: np.ndarray, b: np.ndarray, adj_x: bool, adj_y: bool) -> np.ndarray:
         _bmm_check_shapes(call, a.shape, b.shape, bool(adj_x), bool(adj_y))
@@ -224,7 +229,7 @@ def prepare_batch_matmul(call: OpCall) -> Kernel:
             b = np.swapaxes(b, -1, -2)
         out: np.ndarray
         if t is T.TENSOR_FLOAT32:
-            out = np.matmul(a, b)
+            out = matmul(mm, a, b)  # the backend's for rank 2, else numpy's
         elif t is T.TENSOR_FLOAT16:
             out = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(out_dtype)
         elif t is T.TENSOR_INT32:

@@ -7,16 +7,24 @@ available (``nnrt.ops._jit``), else one padded, phase-split copy and one einsum 
 (``_conv_core.depthwise_sums``), or one contraction for a handful of outputs
 (``depthwise_direct``). Quantized filters with constant parameters run the compiled 8-bit core
 (``_jit_quant``) through ``conv.compiled_or``; otherwise the real-number path requantizes.
+
+A float32 NHWC layer takes a HARD_SWISH epilogue (``nnrt.ops._epilogue``, folded by
+``nnrt.execution._fuse_epilogue``): the compiled loops apply a plain one to each finished output
+row while it is in cache; affines around it, and the numpy paths, run the successor's own kernel
+on the result (``Epilogue.after``). Bit for bit the two steps either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from nnrt.ops._common import apply_activation, from_nchw, to_nchw
 from nnrt.ops._conv_core import Geometry, TiledTaps, compiled_depthwise, depthwise_direct, depthwise_sums, exact_in_float32
+from nnrt.ops._epilogue import HARD_SWISH, Epilogue, accept_epilogue
+from nnrt.ops._gemm import flush_subnormals
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.conv import (
     ConvTypes,
@@ -62,7 +70,7 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
     filt0 = _depthwise_filter(call, types, const_w) if const_w is not None else None
     bias0 = _depthwise_bias(call, types, const_b) if const_b is not None else None
     stride_w = call.const(sig.stride)
-    jit = compiled_depthwise(stride_w, fd[3] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
+    jit = compiled_depthwise(stride_w, fd[3] if fd else None, fd[2] if fd else None) if types.input is T.TENSOR_FLOAT32 else None
 
     seen: dict[tuple[Any, ...], Geometry] = {}
 
@@ -87,7 +95,21 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             seen[key] = g
         return g
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
+    #: With constant filter and bias: per input shape, parameters and epilogue, the compiled
+    #: loop's run on an NHWC input of depth multiplier 1 (a few per layer).
+    runs: dict[tuple[Any, ...], Callable[[np.ndarray], np.ndarray]] = {}
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any, epilogue: Epilogue | None = None
+            ) -> np.ndarray:
+        in_loop = epilogue is not None and jit is not None and epilogue.plain_hard_swish
+        try:
+            fast = runs.get((x.shape, w.shape, b.shape, *params, in_loop)) if runs else None
+        except (AttributeError, TypeError):  # not arrays, or an unhashable parameter
+            fast = None
+        res = fast(x) if fast is not None else _run(x, w, b, params, in_loop)
+        return res if epilogue is None or in_loop else epilogue.after(np.ascontiguousarray(res))
+
+    def _run(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: tuple[Any, ...], hswish: bool) -> np.ndarray:
         g = checked((x, w, b, *params))
         cout = w.shape[3]
         n, kh, kw = x.shape[0], w.shape[1], w.shape[2]
@@ -100,7 +122,10 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             xin = np.repeat(xin, g.extra, axis=3)
         oh, ow = g.out_h, g.out_w
         if jit is not None:
-            res = jit(xin, taps, bias, kw, g)
+            made = jit(xin.shape, taps, bias, kw, g, hswish)
+            if filt0 is not None and bias0 is not None and not g.nchw and g.extra == 1 and len(runs) < 8:
+                runs[(x.shape, w.shape, b.shape, *params, hswish)] = made
+            res = made(xin)
             return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         if n * oh * ow <= _DIRECT_MAX_OUTPUTS:
             xc = xin.astype(dtype)
@@ -118,7 +143,10 @@ def prepare_depthwise_conv2d(call: OpCall) -> Kernel:
             real *= scales.tiled(ow)[0]
         return finish_output(call, real.reshape(n, oh, ow, cout), g)
 
-    return compiled_or(call, sig, types, True, checked, run)
+    kern = compiled_or(call, sig, types, True, checked, run)
+    if kern is run and types.input is T.TENSOR_FLOAT32 and nchw_const is False:
+        accept_epilogue(run, frozenset({HARD_SWISH}))  # in the compiled loop: ``_jit_float``
+    return kern
 
 
 #: Depthwise outputs (batch x rows x columns) up to which one contraction beats the tap loop.
@@ -130,8 +158,8 @@ def _depthwise_filter(
 ) -> tuple[TiledTaps, type[np.floating], TiledTaps | None]:
     """A depthwise filter [1, KH, KW, C] as tiled taps, the dtype the taps are summed in and,
     for quantized filters, the real scale of each channel's integer sums (else None)."""
-    if not types.quantized:
-        return TiledTaps(real_filter(w, call, types)[0]), np.float32, None
+    if not types.quantized:  # (subnormal taps flushed: every product with one takes a microcode assist)
+        return TiledTaps(flush_subnormals(real_filter(w, call, types)[0])), np.float32, None
     centred, scales = centred_filter(call, w, 3)
     dtype: type[np.floating] = np.float32 if exact_in_float32(w.shape[1] * w.shape[2]) else np.float64
     return TiledTaps(centred[0].astype(dtype)), dtype, TiledTaps(scales[None, :])
@@ -142,4 +170,4 @@ def _depthwise_bias(call: OpCall, types: ConvTypes, b: np.ndarray) -> TiledTaps:
     they share the integer sums' scale)."""
     if types.quantized:
         return TiledTaps(b.astype(np.float64)[None, :])
-    return TiledTaps(real_bias(b, call, types)[None, :])
+    return TiledTaps(flush_subnormals(real_bias(b, call, types))[None, :])

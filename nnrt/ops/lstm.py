@@ -10,7 +10,8 @@ recurrent weights (about 140 us): one direction takes 6.2 ms against 7.3 ms for 
 products and fresh temporaries and 5.5 ms in ONNX Runtime (``benchmarks/lstm.py``; 16 steps of
 batch 8 and 128 units: 0.43 against 0.63 and 0.24 ms). A numba loop for the gates measured no
 faster (its ``exp`` is scalar: 6.5 against 6.0 ms at 512 units, 14 against 15 us for one step
-of 128 units), so numpy's kernel is the only one.
+of 128 units), so numpy's kernel is the only one; its products are the backend's
+(``_gemm.product``: MKL's or numpy's).
 
 The variants NNAPI allows are all optional inputs: CIFG (no input gate weights: the input gate
 is ``1 - forget``), peepholes (``cell_to_*``), projection (with optional bias), layer
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnrt.ops._common import optional_tensor
+from nnrt.ops._gemm import flush_subnormals, matmul, matmul_into, product
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops._relay import relaid
 from nnrt.ops.recurrent import bidirectional_outputs, check_merge_outputs, expect_float_signature
@@ -86,12 +88,12 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> None:
 
 def _packed(parts: Sequence[np.ndarray | None]) -> np.ndarray:
     """The present per-gate matrices ``[units, n]`` as one ``[n, gates * units]`` operand of
-    ``rows @ packed`` (a fresh, aligned float32 array), or the vectors ``[units]`` as one
-    ``[gates * units]``."""
+    ``rows @ packed`` (a fresh, aligned float32 array, subnormal values flushed to zero:
+    ``_gemm.flush_subnormals``), or the vectors ``[units]`` as one ``[gates * units]``."""
     present = [p for p in parts if p is not None]
     if present[0].ndim == 1:
         return np.concatenate(present).astype(np.float32)
-    return np.ascontiguousarray(np.concatenate(present).T, dtype=np.float32)
+    return flush_subnormals(np.ascontiguousarray(np.concatenate(present).T, dtype=np.float32))
 
 
 class _Cell:
@@ -114,6 +116,7 @@ class _Cell:
             return optional_tensor(args[i]) if i < len(args) else None
 
         self.call = call
+        self.mm = product()
         self.w = [get(first + k) for k in range(4)]
         self.r = [get(first + 4 + k) for k in range(4)]
         p_i, p_f, p_o = (get(first + 8 + k) for k in range(3))
@@ -210,9 +213,10 @@ class _Cell:
                 f"the weights ({self.units} units, input size {self.input_size}, output size {self.output_size})"
             )
         u, n = self.units, self.gates
-        pre = np.matmul(x.reshape(n_time * batch, self.input_size), self.w_cat)
+        mm = self.mm
+        pre = matmul(mm, x.reshape(n_time * batch, self.input_size), self.w_cat)
         if aux is not None and self.aux_cat is not None:
-            pre += np.matmul(aux.reshape(n_time * batch, aux.shape[-1]), self.aux_cat)
+            pre += matmul(mm, aux.reshape(n_time * batch, aux.shape[-1]), self.aux_cat)
         if self.ln_cat is None:
             pre += self.b_cat.reshape(-1)
         pre = pre.reshape(n_time, batch, n * u)
@@ -226,7 +230,7 @@ class _Cell:
         sigmoids = zg[:, : n - 2] if self.late_o else zg[:, : n - 1]
         half = np.float32(0.5)
         for t in range(n_time - 1, -1, -1) if reverse else range(n_time):
-            np.matmul(h, self.r_cat, out=z)
+            matmul_into(mm, h, self.r_cat, z)
             z += pre[t]
             if self.late_o:
                 self._before_cell(zg, c)
@@ -258,7 +262,7 @@ class _Cell:
                 h = np.multiply(o_gate, tmp, out=out[t])
             else:
                 tmp *= o_gate
-                h = np.matmul(tmp, self.proj_t, out=out[t])
+                h = matmul_into(mm, tmp, self.proj_t, out[t])
                 if self.proj_b is not None:
                     h += self.proj_b
                 if proj_clip > 0:

@@ -249,7 +249,7 @@ def prepare_pool2d(call: OpCall) -> Kernel:
             res = np.empty((nb, g.out_h, g.out_w, c), dtype=np.float32)
             lo, hi = activation_bounds(g.act)
             window, start = np.empty((g.k_h, g.k_w, 0), np.float32), np.full(c, -np.inf, np.float32)
-            fast(np.ascontiguousarray(xr), window, start, res, g.stride_h, g.stride_w, 1, 1, g.top, g.left, lo, hi, True)
+            fast(np.ascontiguousarray(xr), window, start, res, g.stride_h, g.stride_w, 1, 1, g.top, g.left, lo, hi, True, False)
             return np.ascontiguousarray(to_nchw(res)) if g.nchw else res
         if act_sum is not None and _is_global(xr, g):  # the sums a fused 1x1 CONV_2D makes (_fuse_pool)
             res = BlockMean(None, act_sum, activation_bounds(g.act))(xr)

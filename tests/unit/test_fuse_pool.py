@@ -35,6 +35,14 @@ def _compiled() -> Iterator[None]:
     with _jit.forced(True):
         yield
 
+
+@pytest.fixture(autouse=True)
+def _both_blas(_compiled: None, blas: str) -> str:
+    """Every test with numpy's products and with MKL's (``_gemm``): fused and unfused agree bit
+    for bit under each."""
+    return blas
+
+
 F32 = T.TENSOR_FLOAT32
 RELU, RELU1, RELU6 = 1, 2, 3
 

@@ -43,6 +43,14 @@ from tests.unit.test_ops_conv import build, ref_conv
 numba = pytest.importorskip("numba")
 
 
+@pytest.fixture(autouse=True)
+def _winograd_for_few_output_channels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Winograd cases here have few output channels (small, quick shapes): Winograd takes
+    them whatever ``WINO_MIN_BALANCE`` says, except in the test of that rule."""
+    if "balance" not in request.node.name:
+        monkeypatch.setattr(_jit_conv, "WINO_MIN_BALANCE", 0)
+
+
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the compiled conv loops (im2col, planes, Winograd) called by CONV_2D kernels prepared from now on."""
     calls: list[str] = []
@@ -354,6 +362,18 @@ def test_winograd_only_where_it_pays(device: nnrt.CpuDevice, monkeypatch: pytest
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("cin", "cout", "path"), [(96, 24, "im2col"), (48, 16, "im2col"), (48, 48, "winograd"),
+                                                   (128, 32, "winograd"), (47, 200, "im2col")])
+def test_winograd_balance_of_channels(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, cin: int, cout: int,
+                                      path: str) -> None:
+    """Winograd only where ``Cin * Cout / (Cin + Cout)`` reaches ``WINO_MIN_BALANCE`` (24), from
+    ``WINO_MIN_CHANNELS`` input channels: few output channels do not pay for its transforms."""
+    x, f, b = _data(1, 10, 10, cin, cout, (3, 3), seed=cin + cout)
+    m = build(Op.CONV_2D, [1, 10, 10, cin], [f, b], [1, 1, 1, 1, 1, 1, 0])
+    fast, ref = _both(device, monkeypatch, m, [x], path=path)
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
 wino_geometry = st.fixed_dictionaries({
     "n": st.integers(1, 2), "h": st.integers(10, 16), "w": st.integers(10, 16), "cin": st.integers(48, 64),
     "cout": st.integers(1, 9), "pads": st.tuples(*[st.integers(0, 2)] * 4), "act": st.sampled_from([0, 1, 2, 3]),
@@ -393,9 +413,10 @@ def test_winograd_loops_run_as_plain_python() -> None:
 @pytest.mark.parametrize("shape", [(1, 1, 1, 50), (2, 3, 5, 16)])
 @pytest.mark.parametrize("act", [0, 3])
 def test_plain_pointwise_matches_numpy(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch,
-                                       shape: tuple[int, int, int, int], act: int) -> None:
+                                       shape: tuple[int, int, int, int], act: int, blas: str) -> None:
     """A constant 1x1 CONV_2D without stride or padding runs as one product and the compiled
-    bias pass, prepared once: bit-identical to numpy's kernel."""
+    bias pass, prepared once: bit-identical to numpy's kernel with numpy's products, within
+    float32 rounding with MKL's (``_gemm``)."""
     x, f, b = _data(*shape, 7, (1, 1), seed=shape[3])
     m = build(Op.CONV_2D, list(shape), [f, b], [0, 0, 0, 0, 1, 1, act])
     spy: list[Any] = []
@@ -406,4 +427,7 @@ def test_plain_pointwise_matches_numpy(device: nnrt.CpuDevice, monkeypatch: pyte
     assert spy and spy[-1] is not None
     with _jit.forced(False):
         ref = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
-    np.testing.assert_array_equal(fast, ref)
+    if blas == "numpy":
+        np.testing.assert_array_equal(fast, ref)
+    else:
+        np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-6)

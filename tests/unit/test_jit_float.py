@@ -28,13 +28,8 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt.ops import _jit, activations, conv, depthwise, pooling, reduce
 from nnrt.ops._conv_core import CompiledDepthwise, Geometry, TiledTaps, compiled_depthwise
-from nnrt.ops._jit_float import (
-    DEPTHWISE_ROWS_F32,
-    bias_act_f32,
-    depthwise_rows_f32,
-    prelu_f32,
-    window_pixels_f32,
-)
+from nnrt.ops._jit_depthwise import DEPTHWISE_ROWS_F32, depthwise_rows_f32
+from nnrt.ops._jit_float import bias_act_f32, prelu_f32, window_pixels_f32
 from tests.unit.test_ops_conv import build
 
 numba = pytest.importorskip("numba")
@@ -67,7 +62,7 @@ def _both(device: nnrt.CpuDevice, m: Model, inputs: list[np.ndarray]) -> tuple[n
         if run is None:
             return None
 
-        def counted(*a: Any) -> np.ndarray:
+        def counted(*a: Any) -> Any:
             calls.append(1)
             return run(*a)
 
@@ -123,7 +118,30 @@ EDGE = {
     "3x3-wide-rows-left-pad": (1, 6, 45, 24, (3, 3), (2, 0, 0, 1), (1, 2), (1, 1), 1),
     "3x3-wide-dilated": (1, 9, 30, 24, (3, 3), (2, 2, 2, 2), (1, 1), (2, 2), 1),
     "3x3-valid-odd": (2, 11, 37, 5, (3, 3), (0, 0, 0, 0), (1, 2), (1, 1), 1),
+    # four output rows per pass where rows step as the dilation does (then two, then one)
+    "3x3-rows-stride-dilation-2": (1, 23, 20, 16, (3, 3), (1, 1, 2, 2), (1, 2), (1, 2), 1),
+    "3x3-rows-11": (2, 11, 9, 24, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
     "mobile-112": (1, 112, 112, 32, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),
+    # five columns wide at column stride 1, 80 channels or more, 12 columns or more:
+    # ``depthwise_quads_f32`` (four pixels at a time where their taps are inside the input, one at
+    # a time at the edges)
+    "5x5-ppocr-3-rows": (1, 3, 26, 88, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "5x5-row-stride": (1, 6, 13, 96, (5, 5), (2, 2, 2, 2), (1, 2), (1, 1), 1),
+    "5x5-batch-odd-channels": (2, 9, 13, 85, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "5x5-dilated-rows": (1, 12, 14, 80, (5, 5), (1, 3, 4, 4), (1, 1), (1, 2), 1),
+    "5x5-narrower-than-filter": (1, 5, 4, 88, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),
+    "1x5-valid": (1, 4, 13, 88, (1, 5), (0, 0, 0, 0), (1, 1), (1, 1), 1),
+    "5x5-multiplier": (1, 6, 14, 41, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 2),
+    "5x5-few-channels": (1, 6, 14, 24, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 1),  # the row loop
+    "5x5-dilated-columns": (1, 6, 14, 8, (5, 5), (4, 4, 2, 2), (1, 1), (2, 1), 1),
+    # column stride 2: 3x3 from 32 channels one pass per pixel (``depthwise_nine_f32``), else and
+    # 5x5 the pixel loop; odd widths, valid padding, dilated rows and columns, channel remainders
+    "3x3/2-odd-width": (1, 9, 23, 32, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 1),
+    "3x3/2-valid": (2, 8, 30, 36, (3, 3), (0, 0, 0, 0), (2, 2), (1, 1), 1),
+    "5x5/2-odd-width": (1, 11, 21, 24, (5, 5), (2, 2, 2, 2), (2, 2), (1, 1), 1),
+    "3x3/2-dilated-rows": (1, 10, 17, 33, (3, 3), (1, 1, 2, 2), (2, 1), (1, 2), 1),
+    "3x3/3-dilated-columns": (1, 13, 19, 32, (3, 3), (2, 1, 1, 2), (3, 2), (2, 1), 1),
+    "3x3/2-few-channels": (1, 9, 23, 16, (3, 3), (1, 1, 1, 1), (2, 2), (1, 1), 1),
 }
 
 
@@ -142,7 +160,7 @@ def test_depthwise_edge_shapes(device: nnrt.CpuDevice, name: str, act: int, nchw
 
 geometry = st.fixed_dictionaries({
     "n": st.integers(1, 2), "h": st.integers(1, 9), "w": st.integers(1, 9), "c": st.integers(1, 40),
-    "kh": st.integers(1, 4), "kw": st.integers(1, 4), "sh": st.integers(1, 4), "sw": st.integers(1, 4),
+    "kh": st.integers(1, 5), "kw": st.integers(1, 5), "sh": st.integers(1, 4), "sw": st.integers(1, 4),
     "dh": st.integers(1, 3), "dw": st.integers(1, 3), "pads": st.tuples(*[st.integers(0, 3)] * 4),
     "mult": st.integers(1, 2), "act": st.sampled_from([0, 1, 2, 3]), "seed": st.integers(0, 2**16),
 })  # fmt: skip
@@ -158,6 +176,17 @@ def test_depthwise_random_geometry(device: nnrt.CpuDevice, g: dict[str, Any]) ->
                    False, (g["dw"], g["dh"]))
     fast, ref = _both(device, m, [x])
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_quads_special_values(device: nnrt.CpuDevice) -> None:
+    """NaN and infinities through ``depthwise_quads_f32``'s four-pixel passes and its edges."""
+    for k, stride in ((5, 1), (3, 1), (3, 2)):
+        x, f, b = _case(1, 4, 21, 88, (k, k))
+        x[0, 1, 9, 3], x[0, 2, 0, 5], x[0, 3, 12, 7] = np.nan, np.inf, -np.inf
+        m = _depthwise([1, 4, 21, 88], f, b, (2, 2, 2, 2), (stride, stride), 1, 3, False, (1, 1))
+        fast, ref = _both(device, m, [x])
+        np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
+        np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_depthwise_filter_and_bias_at_execution(device: nnrt.CpuDevice) -> None:
@@ -221,9 +250,9 @@ def test_compiled_matches_uncompiled_python(loop: str, stride_w: int, channels: 
     with _jit.forced(True):
         run = compiled_depthwise(stride_w, channels)
     assert isinstance(run, partial) and run.func.__name__ == f"_depthwise_{loop}"
-    python = partial(run.func, depthwise_rows_f32 if loop == "rows" else window_pixels_f32)
+    python = partial(run.func, depthwise_rows_f32 if loop == "rows" else window_pixels_f32, None)
     taps, bias = TiledTaps(f[0]), TiledTaps(b[None, :])
-    outs = [r(x, taps, bias, 2, g) for r in (run, python)]
+    outs = [r(x.shape, taps, bias, 2, g)(x) for r in (run, python)]
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
 
 
@@ -415,8 +444,9 @@ def test_prelu_bit_identical(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyP
 def test_pointwise_conv_bias_and_activation(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, n: int,
                                             hw: tuple[int, int], cin: int, cout: int,
                                             pads: tuple[int, int, int, int], stride: tuple[int, int], nchw: bool,
-                                            act: int) -> None:
-    """A float32 1x1 CONV_2D adds bias and activation in one compiled pass (NHWC); bit-identical."""
+                                            act: int, blas: str) -> None:
+    """A float32 1x1 CONV_2D adds bias and activation in one compiled pass (NHWC); bit-identical
+    with numpy's products, within float32 rounding with MKL's (``_gemm``)."""
     rng = np.random.default_rng(cin * cout)
     x = (rng.standard_normal((n, *hw, cin)) * 3).astype(np.float32)
     x.reshape(-1)[:3] = np.array([np.nan, np.inf, -np.inf], dtype=np.float32)
@@ -428,7 +458,10 @@ def test_pointwise_conv_bias_and_activation(device: nnrt.CpuDevice, monkeypatch:
     xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
     fast, ref = _both_unary(device, m, xin)
     assert bool(calls) is not nchw
-    np.testing.assert_array_equal(fast, ref)
+    if blas == "numpy" or nchw:
+        np.testing.assert_array_equal(fast, ref)
+    else:
+        np.testing.assert_allclose(fast, ref, rtol=1e-6, atol=1e-6)
 
 
 def _pool_model(dims: list[int], scalars: list[Any], op: Op = Op.MAX_POOL_2D) -> Model:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -125,6 +126,34 @@ def test_transpose_matches_numpy(device: nnrt.CpuDevice, x: np.ndarray, rnd: obj
     np.testing.assert_array_equal(y, x.transpose(perm))
 
 
+@pytest.mark.parametrize(("shape", "perm", "dtype"), [
+    ((1, 3, 48, 192), (0, 2, 3, 1), np.float32), ((2, 2, 40, 60), (0, 2, 3, 1), np.float32),
+    ((1, 4, 32, 33), (0, 2, 3, 1), np.uint8), ((3, 5000), (1, 0), np.float32), ((1, 3, 64, 64), (2, 0, 3, 1), np.float32),
+    ((1, 5, 40, 40), (0, 2, 3, 1), np.float32), ((1, 3, 8, 8), (0, 2, 3, 1), np.float32),
+])  # fmt: skip
+def test_transpose_to_a_short_last_axis(device: nnrt.CpuDevice, shape: tuple[int, ...], perm: tuple[int, ...],
+                                        dtype: type[np.generic]) -> None:
+    """NCHW -> NHWC of an image (one strided copy per channel from 4096 values, 2-4 channels):
+    numpy's transpose, values and dtype, special values included."""
+    x = (np.random.default_rng(1).standard_normal(shape) * 50).astype(dtype)
+    if dtype is np.float32:
+        x.reshape(-1)[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    t = F32 if dtype is np.float32 else T.TENSOR_QUANT8_ASYMM
+    q = (0.5, 3) if dtype is np.uint8 else (0.0, 0)
+    m = Model()
+    xi = m.add_operand(t, list(shape), *q)
+    pi = m.add_operand(T.TENSOR_INT32, [len(perm)])
+    m.set_operand_value(pi, np.array(perm, np.int32))
+    yi = m.add_operand(t, [shape[i] for i in perm], *q)
+    m.add_operation(Op.TRANSPOSE, [xi, pi], [yi])
+    m.identify_inputs_and_outputs([xi], [yi])
+    m.finish()
+    (y,) = run(device, m, x)
+    want = x.transpose(perm)
+    assert y.dtype == want.dtype and y.flags.c_contiguous
+    np.testing.assert_array_equal(y.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
 def test_depth_space_round_trip_nchw(device: nnrt.CpuDevice) -> None:
     x = np.arange(2 * 8 * 2 * 3, dtype=np.float32).reshape(2, 8, 2, 3)  # NCHW, C = 8
     m, _ = build(Op.DEPTH_TO_SPACE, [(F32, [2, 8, 2, 3], None), (T.INT32, None, 2), (T.BOOL, None, True)],
@@ -153,6 +182,78 @@ def test_resize_nearest_integer_upscale(device: nnrt.CpuDevice) -> None:
                                               (T.BOOL, None, False)], [(F32, [1, 4, 6, 1])])
     (y,) = run(device, m, x)
     np.testing.assert_array_equal(y, x.repeat(2, axis=1).repeat(2, axis=2))
+
+
+@pytest.mark.parametrize(("dims", "out_hw"), [
+    ([1, 4, 5, 3], (8, 10)),  # 2x: one broadcasting copy
+    ([2, 3, 2, 4], (9, 8)),  # batch 2, 3x by 4x
+    ([1, 4, 4, 2], (4, 4)),  # 1x: a fresh copy
+    ([1, 4, 6, 2], (6, 9)),  # 1.5x: the gathers
+    ([1, 6, 4, 1], (3, 8)),  # down by 2 on H, up by 2 on W: the gathers
+])
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True)])  # align_corners, half_pixel
+@pytest.mark.parametrize("nchw", [False, True])
+@pytest.mark.parametrize("t", [F32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_resize_nearest_matches_the_gathers(device: nnrt.CpuDevice, dims: list[int], out_hw: tuple[int, int],
+                                            flags: tuple[bool, bool], nchw: bool, t: T) -> None:
+    from nnrt.ops.resize import _nearest_axis
+
+    x = np.random.default_rng(5).integers(0, 255, dims).astype(t.dtype)
+    xin = x.transpose(0, 3, 1, 2).copy() if nchw else x
+    oh, ow = out_hw
+    out_dims = [dims[0], dims[3], oh, ow] if nchw else [dims[0], oh, ow, dims[3]]
+    args: list[Arg] = [(t, list(xin.shape), None), (T.INT32, None, ow), (T.INT32, None, oh),
+                       (T.BOOL, None, nchw), (T.BOOL, None, flags[0]), (T.BOOL, None, flags[1])]
+    quant = {0: (0.5, 3), 6: (0.5, 3)} if t.is_quantized else {}
+    m, _ = build(Op.RESIZE_NEAREST_NEIGHBOR, args, [(t, out_dims)], quant=quant)
+    (y,) = run(device, m, xin)
+    want = x[:, _nearest_axis(dims[1], oh, *flags)][:, :, _nearest_axis(dims[2], ow, *flags)]
+    assert y.dtype == t.dtype and y.flags.c_contiguous and y.flags.writeable
+    np.testing.assert_array_equal(y, want.transpose(0, 3, 1, 2) if nchw else want)
+    assert not np.shares_memory(y, xin)
+
+
+@pytest.mark.parametrize(("shape", "perm"), [
+    ([1, 3, 40, 50], [0, 2, 3, 1]),  # NCHW -> NHWC of an image: one plane per channel
+    ([2, 4, 32, 40], [0, 2, 3, 1]),  # batch 2, 4 channels
+    ([1, 5, 40, 40], [0, 2, 3, 1]),  # 5 channels: numpy's copy
+    ([3, 64, 70], [1, 2, 0]),  # rank 3
+    ([2, 70, 64], [0, 2, 1]),  # the other axes out of order: numpy's copy
+    ([1, 3, 4, 5], [0, 2, 3, 1]),  # small: numpy's copy
+])
+@pytest.mark.parametrize("t", [F32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_transpose_of_large_tensors_matches_numpy(device: nnrt.CpuDevice, shape: list[int], perm: list[int], t: T) -> None:
+    x = np.random.default_rng(6).integers(0, 200, shape).astype(t.dtype)
+    out_dims = [shape[p] for p in perm]
+    quant = {0: (0.5, 3), 2: (0.5, 3)} if t.is_quantized else {}
+    m, _ = build(Op.TRANSPOSE, [(t, shape, None), (T.TENSOR_INT32, [len(perm)], i32(*perm))], [(t, out_dims)],
+                 quant=quant)
+    (y,) = run(device, m, x)
+    assert y.dtype == t.dtype and y.flags.c_contiguous and not np.shares_memory(y, x)
+    np.testing.assert_array_equal(y, x.transpose(perm))
+
+
+@pytest.mark.parametrize(("a_dims", "b_dims", "axis"), [
+    ([1, 5, 6, 4], [1, 5, 6, 3], 3), ([2, 5, 6, 4], [2, 5, 2, 4], 2), ([2, 3, 4], [1, 3, 4], 0), ([2, 3], [2, 5], -1),
+])
+@pytest.mark.parametrize("jit", [True, False])
+def test_two_input_concatenation_in_both_modes(device: nnrt.CpuDevice, a_dims: list[int], b_dims: list[int], axis: int,
+                                              jit: bool) -> None:
+    """Two float32 inputs: the compiled one-pass copy (``_copies.concat2_rows_f32``) with numba,
+    numpy's concatenate without: the same values, NaN and signed zeros included."""
+    from nnrt.ops import _jit
+
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal(a_dims).astype(np.float32), rng.standard_normal(b_dims).astype(np.float32)
+    a.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    out_dims = list(a_dims)
+    out_dims[axis] += b_dims[axis]
+    m, _ = build(Op.CONCATENATION, [(F32, a_dims, None), (F32, b_dims, None), (T.INT32, None, axis)], [(F32, out_dims)])
+    with _jit.forced(jit):
+        (y,) = run(device, m, a, b)
+    want = np.concatenate([a, b], axis=axis)
+    assert y.flags.c_contiguous and y.shape == want.shape
+    np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
 
 
 def test_resize_bilinear_by_scale_align_corners(device: nnrt.CpuDevice) -> None:
