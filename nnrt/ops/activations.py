@@ -87,8 +87,12 @@ def _elementwise(in_op: Operand, out_op: Operand, fn: RealFn) -> Kernel:
 # -- RELU, RELU1, RELU6, LOGISTIC, TANH, HARD_SWISH ----------------------------------------
 
 
+_ZERO_F32 = np.float32(0)
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, x.dtype.type(0))  # type: ignore[no-any-return]
+    # (``x.dtype.type(0)`` per call costs about 0.8 us, the maximum of 128 values 0.5)
+    return np.maximum(x, _ZERO_F32 if x.dtype == _ZERO_F32.dtype else x.dtype.type(0))  # type: ignore[no-any-return]
 
 
 def _relu1(x: np.ndarray) -> np.ndarray:
