@@ -13,7 +13,6 @@ Run: python benchmarks/block_steps.py [--quick]
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -32,6 +31,7 @@ from nnrt.devices import CpuDevice
 
 try:
     import onnxruntime as ort
+    from _ort_profile import OrtProfile
     from overhead import ort_block_model
 except ImportError:  # pragma: no cover - optional
     ort = None
@@ -48,12 +48,7 @@ def main() -> None:
     img = zoo.example_inputs(model)[0]
     img_nchw = np.ascontiguousarray(img.transpose(0, 3, 1, 2))
     with tempfile.TemporaryDirectory() as tmp:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        opts.enable_profiling = True
-        opts.profile_file_prefix = os.path.join(tmp, "ort")
-        sess = ort.InferenceSession(ort_block_model(model).SerializeToString(), opts,
-                                    providers=["CPUExecutionProvider"])
+        session = OrtProfile(ort_block_model(model).SerializeToString(), tmp)
         ours: dict[str, list[float]] = {}
         order: list[tuple[str, str]] = []
         for r in range(rounds):
@@ -62,14 +57,8 @@ def main() -> None:
                 order = [(s.label, s.op_type) for s in prof.steps]
             for s in prof.steps:
                 ours.setdefault(s.label, []).append(s.ms * 1e3)
-            for _ in range(runs + (5 if r == 0 else 0)):
-                sess.run(None, {"x": img_nchw})
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
-    theirs: dict[str, list[float]] = {}
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            theirs.setdefault(e["name"].removesuffix("_kernel_time"), []).append(float(e["dur"]))
+            session.run({"x": img_nchw}, runs + (5 if r == 0 else 0))
+        theirs = {name: node.us for name, node in session.finish().items()}
     sys.stdout.write(f"(per step, us: medians over {rounds} alternating rounds of {runs} runs)\n")
     steps = [(label, kind) for label, kind in order if label in ours]
     steps.sort(key=lambda s: _step_index(prepared.plan, s[0]))

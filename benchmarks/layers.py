@@ -28,7 +28,8 @@ from nnrt.devices import CpuDevice
 from nnrt.execution._plan import KERNEL, Plan, Step
 
 
-def _steps(plan: Plan) -> dict[str, Step]:
+def plan_steps(plan: Plan) -> dict[str, Step]:
+    """Every step of ``plan`` and its sub-plans, by label."""
     found: dict[str, Step] = {}
     todo = [plan]
     while todo:
@@ -66,7 +67,7 @@ def main() -> None:
         profile = profile_plan(plan, make_inputs(input_specs(model, shapes)), runs=args.runs, warmup=3)
     finally:
         device.close()
-    steps = _steps(plan)
+    steps = plan_steps(plan)
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     for st in profile.steps:
         s = steps[st.label]

@@ -28,6 +28,7 @@ from typing import Any
 
 from nnrt.errors import InvalidArgumentError
 from nnrt.execution._compiled_plan import compile_segments
+from nnrt.execution._concat_in_place import concat_in_place
 from nnrt.execution._cost import ESTABLISHED, CostModel
 from nnrt.execution._fuse import ConstantFolder, fuse_steps
 from nnrt.model import Model, Operand, dims_product
@@ -310,6 +311,7 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
             continue
         steps.append(step)
     steps = fuse_steps(model, steps, _fetcher, folder.operands)
+    steps = concat_in_place(model, steps, folder.operands, _like)
     steps = compile_segments(model, steps, _fetcher, folder.operands)
     _assign_frees(model, steps)
     plan = Plan(model, template, tuple(model.input_indexes), tuple(model.output_indexes), steps, has_cf)
@@ -318,6 +320,13 @@ def compile_plan(model: Model, *, where: str = "", _cache: dict[int, Plan] | Non
     plan.set_inline_limit(DEFAULT_INLINE_LIMIT_NS)
     cache[id(model)] = plan
     return plan
+
+
+def _like(base: Step, label: str, ins: tuple[int, ...], outs: tuple[int, ...], fn: Kernel) -> Step:
+    """A step in ``base``'s place (its operation, kind and cost) running ``fn`` on ``ins``."""
+    step = Step(base.index, base.type, label, base.kind, ins, outs, fn=fn)
+    step.fetch, step.out, step.cost_ns = _fetcher(ins), outs[0] if len(outs) == 1 else -1, base.cost_ns
+    return step
 
 
 def _assign_frees(model: Model, steps: list[Step]) -> None:

@@ -25,7 +25,7 @@ from nnrt.importers._common import Rejections
 from nnrt.importers._onnx import MAPPERS, MIN_OPSET, Builder, NodeCtx, Reject, Shape, Value, _load_mappers
 from nnrt.importers._onnx_fold import try_fold
 from nnrt.importers._onnx_layout import run_in_nhwc
-from nnrt.importers._onnx_proto import ONNX_DTYPES, ONNX_TYPE_NAMES, Graph, ModelProto, parse_model, tensor_array
+from nnrt.importers._onnx_proto import ONNX_DTYPES, ONNX_TYPE_NAMES, Graph, ModelProto, Node, parse_model, tensor_array
 from nnrt.model import Model
 
 __all__ = ["build_model", "convert_nodes", "count_reads", "finish_outputs", "load_onnx"]
@@ -41,7 +41,7 @@ def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
             b.consumers.setdefault(name, []).append(node)
         for name in node.outputs:
             b.producers[name] = node
-    for node in g.nodes:
+    for node in _constants_first(b, g.nodes):
         if id(node) in b.absorbed:
             continue
         ins: list[Value | None] = []
@@ -72,6 +72,25 @@ def convert_nodes(b: Builder, g: Graph, rejections: Rejections) -> None:
         for name, v in zip(node.outputs, ctx.outputs):
             if name:
                 b.values[name] = v if v is not None else Value(_F32, None, missing=True)
+
+
+def _constants_first(b: Builder, nodes: list[Node]) -> list[Node]:
+    """``nodes`` with those computing from constants alone (initializers, Constant nodes, and
+    such nodes' outputs) first, each part in file order. They fold to constants
+    (``_onnx_fold``), so a mapper that looks ahead at a node reading its output (a bias Add
+    after ConvTranspose, whose bias a Reshape after the ConvTranspose makes) sees the constant.
+    Nodes with subgraphs stay in place: their bodies may read earlier tensors."""
+    known = {name for name, v in b.values.items() if v.const is not None}
+    first: list[Node] = []
+    rest: list[Node] = []
+    for node in nodes:
+        if (all(not name or name in known for name in node.inputs)
+                and not any(a.g is not None or a.graphs for a in node.attrs.values())):
+            first.append(node)
+            known.update(name for name in node.outputs if name)
+        else:
+            rest.append(node)
+    return first + rest
 
 
 #: Where quantized ops read a tensor and its scale / zero point: op type -> ((tensor, scale, zp), ...).

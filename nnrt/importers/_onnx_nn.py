@@ -133,8 +133,16 @@ def _activation(ctx: NodeCtx, name: str) -> tuple[int, Node | None]:
 
 
 def _conv_fusions(ctx: NodeCtx, w: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, str]:
-    """Fold a following BatchNormalization and fuse a following activation; the final output name."""
+    """Fold a following Add of a per-channel constant (a bias exported as a node of its own, as
+    Paddle does after ConvTranspose) and a BatchNormalization, and fuse a following activation;
+    ``w`` has the output channels first. Returns the weights, bias, activation code and the
+    final output name."""
     name = ctx.out()
+    add = _bias_add(ctx, name, bias)
+    if add is not None:
+        bias, node = add
+        ctx.b.absorbed.add(id(node))
+        name = node.outputs[0]
     bn = _consumer(ctx, name, "BatchNormalization")
     if bn is not None:
         folded = _fold_bn(ctx, bn, w, bias)
@@ -147,6 +155,20 @@ def _conv_fusions(ctx: NodeCtx, w: np.ndarray, bias: np.ndarray) -> tuple[np.nda
         ctx.b.absorbed.add(id(nxt))
         name = nxt.outputs[0]
     return w, bias, act, name
+
+
+def _bias_add(ctx: NodeCtx, name: str, bias: np.ndarray) -> tuple[np.ndarray, Node] | None:
+    """``bias`` plus the constant of the Add reading ``name`` alone, when that constant is one
+    value or one per channel ([C, 1, 1] or [1, C, 1, 1]) of the bias's type; with the Add."""
+    add = _consumer(ctx, name, "Add")
+    if add is None or len(add.inputs) != 2 or add.inputs.count(name) != 1:
+        return None
+    v = ctx.b.lookup(add.inputs[1] if add.inputs[0] == name else add.inputs[0])
+    c = None if v is None else v.const
+    n = bias.shape[0]
+    if c is None or c.dtype != bias.dtype or not ((c.size == 1 and c.ndim <= 4) or c.shape in ((n, 1, 1), (1, n, 1, 1))):
+        return None
+    return bias + c.reshape(-1), add
 
 
 def _conv_input(ctx: NodeCtx, quantized: bool) -> tuple[Value, int]:
@@ -328,7 +350,7 @@ def _conv_run_time(ctx: NodeCtx) -> None:
 
 @mapper("ConvTranspose")
 def _conv_transpose(ctx: NodeCtx) -> None:
-    x = ctx.inp(0)
+    x = ctx.raw(0)  # read NHWC (``ctx.inp`` would add a TRANSPOSE to NCHW that nothing reads)
     if x.need_rank("ConvTranspose") != 4:
         raise Reject("only 2-D ConvTranspose is supported")
     wv = ctx.inp(1)
@@ -364,6 +386,7 @@ def _conv_transpose(ctx: NodeCtx) -> None:
     geo = [ctx.b.i32(v) for v in (left, r_, t, b_, strides[1], strides[0])]
     xp = ctx.b.nhwc(x)
     cg = _cin_g // group
+    act, out_name = 0, ctx.out()
     ws: list[Value]
     bs: list[Value]
     if run_time:  # [C_in, M/g, kH, kW] -> [M/g, kH, kW, C_in] by a TRANSPOSE, cut per group by SPLIT
@@ -379,6 +402,9 @@ def _conv_transpose(ctx: NodeCtx) -> None:
         w = w.astype(x.dtype, copy=False)
         bias_c = ctx.const(2, "bias")
         bias = bias_c.astype(x.dtype, copy=False) if bias_c is not None else np.zeros(m, x.dtype)
+        if group == 1 and x.dtype == np.float32:  # a bias Add, BatchNormalization, activation after it
+            wo, bias, act, out_name = _conv_fusions(ctx, w.transpose(1, 0, 2, 3), bias)
+            w = wo.transpose(1, 0, 2, 3)
         ws = [_cv(w[g * cg:(g + 1) * cg].transpose(1, 2, 3, 0)) for g in range(group)]  # [M/g, kH, kW, C_in/g]
         bs = [_cv(bias[g * mg:(g + 1) * mg]) for g in range(group)]
     part_shape = (x.shape[0], x.shape[1] // group if x.shape[1] else 0, h, wd)
@@ -386,9 +412,13 @@ def _conv_transpose(ctx: NodeCtx) -> None:
                                           [(x.dtype, to_nhwc(part_shape))] * group)
     outs = []
     for g, part in enumerate(xs):
-        ins: list[Arg] = [part, ws[g], bs[g], *geo, ctx.b.i32(0), ctx.b.bool(False)]
+        ins: list[Arg] = [part, ws[g], bs[g], *geo, ctx.b.i32(act), ctx.b.bool(False)]
         outs.append(ctx.b.op_nhwc(Op.TRANSPOSE_CONV_2D, ins, x.dtype, shape if group == 1 else
-                                  (shape[0], mg, shape[2], shape[3]), name=ctx.out() if group == 1 else ""))
+                                  (shape[0], mg, shape[2], shape[3]), name=out_name if group == 1 else ""))
+    if out_name != ctx.out():  # nodes folded in: the last one's output is the convolution's
+        ctx.b.values[out_name] = outs[0]
+        ctx.set(0, Value(x.dtype, shape, missing=True))  # never read: its only reader was fused
+        return
     ctx.set(0, outs[0] if group == 1 else
             ctx.b.op_nhwc(Op.CONCATENATION, [*outs, ctx.b.i32(3)], x.dtype, shape, name=ctx.out()))
 

@@ -22,11 +22,13 @@ tf_crop_and_resize and the rest are refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from nnrt.importers._onnx import Arg, NodeCtx, Reject, Value, mapper
 from nnrt.importers._onnx_elem import broadcast_to, bshape, normalize_axes
+from nnrt.importers._onnx_proto import Node
 from nnrt.types import OperationType as Op
 
 __all__ = ["reshape_to"]
@@ -264,6 +266,16 @@ def _slice(ctx: NodeCtx) -> None:
     if r > 4:
         _slice_high_rank(ctx, x, starts, ends, axes, steps)
         return
+    if x.known and all(x.shape):
+        ranges = _ranges(x.shape, starts, ends, axes, steps)
+        then = _then_slice(ctx, ranges)
+        if then is not None:  # a Slice of this Slice: one STRIDED_SLICE for both
+            node, ranges = then
+            ctx.b.absorbed.add(id(node))
+            out = _strided_from_ranges(ctx, x, ranges, node.outputs[0])
+            ctx.b.values[node.outputs[0]] = out
+            ctx.set(0, Value(x.dtype, out.shape, missing=True))  # never read: its only reader was merged
+            return
     begin, end, stride = [0] * r, [0] * r, [1] * r
     begin_mask = end_mask = 0
     for k in range(r):
@@ -297,6 +309,53 @@ def _slice(ctx: NodeCtx) -> None:
             raise Reject(f"slicing axis {ax} of unknown size with negative bounds or steps needs input_shapes")
     ctx.emit(Op.STRIDED_SLICE, [x, ctx.b.ints(begin), ctx.b.ints(end), ctx.b.ints(stride), ctx.b.i32(begin_mask),
                                 ctx.b.i32(end_mask), ctx.b.i32(0)], x.dtype, tuple(shape), x.quant)
+
+
+def _ranges(shape: Sequence[int], starts: np.ndarray, ends: np.ndarray, axes: list[int], steps: list[int]
+            ) -> list[range]:
+    """The indexes a Slice keeps along each axis of a tensor of known ``shape`` (numpy's slicing)."""
+    ranges = [range(d) for d in shape]
+    for s, e, ax, st in zip(starts.reshape(-1), ends.reshape(-1), axes, steps):
+        if st == 0:
+            raise Reject("a step of 0 is invalid")
+        ranges[ax] = ranges[ax][slice(int(s), int(e), st)]
+    if not all(ranges):
+        raise Reject("an empty slice is not supported (nnrt tensors have no zero-sized dims)")
+    return ranges
+
+
+def _then_slice(ctx: NodeCtx, ranges: list[range]) -> tuple[Node, list[range]] | None:
+    """The Slice that alone reads this Slice's output, with constant parameters, and the indexes
+    of the input both keep (YOLOv5's space-to-depth slices rows, then columns); else None."""
+    name = ctx.out()
+    users = ctx.b.consumers.get(name, [])
+    if len(users) != 1 or users[0].op_type != "Slice" or name in ctx.b.graph_outputs or users[0].inputs[0] != name:
+        return None
+    node = users[0]
+    params = [ctx.b.lookup(n) if n else None for n in node.inputs[1:5]] + [None] * (5 - len(node.inputs))
+    if any(p is not None and p.const is None for p in params) or params[0] is None or params[1] is None:
+        return None
+    starts, ends = (p.const for p in params[:2] if p is not None and p.const is not None)
+    axes = [int(a) for a in params[2].const.reshape(-1)] if params[2] is not None and params[2].const is not None \
+        else list(range(starts.size))
+    steps = [int(v) for v in params[3].const.reshape(-1)] if params[3] is not None and params[3].const is not None \
+        else [1] * starts.size
+    if len(axes) != starts.size or len(steps) != starts.size or ends.size != starts.size:
+        return None
+    try:
+        inner = _ranges([len(rg) for rg in ranges], starts, ends, normalize_axes(axes, len(ranges)), steps)
+    except Reject:
+        return None
+    return node, [range(rg[i[0]], rg[i[0]] + len(i) * rg.step * i.step, rg.step * i.step) for rg, i in zip(ranges, inner)]
+
+
+def _strided_from_ranges(ctx: NodeCtx, x: Value, ranges: list[range], name: str) -> Value:
+    """One STRIDED_SLICE of ``x`` keeping ``ranges`` (one per axis), its output named ``name``."""
+    begin, end, stride = [rg.start for rg in ranges], [max(rg.stop, 0) for rg in ranges], [rg.step for rg in ranges]
+    end_mask = sum(1 << k for k, rg in enumerate(ranges) if rg.stop < 0)  # runs to the front
+    shape = tuple(len(rg) for rg in ranges)
+    return ctx.b.op(Op.STRIDED_SLICE, [x, ctx.b.ints(begin), ctx.b.ints(end), ctx.b.ints(stride), ctx.b.i32(0),
+                                       ctx.b.i32(end_mask), ctx.b.i32(0)], [(x.dtype, shape, x.quant)], [name])[0]
 
 
 def _slice_high_rank(ctx: NodeCtx, x: Value, starts: np.ndarray, ends: np.ndarray, axes: list[int],

@@ -238,7 +238,7 @@ def bias_prelu_f32(out: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.flo
 
 
 def silu(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None,
-         logistic: Callable[[np.ndarray, np.ndarray, bool], None] | None = None) -> None:
+         logistic: Callable[[np.ndarray, np.ndarray, int, bool], None] | None = None) -> None:
     """``out = x * (1 / (1 + exp(-x)))`` for C-contiguous float32 ``x`` and ``out`` of one size,
     the LOGISTIC then MUL kernels' float32 operations: ``logistic``, the compiled
     ``logistic_f32`` the LOGISTIC kernel runs (``_jit_logistic.compiled_logistic()``, asked at
@@ -247,7 +247,7 @@ def silu(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None,
     not overlap it."""
     xf, of = x.reshape(-1), out.reshape(-1)
     if logistic is not None:
-        logistic(xf, of, True)
+        logistic(xf.reshape(1, -1), of.reshape(1, -1), 0, True)
         return
     same = out is x or np.may_share_memory(xf, of)
     e = scratch.reshape(-1) if same and scratch is not None else of if not same else np.empty_like(xf)

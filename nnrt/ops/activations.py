@@ -155,7 +155,7 @@ def prepare_unary(call: OpCall) -> Kernel:
     if call.type is Op.LOGISTIC and t is T.TENSOR_FLOAT32:
         logistic = compiled_logistic()  # not numpy's bits: the formula stays the reference (NNRT_JIT=0)
         if logistic is not None:
-            return _compiled_unary(lambda x, out: logistic(x, out, False))
+            return _compiled_unary(lambda x, out: logistic(x.reshape(1, -1), out.reshape(1, -1), 0, False))
     return _elementwise(call.inputs[0], call.outputs[0], _UNARY[call.type])
 
 

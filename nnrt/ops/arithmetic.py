@@ -12,6 +12,7 @@ activation is a constant.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -27,12 +28,13 @@ from nnrt.ops._common import (
     quant8_table,
     to_real,
 )
+from nnrt.ops._into import Into, set_into, write
 from nnrt.ops._jit_quant import table_lookups
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__: list[str] = []
+__all__ = ["binary_into"]
 
 #: Elements from which a per-channel constant operand is applied over long rows (below, the
 #: reshapes cost more than they save).
@@ -50,6 +52,24 @@ _TYPES = {
     Op.MUL: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
     Op.DIV: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32),
 }
+
+
+def binary_into(ufunc: Callable[..., np.ndarray], act: int, plain: Callable[..., Any]) -> Into:
+    """The ``into`` (``nnrt.ops._into``) of a float kernel computing ``ufunc(a, b)`` then the
+    constant activation ``act``: the same ufunc with ``out=``; ``plain`` (the kernel itself) for
+    arguments it does not take (another activation, other types, a result of another shape)."""
+
+    def into(out: np.ndarray, a: np.ndarray, b: np.ndarray, act_arg: int) -> None:
+        try:
+            fits = np.broadcast_shapes(a.shape, b.shape) == out.shape
+        except ValueError:
+            fits = False
+        if not fits or act_arg != act or a.dtype != out.dtype or b.dtype != out.dtype:
+            write(out, plain(a, b, act_arg), "the arithmetic result")
+            return
+        apply_activation(ufunc(a, b, out=out), act)
+
+    return into
 
 
 @kernel(Op.ADD, Op.SUB, Op.MUL, Op.DIV)
@@ -118,9 +138,12 @@ def prepare_binary(call: OpCall) -> Kernel:
         def run_float(a: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
             return ufunc(a, b)
 
+        set_into(run_float, binary_into(ufunc, ACT_NONE, run_float))
         return run_float
 
     def run_float_act(a: np.ndarray, b: np.ndarray, act: int) -> np.ndarray:
         return apply_activation(ufunc(a, b), check_activation(call, act, 2))
 
+    if act is not None:
+        set_into(run_float_act, binary_into(ufunc, act, run_float_act))
     return run_float_act

@@ -10,6 +10,13 @@ the last filter tap with bias-only values).
 
 Computation: one matrix product scatters every input pixel into ``KH*KW*depth_out`` values,
 then KH*KW strided adds place them in the (uncropped) output, which is cropped by the padding.
+When the filter is the stride (2x2 stride 2: the upsampling of FPN and DB-text heads) the taps
+do not overlap: each output pixel is one tap of one input pixel plus the bias, so one pass
+places them (``_place_taps``; with numba the loop ``place_taps_f32``, else one numpy add) instead
+of a zeroed buffer, KH*KW strided adds, the bias pass and the crop's copy. Measured, PP-OCRv3
+det's [1,80,80,24] -> [1,160,160,24] (2x2, stride 2), wall time malloc tuned: 1190 -> 450 us
+(the product itself 280). The result is the general path's but for the sign of a zero where
+tap and bias are both -0 (``v + b`` where the general path adds ``(0 + v) + b``).
 """
 
 from __future__ import annotations
@@ -19,13 +26,42 @@ from typing import Any
 import numpy as np
 
 from nnrt.ops._common import PADDING_SAME, check_activation, check_padding_scheme, from_nchw, int_param, to_real
+from nnrt.ops._jit import compiled
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.conv import Geometry, check_conv_types, empty_output, finish_output, real_bias, real_filter
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
 
-__all__: list[str] = []
+__all__ = ["PLACE_TAPS_F32", "place_taps_f32"]
 
+#: The signature ``place_taps_f32`` is compiled for.
+PLACE_TAPS_F32 = ("void(Array(float32, 4, 'C', readonly=True), Array(float32, 1, 'C', readonly=True), "
+                  "float32[:, :, :, ::1])")
+
+
+def place_taps_f32(src: np.ndarray, bias: np.ndarray, out: np.ndarray) -> None:
+    """``out[p, a, j] = src[p, j, a] + bias``: the taps of ``src`` [N*H, W, KH, KW*Cout] (the
+    product's rows) into ``out`` [N*H, KH, W, KW*Cout] (the output's rows), ``bias`` tiled KW times."""
+    for p in range(src.shape[0]):
+        for a in range(src.shape[2]):
+            for j in range(src.shape[1]):
+                s, o = src[p, j, a], out[p, a, j]
+                for q in range(src.shape[3]):
+                    o[q] = s[q] + bias[q]
+
+
+def _place_taps(cols: np.ndarray, bias: np.ndarray, fast: Any) -> np.ndarray:
+    """The output [N, H*KH, W*KW, Cout] of non-overlapping taps ``cols`` [N, H, W, KH, KW, Cout]
+    plus ``bias`` (module doc): ``fast`` (``place_taps_f32``) on float32, else one numpy add."""
+    n, h, w, kh, kw, c = cols.shape
+    src = cols.reshape(n * h, w, kh, kw * c)
+    out = np.empty((n * h, kh, w, kw * c), cols.dtype)
+    tiled = np.tile(bias.astype(cols.dtype, copy=False), kw)
+    if fast is not None and cols.dtype == np.float32:
+        fast(src, tiled, out)
+    else:
+        np.add(src.transpose(0, 2, 1, 3), tiled, out=out)
+    return out.reshape(n, h * kh, w * kw, c)
 
 
 def _transpose_padding(scheme: int, out_size: int, stride: int, k: int) -> tuple[int, int]:
@@ -71,6 +107,7 @@ def prepare_transpose_conv2d(call: OpCall) -> Kernel:
 
     const_w, const_b = call.const(1), call.const(2)
     wmat0 = _filter_matrix(real_filter(const_w, call, types)) if const_w is not None else None
+    fast = compiled(place_taps_f32, PLACE_TAPS_F32) if types.real == np.float32 else None
     bias0 = real_bias(const_b, call, types) if const_b is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
@@ -108,6 +145,11 @@ def prepare_transpose_conv2d(call: OpCall) -> Kernel:
         if nchw:
             xr = from_nchw(xr)
         cols = np.matmul(xr.reshape(-1, cin), wmat).reshape(n, in_h, in_w, kh, kw, cout)
+        if kh == sh and kw == sw and top + out_h <= in_h * sh and left + out_w <= in_w * sw:
+            placed = _place_taps(cols, bias, fast)
+            if top or left or out_h != in_h * sh or out_w != in_w * sw:
+                placed = np.ascontiguousarray(placed[:, top : top + out_h, left : left + out_w])
+            return finish_output(call, placed, g)
         full_h = max((in_h - 1) * sh + kh, top + out_h)
         full_w = max((in_w - 1) * sw + kw, left + out_w)
         full = np.zeros((n, full_h, full_w, cout), dtype=cols.dtype)

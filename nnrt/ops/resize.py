@@ -32,6 +32,7 @@ from nnrt.ops._common import (
     to_nchw,
     to_real,
 )
+from nnrt.ops._into import set_into, write
 from nnrt.ops._jit import compiled
 from nnrt.ops._jit_float import BILINEAR_F32, bilinear_f32
 from nnrt.ops._registry import Kernel, OpCall, kernel
@@ -116,9 +117,32 @@ def _bilinear_compiled(fn: Any, cache: dict[tuple[int, ...], Tables]) -> Any:
     return run
 
 
-def _nearest(x: np.ndarray, oh: int, ow: int, align: bool, half: bool) -> np.ndarray:
-    _, h, w, _ = x.shape
-    return x[:, _nearest_axis(h, oh, align, half)][:, :, _nearest_axis(w, ow, align, half)]
+def _repeat_factor(idx: np.ndarray, in_size: int) -> int:
+    """``f`` when the source indices ``idx`` repeat every input position ``f`` times in order
+    (an upscale by a whole factor: ``idx == arange(out) // f``), else 0."""
+    f = idx.size // in_size
+    return f if f * in_size == idx.size and np.array_equal(idx, np.arange(idx.size) // f) else 0
+
+
+def _nearest(x: np.ndarray, oh: int, ow: int, align: bool, half: bool, into: np.ndarray | None = None
+             ) -> np.ndarray | None:
+    """Nearest-neighbour resize of NHWC ``x`` into a fresh C-contiguous array of its type: an
+    upscale by whole factors (FPN's 2x) as one broadcasting copy, [1,40,40,96] to 80x80 370 ->
+    107 us against the two gathers and the copy before it; other sizes by the two gathers.
+    With ``into`` (an array of the result's shape, any strides) the result goes there and None
+    is returned."""
+    n, h, w, c = x.shape
+    ih, iw = _nearest_axis(h, oh, align, half), _nearest_axis(w, ow, align, half)
+    fh, fw = _repeat_factor(ih, h), _repeat_factor(iw, w)
+    if fh and fw:
+        out = np.empty((n, oh, ow, c), x.dtype) if into is None else into.view()
+        out.shape = (n, h, fh, w, fw, c)  # splitting axes: a view whatever the strides
+        np.copyto(out, x[:, :, None, :, None, :])
+        return out.reshape(n, oh, ow, c) if into is None else None
+    if into is None:
+        return x[:, ih][:, :, iw]
+    np.take(x[:, ih], iw, axis=2, out=into)
+    return None
 
 
 @kernel(Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR)
@@ -142,7 +166,7 @@ def prepare_resize(call: OpCall) -> Kernel:
     fast = None if nearest else compiled(bilinear_f32, BILINEAR_F32)
     interpolate = _nearest if nearest else _bilinear if fast is None else _bilinear_compiled(fast, {})
 
-    def run(x: np.ndarray, width: Any, height: Any, *flags: Any) -> np.ndarray:
+    def geometry(x: np.ndarray, width: Any, height: Any, flags: tuple[Any, ...]) -> tuple[np.ndarray, int, int, bool, bool, bool]:
         if x.ndim != 4:
             call.fail(f"input 0 has rank {x.ndim}; expected 4")
         nchw, align, half = ([f is not None and bool(f) for f in flags] + [False] * 3)[:3]
@@ -154,10 +178,26 @@ def prepare_resize(call: OpCall) -> Kernel:
         oh = _out_size(call, img.shape[1], height, by_scale, 2)
         ow = _out_size(call, img.shape[2], width, by_scale, 1)
         check_result_size(call, [img.shape[0], oh, ow, img.shape[3]], dst.type.dtype)
+        return img, oh, ow, nchw, align, half
+
+    def run(x: np.ndarray, width: Any, height: Any, *flags: Any) -> np.ndarray:
+        img, oh, ow, nchw, align, half = geometry(x, width, height, flags)
         if nearest and unchanged:  # a pure gather: stays in the tensor's own type
-            y = _nearest(img, oh, ow, align, half)
-            return (to_nchw(y) if nchw else y).astype(dst.type.dtype, order="C")
+            y = _nearest(img, oh, ow, align, half)  # fresh: returned as it is when in the output's layout
+            assert y is not None
+            return y if not nchw else to_nchw(y).astype(dst.type.dtype, order="C")
         y = interpolate(to_real(img, src), oh, ow, align, half)
+        assert y is not None
         return from_real(np.ascontiguousarray(to_nchw(y) if nchw else y), dst)
 
+    def into(out: np.ndarray, x: np.ndarray, width: Any, height: Any, *flags: Any) -> None:
+        """``run``'s result into ``out`` (``nnrt.ops._into``): an NHWC nearest resize directly."""
+        img, oh, ow, nchw, align, half = geometry(x, width, height, flags)
+        if nchw or out.shape != (img.shape[0], oh, ow, img.shape[3]) or out.dtype != img.dtype:
+            write(out, run(x, width, height, *flags), call.label)
+            return
+        _nearest(img, oh, ow, align, half, out)
+
+    if nearest and unchanged:
+        set_into(run, into)
     return run

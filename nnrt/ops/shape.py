@@ -23,6 +23,9 @@ import numpy as np
 
 from nnrt.model import Operand
 from nnrt.ops._common import check_result_size, normalize_axis, output_values, requantize, same_quant
+from nnrt.ops._copies import CHANNELS_LAST_F32, CONCAT2_ROWS_F32, channels_last, channels_last_f32, concat2, concat2_rows_f32
+from nnrt.ops._into import set_into, write
+from nnrt.ops._jit import compiled
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.types import OperandType as T
 from nnrt.types import OperationType as Op
@@ -182,8 +185,13 @@ def prepare_concatenation(call: OpCall) -> Kernel:
         xs: tuple[np.ndarray, ...] = args[:n]
         return np.concatenate(xs, axis=planned(tuple([x.shape for x in xs])))
 
+    fast = compiled(concat2_rows_f32, CONCAT2_ROWS_F32) if dst.type is T.TENSOR_FLOAT32 else None
+
     def run_pair(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:  # a streaming state and a frame
-        return np.concatenate((a, b), axis=planned((a.shape, b.shape)))
+        ax = planned((a.shape, b.shape))
+        if fast is None or a.dtype != np.float32 or b.dtype != np.float32 or not a.size or not b.size:
+            return np.concatenate((a, b), axis=ax)
+        return concat2(fast, a, b, ax)  # one pass over the output
 
     return run_pair if n == 2 else run_same
 
@@ -266,14 +274,18 @@ def prepare_transpose(call: OpCall) -> Kernel:
         _transpose_plan(call, len(src.dimensions), call.const(1) if call.has_input(1) else None)
 
     same = same_quant(src, dst)
+    last = compiled(channels_last_f32, CHANNELS_LAST_F32) if dst.type is T.TENSOR_FLOAT32 else None
 
     def run(x: np.ndarray, perm: Any = None) -> np.ndarray:
-        v = x.transpose(_transpose_plan(call, x.ndim, perm))
+        p = _transpose_plan(call, x.ndim, perm)
+        v = x.transpose(p)
         if same and v.ndim > 1 and 2 <= v.shape[-1] <= _SHORT_LAST and v.size >= _SHORT_MIN and v.strides[-1] != v.itemsize:
             out = np.empty(v.shape, dst.type.dtype)
             for k in range(v.shape[-1]):  # one strided copy per index of the short last axis
                 out[..., k] = v[..., k]
             return out
+        if last is not None and same and p == (0, 2, 3, 1) and x.dtype == np.float32 and v.size >= _SHORT_MIN:
+            return channels_last(last, x)  # NCHW -> NHWC of a feature map
         return requantize(v, src, dst)
 
     return run
@@ -398,6 +410,13 @@ def prepare_strided_slice(call: OpCall) -> Kernel:
         out = x[slices].copy()
         return out if out.shape == shape else out.reshape(shape)
 
+    def into(out: np.ndarray, x: np.ndarray, *params: Any) -> None:
+        """``run_same``'s values copied straight into ``out`` (``nnrt.ops._into``)."""
+        slices, shape = planned(x.shape)
+        part = x[slices]
+        write(out, part if part.shape == shape else part.reshape(shape), call.label)
+
+    set_into(run_same, into)
     return run_same
 
 

@@ -26,15 +26,16 @@ SPECS = list(iter_specs())
 #: lookups are left to ``tests/unit/test_jit_quant.py``, which compares their specs bit for bit
 #: (an ADD is in a third of all specs).
 COMPILED_OPS = {
-    "TENSOR_FLOAT32": frozenset({"AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "LOGISTIC",
-                                 "MAX_POOL_2D", "MEAN", "PAD", "PAD_V2", "PRELU", "RESIZE_BILINEAR"}),
+    "TENSOR_FLOAT32": frozenset({"AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "LOGISTIC",
+                                 "MAX_POOL_2D", "MEAN", "PAD", "PAD_V2", "PRELU", "RESIZE_BILINEAR",
+                                 "TRANSPOSE_CONV_2D"}),
     "TENSOR_QUANT8_ASYMM": frozenset({
         "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "FULLY_CONNECTED", "HARD_SWISH", "LOGISTIC", "PRELU",
         "QUANTIZE", "RELU", "RELU1", "RELU6", "RESIZE_BILINEAR", "TANH",
     }),
 }  # fmt: skip
 COMPILED_OPS["TENSOR_QUANT8_ASYMM_SIGNED"] = COMPILED_OPS["TENSOR_QUANT8_ASYMM"]
-COMPILED_OPS["TENSOR_FLOAT16"] = frozenset({"RESIZE_BILINEAR"})  # widened to float32 for the loop
+COMPILED_OPS["TENSOR_FLOAT16"] = frozenset({"RESIZE_BILINEAR", "TRANSPOSE_CONV_2D"})  # widened to float32 for the loop
 
 #: Float32 operations whose matrix products are the backend's with the compiled kernels
 #: (``nnrt/ops/_gemm.py``: MKL's when installed, else numpy's).

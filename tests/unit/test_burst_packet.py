@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import nnrt
@@ -180,6 +180,20 @@ def test_binary_result_round_trips() -> None:
     assert (rid, status, shapes, on, message) == (6, ErrorStatus.INVALID_ARGUMENT, [], None, "bad input 0")
 
 
+def test_a_result_with_dimensions_numpy_cannot_shape_is_a_failure() -> None:
+    """A service's result packet claiming an empty output of dimensions (0, 2^40, 2^40) (no
+    array has them) ends the call with GENERAL_FAILURE, not numpy's ValueError."""
+    from nnrt.burst._packet import pack_result, result_datums
+    from nnrt.process._transport import decode_outputs
+
+    parts, _ = pack_result(5, result_datums(ErrorStatus.NONE, [(0, 1 << 40, 1 << 40)], 10, 20), "", [], 0)
+    rid, ok, err = decode_outputs(memoryview(_joined(parts)), [np.dtype(np.float32)])
+    assert (rid, ok) == (5, False) and err.status is ErrorStatus.GENERAL_FAILURE
+    parts, _ = pack_result(6, result_datums(ErrorStatus.NONE, [(0, 4)], 10, 20), "", [], 0)
+    rid, ok, (outputs, _) = decode_outputs(memoryview(_joined(parts)), [np.dtype(np.float32)])
+    assert ok and outputs[0].shape == (0, 4)
+
+
 @given(st.binary(max_size=300), st.integers(0, 400))
 def test_binary_packets_that_do_not_parse_are_malformed(noise: bytes, cut: int) -> None:
     from nnrt.burst._packet import INLINE_SLOT, pack_request, packet_id, request_datums, unpack_request, unpack_result
@@ -272,6 +286,9 @@ def test_the_service_reads_a_known_form_as_the_full_parse_does(signature: Any, s
 
 
 @given(_signatures, st.integers(0, 1000), st.integers(0, 400), st.integers(0, 255), st.integers(0, 64))
+# An empty input whose corrupted dimensions numpy cannot shape ((0, 0, 0) -> a dimension of 2^40):
+# once a bare ValueError from ``reshape``, now INVALID_ARGUMENT.
+@example(signature=[(np.dtype("float32"), (0, 0, 0))], seed=0, at=143, byte=32, cut=0)
 def test_a_corrupted_packet_never_passes_for_a_known_form(signature: Any, seed: int, at: int, byte: int, cut: int) -> None:
     """Whatever a packet's bytes, a form matches only packets the full parse reads the same way
     (and every packet the full parse refuses falls through to it)."""

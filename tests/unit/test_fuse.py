@@ -80,6 +80,34 @@ def test_silu_is_one_step_with_the_unfused_results(device: nnrt.CpuDevice, jit: 
                 np.testing.assert_array_equal(_run(device, m, x)[0].view(np.uint32), np.clip(y, lo, hi).view(np.uint32))
 
 
+@pytest.mark.parametrize("jit", [True, False])
+@pytest.mark.parametrize("n", [100, (1 << 18) + 5])
+@pytest.mark.parametrize("act", [0, 3])
+def test_silu_into_its_fresh_input_gives_the_same_bits(device: nnrt.CpuDevice, jit: bool, n: int, act: int) -> None:
+    """x = a + b read by the LOGISTIC and the MUL alone: the SiLU overwrites x (one pass with
+    numba, at any size); with x also a model output it makes a fresh array. Same bits; the
+    caller's arrays untouched."""
+    a = np.linspace(-40, 40, n, dtype=np.float32)
+    b = np.float32(0.25) * np.cos(a)
+
+    def model(x_is_output: bool) -> Model:
+        g = Graph()
+        ia, ib = g.t([n]), g.t([n])
+        x = g.op(Op.ADD, [ia, ib, g.act(0)], [n])
+        s = g.op(Op.LOGISTIC, [x], [n])
+        y = g.op(Op.MUL, [x, s, g.act(act)], [n])
+        return g.done([ia, ib], [y, x] if x_is_output else [y])
+
+    with _jit.forced(jit):
+        own, fresh = _run(device, model(False), a, b)[0], _run(device, model(True), a, b)[0]
+    np.testing.assert_array_equal(own.view(np.uint32), fresh.view(np.uint32))
+    np.testing.assert_array_equal(a, np.linspace(-40, 40, n, dtype=np.float32))
+    x = a + b
+    with np.errstate(over="ignore"):
+        want = np.clip(x / (np.float32(1) + np.exp(-x)), *((0, 6) if act else (-np.inf, np.inf)))
+    np.testing.assert_allclose(own, want, rtol=1e-6, atol=1e-6)
+
+
 def test_activation_folds_into_a_fresh_producer_only(device: nnrt.CpuDevice) -> None:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)

@@ -37,9 +37,10 @@ def _grid(step: int) -> np.ndarray:
 
 
 def _fast() -> Callable[[np.ndarray, np.ndarray, bool], None]:
+    """The compiled logistic over flat arrays (each one row)."""
     fast = compiled_logistic()
     assert fast is not None
-    return fast
+    return lambda x, out, mul: fast(x.reshape(1, -1), out.reshape(1, -1), 0, mul)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -83,7 +84,7 @@ def test_any_size_in_place_and_as_plain_python(n: int) -> None:
     np.testing.assert_array_equal(same.view(np.uint32), want.view(np.uint32))
     small = x[:300]
     py = np.empty_like(small)
-    logistic_f32(small, py, False)  # the loops as Python: no fused multiply-adds, the same bound
+    logistic_f32(small.reshape(1, -1), py.reshape(1, -1), 0, False)  # as Python: no fused multiply-adds, the same bound
     assert small.size == 0 or _ulps(py, small).max() <= 2.5
 
 
@@ -98,3 +99,18 @@ def test_the_logistic_kernel_takes_it_with_numba(device: nnrt.CpuDevice, jit: bo
     else:
         want = _logistic(x)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize(("rows", "width", "off", "wide"), [(2704, 48, 48, 96), (7, 1500, 0, 1600), (3, 5, 2, 9), (1, 0, 0, 4)])
+def test_rows_of_a_wider_output(rows: int, width: int, off: int, wide: int) -> None:
+    """Rows written at an offset of a wider array (a CONCATENATION's slice) get the flat
+    array's bits, and the columns around them are untouched."""
+    fast = compiled_logistic()
+    assert fast is not None
+    x = np.random.default_rng(rows).standard_normal((rows, width)).astype(F32) * F32(10)
+    flat = np.empty_like(x)
+    _fast()(x, flat, True)
+    out = np.full((rows, wide), F32(7))
+    fast(x, out, off, True)
+    np.testing.assert_array_equal(out[:, off:off + width].view(np.uint32), flat.view(np.uint32))
+    assert (np.delete(out, np.s_[off:off + width], axis=1) == 7).all()

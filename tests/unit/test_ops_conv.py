@@ -266,3 +266,62 @@ def test_conv2d_drops_taps_that_read_only_padding(device: nnrt.CpuDevice, dims: 
     assert seen == [live]
     want = np.maximum(ref_conv(x, w, b, pads, stride, dil), 0)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def ref_transpose_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, pads: tuple[int, int, int, int],
+                       s: tuple[int, int]) -> np.ndarray:
+    """NHWC x, filter [Cout, KH, KW, Cin], pads (left, right, top, bottom), s (w, h): every input
+    pixel's taps added into the uncropped output (float64), cropped, plus the bias."""
+    left, right, top, bottom = pads
+    n, h, wd, _ = x.shape
+    cout, kh, kw, _ = w.shape
+    full = np.zeros((n, (h - 1) * s[1] + kh, (wd - 1) * s[0] + kw, cout))
+    for i in range(h):
+        for j in range(wd):
+            full[:, i * s[1]:i * s[1] + kh, j * s[0]:j * s[0] + kw] += np.einsum(
+                "nc,oabc->nabo", x[:, i, j].astype(np.float64), w.astype(np.float64))
+    return full[:, top:full.shape[1] - bottom, left:full.shape[2] - right] + b
+
+
+@pytest.mark.parametrize(("dims", "k", "pads", "act", "nchw"), [
+    ([1, 5, 4, 3], (2, 2), (0, 0, 0, 0), 0, False),  # PP-OCR det's upsampling: taps placed in one pass
+    ([2, 3, 6, 4], (2, 3), (0, 0, 0, 0), 1, False),  # batch 2, KH != KW
+    ([1, 4, 4, 2], (2, 2), (1, 0, 1, 1), 3, False),  # cropped by the padding
+    ([2, 4, 3, 5], (2, 2), (0, 1, 0, 1), 0, True),  # NCHW
+    ([1, 4, 4, 3], (3, 3), (0, 0, 0, 0), 0, False),  # 3x3 stride 3: non-overlapping too
+    ([1, 4, 4, 3], (3, 2), (1, 1, 0, 0), 2, False),  # filter 3 > stride 2: the general path
+])
+@pytest.mark.parametrize("jit", [False, True])
+def test_transpose_conv2d_filter_equal_to_stride(device: nnrt.CpuDevice, dims: list[int], k: tuple[int, int],
+                                                 pads: tuple[int, int, int, int], act: int, nchw: bool, jit: bool) -> None:
+    from nnrt.ops import _jit
+
+    rng = np.random.default_rng(3)
+    cin, cout = dims[1] if nchw else dims[3], 4
+    w = rng.standard_normal((cout, k[0], k[1], cin)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    stride = (2, 2) if k == (3, 2) else (k[1], k[0])
+    x = rng.standard_normal(dims).astype(np.float32)
+    m = build(Op.TRANSPOSE_CONV_2D, dims, [w, b], [*pads, *stride, act, nchw])
+    with _jit.forced(jit):
+        got = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
+    xn = x.transpose(0, 2, 3, 1) if nchw else x
+    want = np.clip(ref_transpose_conv(xn, w, b, pads, stride), *ACT_BOUNDS[act])
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_allclose(got.transpose(0, 2, 3, 1) if nchw else got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_conv2d_placed_taps_compiled_equal_numpy() -> None:
+    from nnrt.ops import _jit
+    from nnrt.ops.conv_transpose import PLACE_TAPS_F32, _place_taps, place_taps_f32
+
+    fast = _jit.compiled(place_taps_f32, PLACE_TAPS_F32)
+    if fast is None:
+        pytest.skip("numba is not in use (NNRT_JIT=0 or not installed)")
+    rng = np.random.default_rng(4)
+    cols = rng.standard_normal((2, 3, 5, 2, 3, 4)).astype(np.float32)
+    cols[0, 0, 0] = np.float32(np.nan)
+    bias = rng.standard_normal(4).astype(np.float32)
+    a, b = _place_taps(cols, bias, fast), _place_taps(cols, bias, None)
+    assert a.shape == (2, 6, 15, 4)
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))  # bit for bit, NaN included

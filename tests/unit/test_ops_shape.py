@@ -184,6 +184,78 @@ def test_resize_nearest_integer_upscale(device: nnrt.CpuDevice) -> None:
     np.testing.assert_array_equal(y, x.repeat(2, axis=1).repeat(2, axis=2))
 
 
+@pytest.mark.parametrize(("dims", "out_hw"), [
+    ([1, 4, 5, 3], (8, 10)),  # 2x: one broadcasting copy
+    ([2, 3, 2, 4], (9, 8)),  # batch 2, 3x by 4x
+    ([1, 4, 4, 2], (4, 4)),  # 1x: a fresh copy
+    ([1, 4, 6, 2], (6, 9)),  # 1.5x: the gathers
+    ([1, 6, 4, 1], (3, 8)),  # down by 2 on H, up by 2 on W: the gathers
+])
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True)])  # align_corners, half_pixel
+@pytest.mark.parametrize("nchw", [False, True])
+@pytest.mark.parametrize("t", [F32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_resize_nearest_matches_the_gathers(device: nnrt.CpuDevice, dims: list[int], out_hw: tuple[int, int],
+                                            flags: tuple[bool, bool], nchw: bool, t: T) -> None:
+    from nnrt.ops.resize import _nearest_axis
+
+    x = np.random.default_rng(5).integers(0, 255, dims).astype(t.dtype)
+    xin = x.transpose(0, 3, 1, 2).copy() if nchw else x
+    oh, ow = out_hw
+    out_dims = [dims[0], dims[3], oh, ow] if nchw else [dims[0], oh, ow, dims[3]]
+    args: list[Arg] = [(t, list(xin.shape), None), (T.INT32, None, ow), (T.INT32, None, oh),
+                       (T.BOOL, None, nchw), (T.BOOL, None, flags[0]), (T.BOOL, None, flags[1])]
+    quant = {0: (0.5, 3), 6: (0.5, 3)} if t.is_quantized else {}
+    m, _ = build(Op.RESIZE_NEAREST_NEIGHBOR, args, [(t, out_dims)], quant=quant)
+    (y,) = run(device, m, xin)
+    want = x[:, _nearest_axis(dims[1], oh, *flags)][:, :, _nearest_axis(dims[2], ow, *flags)]
+    assert y.dtype == t.dtype and y.flags.c_contiguous and y.flags.writeable
+    np.testing.assert_array_equal(y, want.transpose(0, 3, 1, 2) if nchw else want)
+    assert not np.shares_memory(y, xin)
+
+
+@pytest.mark.parametrize(("shape", "perm"), [
+    ([1, 3, 40, 50], [0, 2, 3, 1]),  # NCHW -> NHWC of an image: one plane per channel
+    ([2, 4, 32, 40], [0, 2, 3, 1]),  # batch 2, 4 channels
+    ([1, 5, 40, 40], [0, 2, 3, 1]),  # 5 channels: numpy's copy
+    ([3, 64, 70], [1, 2, 0]),  # rank 3
+    ([2, 70, 64], [0, 2, 1]),  # the other axes out of order: numpy's copy
+    ([1, 3, 4, 5], [0, 2, 3, 1]),  # small: numpy's copy
+])
+@pytest.mark.parametrize("t", [F32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT16])
+def test_transpose_of_large_tensors_matches_numpy(device: nnrt.CpuDevice, shape: list[int], perm: list[int], t: T) -> None:
+    x = np.random.default_rng(6).integers(0, 200, shape).astype(t.dtype)
+    out_dims = [shape[p] for p in perm]
+    quant = {0: (0.5, 3), 2: (0.5, 3)} if t.is_quantized else {}
+    m, _ = build(Op.TRANSPOSE, [(t, shape, None), (T.TENSOR_INT32, [len(perm)], i32(*perm))], [(t, out_dims)],
+                 quant=quant)
+    (y,) = run(device, m, x)
+    assert y.dtype == t.dtype and y.flags.c_contiguous and not np.shares_memory(y, x)
+    np.testing.assert_array_equal(y, x.transpose(perm))
+
+
+@pytest.mark.parametrize(("a_dims", "b_dims", "axis"), [
+    ([1, 5, 6, 4], [1, 5, 6, 3], 3), ([2, 5, 6, 4], [2, 5, 2, 4], 2), ([2, 3, 4], [1, 3, 4], 0), ([2, 3], [2, 5], -1),
+])
+@pytest.mark.parametrize("jit", [True, False])
+def test_two_input_concatenation_in_both_modes(device: nnrt.CpuDevice, a_dims: list[int], b_dims: list[int], axis: int,
+                                              jit: bool) -> None:
+    """Two float32 inputs: the compiled one-pass copy (``_copies.concat2_rows_f32``) with numba,
+    numpy's concatenate without: the same values, NaN and signed zeros included."""
+    from nnrt.ops import _jit
+
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal(a_dims).astype(np.float32), rng.standard_normal(b_dims).astype(np.float32)
+    a.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    out_dims = list(a_dims)
+    out_dims[axis] += b_dims[axis]
+    m, _ = build(Op.CONCATENATION, [(F32, a_dims, None), (F32, b_dims, None), (T.INT32, None, axis)], [(F32, out_dims)])
+    with _jit.forced(jit):
+        (y,) = run(device, m, a, b)
+    want = np.concatenate([a, b], axis=axis)
+    assert y.flags.c_contiguous and y.shape == want.shape
+    np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+
+
 def test_resize_bilinear_by_scale_align_corners(device: nnrt.CpuDevice) -> None:
     x = np.array([0, 3], dtype=np.float32).reshape(1, 1, 2, 1)
     args: list[Arg] = [(F32, [1, 1, 2, 1], None), (T.FLOAT32, None, 2.0), (T.FLOAT32, None, 1.0),
