@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from nnrt.ops._common import PADDING_SAME, check_activation, check_padding_scheme, from_nchw, int_param, to_real
+from nnrt.ops._gemm import matmul, product
 from nnrt.ops._jit import compiled
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.conv import Geometry, check_conv_types, empty_output, finish_output, real_bias, real_filter
@@ -108,6 +109,7 @@ def prepare_transpose_conv2d(call: OpCall) -> Kernel:
     const_w, const_b = call.const(1), call.const(2)
     wmat0 = _filter_matrix(real_filter(const_w, call, types)) if const_w is not None else None
     fast = compiled(place_taps_f32, PLACE_TAPS_F32) if types.real == np.float32 else None
+    mm = product()  # (float32 products: MKL's when in use; others take numpy's in ``matmul``)
     bias0 = real_bias(const_b, call, types) if const_b is not None else None
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any) -> np.ndarray:
@@ -144,7 +146,7 @@ def prepare_transpose_conv2d(call: OpCall) -> Kernel:
         xr = to_real(x, call.inputs[0], types.real)
         if nchw:
             xr = from_nchw(xr)
-        cols = np.matmul(xr.reshape(-1, cin), wmat).reshape(n, in_h, in_w, kh, kw, cout)
+        cols = matmul(mm, xr.reshape(-1, cin), wmat).reshape(n, in_h, in_w, kh, kw, cout)
         if kh == sh and kw == sw and top + out_h <= in_h * sh and left + out_w <= in_w * sw:
             placed = _place_taps(cols, bias, fast)
             if top or left or out_h != in_h * sh or out_w != in_w * sw:

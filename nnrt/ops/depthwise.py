@@ -24,6 +24,7 @@ import numpy as np
 from nnrt.ops._common import apply_activation, from_nchw, to_nchw
 from nnrt.ops._conv_core import Geometry, TiledTaps, compiled_depthwise, depthwise_direct, depthwise_sums, exact_in_float32
 from nnrt.ops._epilogue import HARD_SWISH, Epilogue, accept_epilogue
+from nnrt.ops._gemm import flush_subnormals
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.conv import (
     ConvTypes,
@@ -157,8 +158,8 @@ def _depthwise_filter(
 ) -> tuple[TiledTaps, type[np.floating], TiledTaps | None]:
     """A depthwise filter [1, KH, KW, C] as tiled taps, the dtype the taps are summed in and,
     for quantized filters, the real scale of each channel's integer sums (else None)."""
-    if not types.quantized:
-        return TiledTaps(real_filter(w, call, types)[0]), np.float32, None
+    if not types.quantized:  # (subnormal taps flushed: every product with one takes a microcode assist)
+        return TiledTaps(flush_subnormals(real_filter(w, call, types)[0])), np.float32, None
     centred, scales = centred_filter(call, w, 3)
     dtype: type[np.floating] = np.float32 if exact_in_float32(w.shape[1] * w.shape[2]) else np.float64
     return TiledTaps(centred[0].astype(dtype)), dtype, TiledTaps(scales[None, :])
@@ -169,4 +170,4 @@ def _depthwise_bias(call: OpCall, types: ConvTypes, b: np.ndarray) -> TiledTaps:
     they share the integer sums' scale)."""
     if types.quantized:
         return TiledTaps(b.astype(np.float64)[None, :])
-    return TiledTaps(real_bias(b, call, types)[None, :])
+    return TiledTaps(flush_subnormals(real_bias(b, call, types))[None, :])

@@ -24,7 +24,7 @@ from nnrt import OperandType as T
 from nnrt import OperationType as Op
 from nnrt._log import reload_vlog
 from nnrt.execution import _fuse_pool
-from nnrt.ops import _gemm, _jit, _jit_conv, conv, dense, lstm
+from nnrt.ops import _gemm, _jit, _jit_conv, conv, conv_transpose, dense, lstm
 from nnrt.ops._jit_conv import winograd_filter
 from tests.unit.test_ops_conv import build, ref_conv
 from tests.unit.test_ops_dense import bmm_model, fc_model
@@ -274,6 +274,21 @@ def test_conv_products(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, 
     np.testing.assert_allclose(fast, ref, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize(("k", "stride", "pads"), [(2, 2, (0, 0, 0, 0)), (3, 2, (1, 0, 1, 0)), (3, 1, (1, 1, 1, 1))])
+def test_transpose_conv_products(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, blas: str, k: int,
+                                 stride: int, pads: tuple[int, int, int, int]) -> None:
+    """TRANSPOSE_CONV_2D's product (taps placed without overlap when the filter is the stride,
+    scattered and summed otherwise) with the backend's products, against the numpy kernels."""
+    rng = np.random.default_rng(k + stride)
+    x = rng.standard_normal((2, 7, 5, 12)).astype(np.float32)
+    w = rng.standard_normal((9, k, k, 12)).astype(np.float32)
+    b = rng.standard_normal(9).astype(np.float32)
+    m = build(Op.TRANSPOSE_CONV_2D, [2, 7, 5, 12], [w, b], [*pads, stride, stride, 0, False])
+    calls = _spy(monkeypatch, conv_transpose, "product")
+    (fast,), (ref,) = _run_both(device, m, [x], calls, blas)
+    np.testing.assert_allclose(fast, ref, rtol=2e-5, atol=2e-5)
+
+
 def test_fused_pointwise_and_global_pool(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, blas: str) -> None:
     """The 1x1 convolution computed by the global pool's step (``_fuse_pool``) with the
     backend's products; bit for bit the unfused plan's is ``tests/unit/test_fuse_pool.py``."""
@@ -385,6 +400,26 @@ def test_conv_filters_lose_their_subnormals(device: nnrt.CpuDevice, blas: str, k
             out = device.prepare_model_sync(m).execute_sync([x]).outputs[0]
         want = ref_conv(x, w, b, (k // 2,) * 4, (1, 1), (1, 1))
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_depthwise_filters_and_biases_lose_their_subnormals(device: nnrt.CpuDevice, jit: bool) -> None:
+    """A constant depthwise filter's and bias's subnormals are flushed at preparation (every
+    product with a subnormal tap takes a microcode assist; PP-OCRv4 det has 24 such taps,
+    PP-OCRv3 det 72 such biases): the same bits as with those values zeroed, and a zero input
+    gives zeros, not the subnormal bias."""
+    rng = np.random.default_rng(7)
+    w, b = _with_subnormals(rng, (1, 3, 3, 16)), _with_subnormals(rng, (16,))
+    flat_w = np.where(np.abs(w) < TINY, np.float32(0), w)
+    flat_b = np.where(np.abs(b) < TINY, np.float32(0), b)
+    x = rng.standard_normal((1, 9, 9, 16)).astype(np.float32)
+    params = [1, 1, 1, 1, 1, 1, 1, 0]
+    with _jit.forced(jit):
+        got = device.prepare_model_sync(build(Op.DEPTHWISE_CONV_2D, [1, 9, 9, 16], [w, b], params))
+        want = device.prepare_model_sync(build(Op.DEPTHWISE_CONV_2D, [1, 9, 9, 16], [flat_w, flat_b], params))
+        np.testing.assert_array_equal(got.execute_sync([x]).outputs[0], want.execute_sync([x]).outputs[0])
+        zero = got.execute_sync([np.zeros_like(x)]).outputs[0]
+    assert not np.any((zero != 0) & (np.abs(zero) < TINY))
 
 
 def test_winograd_and_dense_weights_lose_their_subnormals(device: nnrt.CpuDevice) -> None:
