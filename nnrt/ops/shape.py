@@ -1,5 +1,5 @@
 """Shape and data-movement kernels: RESHAPE, CONCATENATION, SQUEEZE, EXPAND_DIMS, TRANSPOSE,
-SLICE, STRIDED_SLICE, SPLIT, TILE, PACK, REVERSE, GATHER, FILL, RANK.
+SLICE, STRIDED_SLICE, SPLIT, TILE, PACK, REVERSE, FILL, RANK (GATHER in ``gather``).
 
 These operations move values without arithmetic, so every type computes in its own dtype.
 Quantized outputs whose scale or zero point differ from an input's are requantized through
@@ -545,54 +545,6 @@ def prepare_reverse(call: OpCall) -> Kernel:
     return run
 
 
-@kernel(Op.GATHER)
-def prepare_gather(call: OpCall) -> Kernel:
-    call.expect_counts(3, 1)
-    call.require_inputs()
-    same_io(call, DATA_INT_TYPES)
-    call.expect_type(1, T.INT32)
-    call.expect_type(2, T.TENSOR_INT32)
-    src, dst = call.inputs[0], call.outputs[0]
-    if src.dimensions and all_const(call, 1):
-        normalize_axis(call, call.const(1), len(src.dimensions), 1)
-
-    def checked(x_shape: tuple[int, ...], axis: int, idx: np.ndarray) -> int:
-        ax = normalize_axis(call, axis, len(x_shape), 1)
-        if idx.size and (idx.min() < 0 or idx.max() >= x_shape[ax]):
-            call.fail(f"input 2: indices must be in [0, {x_shape[ax]}) for axis {ax}")
-        return ax
-
-    def run(x: np.ndarray, axis: int, indices: np.ndarray) -> np.ndarray:
-        idx = np.asarray(indices)
-        return output_values(np.take(x, idx, axis=checked(x.shape, axis, idx)), src, dst)
-
-    if not all_const(call, 1, 2) or not same_quant(src, dst):
-        return run
-    axis0, idx0 = call.const(1), np.asarray(call.const(2))
-    # Constant indices forming one ascending run (a single index included) read a basic slice.
-    run_of = idx0.size > 0 and bool(np.array_equal(idx0.reshape(-1), np.arange(idx0.size) + idx0.flat[0]))
-
-    def gather_plan(shape: tuple[int, ...]) -> tuple[int, tuple[slice, ...] | None, tuple[int, ...]]:
-        ax = checked(shape, axis0, idx0)
-        key = (slice(None),) * ax + (slice(int(idx0.flat[0]), int(idx0.flat[0]) + idx0.size),) if run_of else None
-        return ax, key, (*shape[:ax], *idx0.shape, *shape[ax + 1 :])
-
-    planned = by_shape(gather_plan)
-    if (dims := known_dims(src)) is not None:
-        planned(tuple(dims))  # out-of-range indices fail at preparation
-
-    def run_const(x: np.ndarray, axis: int, indices: np.ndarray) -> np.ndarray:
-        # Checked once per input shape; a slice and its copy instead of ``np.take``, whose
-        # bounds checks cost 4-7 us per call on silero VAD's [2, 1, 128] state.
-        ax, key, shape = planned(x.shape)
-        if key is None:
-            return np.take(x, idx0, axis=ax)
-        out = x[key].copy()
-        return out if out.shape == shape else out.reshape(shape)
-
-    return run_const
-
-
 # -- FILL / RANK -------------------------------------------------------------------------------
 
 _FILL_VALUE_TYPES = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16, T.TENSOR_INT32: T.INT32}
@@ -639,4 +591,5 @@ def prepare_rank(call: OpCall) -> Kernel:
     return run
 
 
+from nnrt.ops import gather as _gather  # noqa: E402,F401
 from nnrt.ops import layout as _layout  # noqa: E402,F401
