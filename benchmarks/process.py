@@ -31,7 +31,9 @@ in one run:
     in-process ``CpuDevice`` (target: >= 1.6x; needs two
     idle cores; the 200-op chain runs in about 0.1 ms in process, less than a round trip),
     with the CPU time per execution of the app and of the two services (load-robust: the
-    throughput ratio needs app + service overhead <= ~25 us per call);
+    throughput ratio needs app + service overhead <= ~25 us per call), the doorbells each side
+    rang and the services' wake-ups per execution, and the throughput the CPU allows (both
+    cores shared evenly; the app on one service's core, as the kernel usually places it);
 (d) ``kill -9`` of the service during a stream (64 executions in flight): time from the kill to
     the last in-flight call failing with DEAD_OBJECT (target < 100 ms), and time for
     ``restart()`` (the model re-prepared from a warm compilation cache) to the stream's next
@@ -295,6 +297,14 @@ async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
         sockets = [await s1.prepare_model(model), await s2.prepare_model(model)]
 
         cpu = {"local": 0.0, "rings": 0.0, "services": 0.0}
+        # per execution on the rings: the app's doorbells (it rang a sleeping service), the
+        # services' (they rang the sleeping app) and the services' wake-ups (they had run dry)
+        calls = {"app doorbells": 0.0, "service doorbells": 0.0, "service wake-ups": 0.0}
+
+        def counts() -> tuple[int, int, int]:
+            rings = [d._test_call("_rings") for d in (d1, d2)]
+            return (sum(eventfd_writes(d)[0] for d in (d1, d2)), sum(int(r[3]) for r in rings),
+                    sum(int(r[5]) for r in rings))
 
         async def stream(targets: list[nnrt.PreparedModel], label: str = "") -> float:
             sem = asyncio.Semaphore(8)
@@ -304,6 +314,7 @@ async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
                     await targets[k % len(targets)].execute([x])
 
             s = sum(service_cpu_ns(d) for d in (d1, d2)) if label == "rings" else 0
+            before = counts() if label == "rings" else (0, 0, 0)
             c, t = time.process_time(), time.perf_counter()
             await asyncio.gather(*(one(k) for k in range(total)))
             rate = total / (time.perf_counter() - t)
@@ -311,6 +322,8 @@ async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
                 cpu[label] += (time.process_time() - c) * 1e6 / total
             if label == "rings":
                 cpu["services"] += (sum(service_cpu_ns(d) for d in (d1, d2)) - s) / 1e3 / total
+                for key, a, b in zip(calls, before, counts()):
+                    calls[key] += (b - a) / total
             return rate
 
         await stream([local])
@@ -328,6 +341,13 @@ async def gil_bound(cpu: nnrt.CpuDevice, ops: int) -> None:
         report("two services throughput (rings)", statistics.median(b), "exec/s")
         report("two services (rings): app CPU per execution", cpu["rings"] / rounds)
         report("two services (rings): services' CPU per execution", cpu["services"] / rounds)
+        print("  two services (rings), per execution: " + ", ".join(f"{k} {v / rounds:.3f}" for k, v in calls.items()))
+        # Three processes on two cores: at best both cores busy, 2 / (app + services' CPU); when
+        # the app shares one core with one service (the kernel keeps a woken task where it ran),
+        # that core carries the app's CPU and half the services': 1 / (app + services / 2).
+        app_us, svc_us, local_us = cpu["rings"] / rounds, cpu["services"] / rounds, 1e6 / statistics.median(a)
+        ratio("two services (rings): CPU bound, two cores shared evenly / in-process", 2 * local_us / (app_us + svc_us))
+        ratio("two services (rings): CPU bound, the app on one service's core / in-process", local_us / (app_us + svc_us / 2))
         report("two services throughput (socket, before the rings)", statistics.median(c), "exec/s")
         ratio("two services (rings) / in-process", statistics.median(b) / statistics.median(a), 1.6, at_least=True)
         ratio("two services (socket) / in-process", statistics.median(c) / statistics.median(a))

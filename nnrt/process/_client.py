@@ -68,7 +68,7 @@ from typing import Any
 import nnrt
 from nnrt._log import get_logger
 from nnrt.errors import DeadObjectError, NnrtError
-from nnrt.process._consumer import _LIVE, RingConsumer, _Waiter
+from nnrt.process._consumer import _LIVE, RingConsumer, _outstanding, _Waiter
 from nnrt.process._fmq import Channel, Ring
 from nnrt.process._forms import Expect
 from nnrt.process._poll import ReplyPoller
@@ -280,17 +280,46 @@ class ServiceProcess(RingConsumer):
                 if self._consumer is not loop and self._claimable():
                     self._claim(loop)
         mine = self._consumer is loop
-        awake, window = self._reply_window(base, mine)
+        awake, window = self._reply_window(base, mine, loop)
         if ring:
             self._ring_now()
         if mine:
-            if window:
-                self._spin(fut.done, window, awake, base, since)
-            if not fut.done():
-                self._settle(loop)
-                if self.channel is not None and self.channel.results.readable():
-                    self._drain()  # results that came before this consumer watched the doorbell
+            if window and not hasattr(loop, "_ready"):  # a loop that does not say what is ready (uvloop)
+                loop.call_soon(self._spin_soon, loop, fut, window, awake, base, since)
+                return fut
+            self._watch(loop, fut, window, awake, base, since)
         return fut
+
+    def _spin_soon(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], window: float, awake: bool,
+                   base: float, since: float) -> None:
+        """``ring_call``'s poll on a loop that does not say whether other callbacks are ready:
+        after those that were (tasks that send more requests in the same pass), and only if the
+        request is still the one outstanding; otherwise it takes back what it announced."""
+        ch = self.channel
+        if ch is None or ch.closed:
+            return
+        if len(self._ring_ids) != 1 or not (len(_LIVE) == 1 or _outstanding() == 1):
+            window = 0.0
+            ch.requests.set_producer_polling(False)
+            if ch.results.set_sleeping(True):
+                self._drain()
+        self._watch(loop, fut, window, awake, base, since)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], window: float, awake: bool,
+               base: float, since: float) -> None:
+        """The consumer loop polls for the reply for ``window`` seconds, then watches the doorbell;
+        not polling, it is awake until its loop has run what is ready (``_doze``): a result that
+        comes meanwhile, such as while it writes the next requests, needs no doorbell."""
+        if window:
+            self._spin(fut.done, window, awake, base, since)
+        elif not self._dozing and self.channel is not None:
+            self.channel.results.set_sleeping(False)
+            self._dozing = True
+            loop.call_soon(self._doze, loop)
+        if not fut.done():
+            self._settle(loop)
+            if self.channel is not None and self.channel.results.readable():
+                self._drain()  # results that came before this consumer watched the doorbell
 
     def ring_cancelled(self, rid: int) -> None:
         """The caller of ``ring_call`` was cancelled: forget the request and cancel it in the service."""

@@ -44,6 +44,15 @@ def _outstanding() -> int:
     return sum([len(s._ring_ids) for s in list(_LIVE)])
 
 
+def _busy(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether ``loop`` has callbacks ready to run now other than its consumers' ``_doze``, such
+    as tasks about to send more requests (asyncio's own loops tell; others, uvloop, do not: False)."""
+    ready = getattr(loop, "_ready", None)
+    if not ready:
+        return False
+    return len(ready) > sum(s._dozing for s in list(_LIVE) if s._consumer is loop)
+
+
 def _resolve(fut: asyncio.Future[Any], ok: bool, payload: Any) -> None:
     if fut.done():
         return
@@ -68,6 +77,7 @@ class RingConsumer:
     _drain_lock: threading.Lock
     _last_drain: float
     _last_rx: float
+    _dozing: bool = False  # a ``_doze`` of this consumer is scheduled on its loop
 
     def _claimable(self) -> bool:
         """Whether the consumer role is free: nobody holds it, or an event loop that no longer
@@ -87,7 +97,8 @@ class RingConsumer:
                 old.remove_reader(ch.res_fd)
         ch.results.set_sleeping(True)  # whatever the last consumer left: ring the new one
 
-    def _reply_window(self, base: float, mine: bool) -> tuple[bool, float]:
+    def _reply_window(self, base: float, mine: bool, loop: asyncio.AbstractEventLoop | None = None
+                      ) -> tuple[bool, float]:
         """Whether the service is awake now (it polls or runs: no doorbell needed), and how long
         the consumer (``mine``: this caller holds the role) polls for the reply to the request
         just sent (0: it sleeps on the doorbell at once). Decided before the doorbell rings:
@@ -96,19 +107,24 @@ class RingConsumer:
         that answers while the app is still ringing (the ring is a slow system call on this VM)
         does not ring back: both sides awake, no doorbell rung either way.
 
-        It polls only for the one execution outstanding on the rings of this process: with more,
-        the services need the cores (three processes on two cores: a polling app takes the core
-        a service needs), and a result wakes it soon enough. The rest is ``_poll.ReplyPoller``'s:
+        It polls only for the one execution outstanding on the rings of this process, and only
+        when its loop has nothing else ready to run (``_busy``: a task about to send the next
+        request would otherwise wait for this poll, and a burst of requests would go one by one):
+        with more, the services need the cores (three processes on two cores: a polling app
+        takes the core a service needs), and a result wakes it soon enough. The rest is ``_poll.ReplyPoller``'s:
         a request expected shortly (``base``: the model's recent time on the device), a window
         fitted to the expected wait, polling only while it pays."""
         ch = self.channel
         assert ch is not None
-        awake = not ch.requests.consumer_sleeping
-        alone = mine and len(self._ring_ids) == 1 and (len(_LIVE) == 1 or _outstanding() == 1)
-        window = self.poller.should(alone, awake, base)
-        ch.requests.set_producer_polling(window > 0)
+        requests = ch.requests
+        awake = not requests.consumer_sleeping
+        alone = mine and len(self._ring_ids) == 1 and (len(_LIVE) == 1 or _outstanding() == 1) and not _busy(loop)
+        window = self.poller.should(alone, awake, base) if alone else 0.0
         if window:
+            requests.set_producer_polling(True)
             ch.results.set_sleeping(False)
+        elif requests.producer_polling:  # (a store only when it changes: the service reads that line)
+            requests.set_producer_polling(False)
         return awake, window
 
     def _spin(self, done: Callable[[], bool], window: float, awake: bool, base: float, since: float) -> None:
@@ -131,33 +147,55 @@ class RingConsumer:
     def _settle(self, loop: asyncio.AbstractEventLoop) -> None:
         """The consumer loop watches the doorbell (and keeps watching it between executions:
         adding and removing the reader each time costs two system calls)."""
+        if self._attached and self._consumer is loop:  # the usual case, without the lock
+            return
         ch = self.channel
         with self._lock:
             if self._consumer is loop and ch is not None and not ch.closed and not self._attached:
                 self._attached = True
                 loop.add_reader(ch.res_fd, self._on_doorbell, loop)
 
+    def _siblings(self, loop: asyncio.AbstractEventLoop) -> list[RingConsumer]:
+        """This service and every other whose result ring ``loop`` consumes (open ones)."""
+        if len(_LIVE) == 1:
+            return [self]
+        return [self, *(s for s in list(_LIVE) if s is not self and s._consumer is loop
+                        and s.channel is not None and not s.channel.closed)]
+
     def _on_doorbell(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A service rang: this loop is awake, so it takes what every service it consumes has
+        answered (one wake-up for all of them), and stays awake until its loop has run what
+        was ready (``_doze``): no service need ring meanwhile (a ring would wake this process
+        while it runs, and on a busy core preempt the service)."""
         ch = self.channel
         assert ch is not None
         if ch.closed:
             return
-        # Awake until the loop has run what this wakes: the service need not ring (a ring
-        # would wake this process while it runs, and on a busy core preempt the service).
-        ch.results.set_sleeping(False)
         ch.result_bell.clear()
-        self._drain()
-        loop.call_soon(self._doze, loop)
+        for s in self._siblings(loop):
+            s.channel.results.set_sleeping(False)  # type: ignore[union-attr]
+            s._drain()
+        if not self._dozing:
+            self._dozing = True
+            loop.call_soon(self._doze, loop)
 
     def _doze(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Back to sleeping (the loop is about to block, or runs after what was ready): look
-        once more after saying so (``_fmq``'s handshake), and stay awake if results came."""
-        ch = self.channel
-        if ch is None or ch.closed or self._consumer is not loop:
+        """Back to sleeping (the loop is about to block, or runs after what was ready): each ring
+        it consumes says so, then is looked at once more (``_fmq``'s handshake); it stays awake
+        if results came. (Staying awake longer, while the loop has callbacks ready, kept the
+        loop from ever looking idle, so a lone request was never polled for.)"""
+        self._dozing = False
+        if self._consumer is not loop:
             return
-        if ch.results.set_sleeping(True):
-            ch.results.set_sleeping(False)
-            self._drain()
+        came = False
+        for s in self._siblings(loop):
+            ring = s.channel.results  # type: ignore[union-attr]
+            if ring.set_sleeping(True):
+                ring.set_sleeping(False)
+                s._drain()
+                came = True
+        if came:
+            self._dozing = True
             loop.call_soon(self._doze, loop)
 
     def _release_role(self, me: int) -> None:

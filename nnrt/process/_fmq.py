@@ -106,6 +106,7 @@ class Ring:
         self._words = self.data.cast("Q")
         self._mask = capacity - 1
         self._next = 0  # the consumer's read position after the packet ``peek`` returned
+        self._size = 8  # the ring bytes of the packet ``peek`` returned (header and padding included)
         self._pending = 0  # the producer's write position after the packet ``begin_write`` reserved
 
     def release(self) -> None:
@@ -204,11 +205,17 @@ class Ring:
         if n > self.max_packet or end > write:
             raise ValueError(f"ring packet of {n} bytes at {read} runs past the written data ({write})")
         self._next = end
+        self._size = end - read
         return self.data[off + _HEADER : off + _HEADER + n]
 
     def is_last(self) -> bool:
         """Whether the packet ``peek`` returned is the last one written so far."""
         return bool(self._ctl[_WRITE] == self._next)
+
+    def packets_after(self) -> int:
+        """About how many packets were written after the one ``peek`` returned (the bytes
+        written since, counted in that packet's size: exact when they are all of one form)."""
+        return (self._ctl[_WRITE] - self._next) // self._size
 
     def advance(self) -> None:
         """Free the packet ``peek`` returned (its bytes may be overwritten from now on)."""

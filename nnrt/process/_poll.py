@@ -28,7 +28,17 @@ missed, its score fell and both sides settled into sleeping. Hence the **joint p
 * both keep polling only while it pays (``Poller``'s score, its CPU-share rule: on a machine
   whose cores are taken, spinners share a core with their peer and polling only makes it later).
 
-Every decision is taken by a ``Poller`` on injected clocks: the unit tests drive it with fake ones.
+**Doorbells with several requests in flight** (``hold_doorbell``): a service that writes a result
+while more requests wait on its ring rings a sleeping app only once those would run out within
+``LEAD_S`` (what the app needs to wake, take the results and refill the ring), and never holds a
+result's doorbell back beyond ``HOLD_S`` (a latency bound): the app wakes once for several
+results, yet the service never runs dry. The app, once woken, takes the results of every
+service its loop consumes (``_consumer``), and it polls for a lone reply only when its loop has
+nothing else ready (a task about to send the next request must not wait for that poll); a
+producer rings only a consumer that said it sleeps (``_fmq.Doorbell``).
+
+Every decision is taken by a ``Poller`` on injected clocks, or by a pure function of what was
+measured: the unit tests drive them with fake ones.
 """
 
 from __future__ import annotations
@@ -39,7 +49,25 @@ from collections.abc import Callable
 
 from nnrt.process._fmq import STRONGLY_ORDERED
 
-__all__ = ["Poller", "ReplyPoller", "RequestPoller"]
+__all__ = ["HOLD_S", "LEAD_S", "Poller", "ReplyPoller", "RequestPoller", "hold_doorbell"]
+
+
+#: What an app needs, once rung, to wake, take its results and refill a service's request ring
+#: (seconds; a wake-up is ~45-150 us on this VM, the app's work ~10-20 us per execution).
+LEAD_S = 200e-6
+#: The longest a service holds back the doorbell for a result (seconds; a latency bound).
+HOLD_S = 500e-6
+
+
+def hold_doorbell(queued: int, per_request: float, held_for: float, lead: float = LEAD_S,
+                  hold: float = HOLD_S) -> bool:
+    """Whether a service holds back the doorbell for a result it has just written while serving its
+    request ring (the app sleeps): ``queued`` requests still wait behind it, each taking about
+    ``per_request`` seconds, so the service stays busy longer than ``lead``, and the first result
+    held would still be rung within ``hold`` after the next one (``held_for``: how long it has
+    waited so far). False: ring now (nothing queued, or too little to cover the app's wake-up, or
+    the latency bound)."""
+    return queued * per_request > lead and held_for + per_request <= hold
 
 
 class Poller:

@@ -18,8 +18,9 @@ on one asyncio event loop, reading frames as the socket becomes readable:
 * ``release`` drops a prepared model; ``support``, ``capabilities``, ``statistics`` and ``ping``
   answer at once
   (``ping`` is the app's watchdog: a wedged loop does not answer it);
-* ``_hang`` (block the loop thread forever) is a test hook, served only when the service's
-  environment has ``NNRT_SERVICE_TEST_HOOKS=1``; ``_inline`` and ``_counts`` answer questions
+* ``_hang`` (block the loop thread forever) and ``_doorbell`` (set ``hold_doorbell``'s lead
+  and hold) are test hooks, served only when the service's environment has
+  ``NNRT_SERVICE_TEST_HOOKS=1``; ``_inline`` and ``_counts`` answer questions
   tests ask (would a request run at once; how many models, buffers, pools it holds, how many
   pools it mapped and how many input bytes it copied out of the ring).
 
@@ -36,7 +37,10 @@ for its replies (``nnrt.process._poll``: the joint policy; not while its own exe
 worker threads: they need the interpreter lock). A cheap request runs inline at once,
 reading its inputs in place in the ring; another is copied out and runs as a task. Its result
 goes on the result ring, or over the socket when it does not fit there; the app's doorbell is
-rung once per pass over the request ring (``BATCH_S``), not once per result. A request packet that
+rung only when the app sleeps, and while requests are still queued behind a result it waits
+until they would run out within what the app needs to refill the ring (at most ``HOLD_S``:
+``_poll.hold_doorbell``): the app wakes once for several results and the service never runs
+dry. A request packet that
 does not parse is answered with GENERAL_FAILURE under its id, one naming no prepared model
 with INVALID_ARGUMENT, and the ring serves on; a ring whose framing is lost (a length that runs
 past the written data) is reset and the app is told over the socket (id -1), as the socket's
@@ -70,7 +74,7 @@ from nnrt.execution import ExecutionResult, PreparedModel
 from nnrt.memory import BufferDesc, BufferRole, DeviceBuffer
 from nnrt.process._fmq import Channel
 from nnrt.process._forms import FormCache, ResultForm, ServiceForm, write_result
-from nnrt.process._poll import RequestPoller
+from nnrt.process._poll import HOLD_S, LEAD_S, RequestPoller, hold_doorbell
 from nnrt.process._pools import Pools
 from nnrt.process._transport import decode_execute, encode_outputs, inline_inputs, io_dtypes, output_locations
 from nnrt.process._wire import (
@@ -90,11 +94,6 @@ from nnrt.process._wire import (
 from nnrt.types import ErrorStatus
 
 __all__ = ["main"]
-
-#: While it serves a pass of its request ring, the service rings the app's doorbell for the
-#: results at most this often (and at the end of the pass): every ring wakes the app, which on
-#: a busy core preempts the service.
-BATCH_S = 0.0005
 
 _log = get_logger("driver")
 
@@ -122,8 +121,10 @@ class _Service:
         self.fast_results = 0  # results written in place through a result form
         self.copied = 0  # bytes of input values copied out of the request ring (requests run as tasks)
         self.passes = 0  # times the request doorbell woke the service
-        self._batch_start = 0.0  # while serving the request ring: when results were last rung
-        self._unrung = False
+        self._serving = False  # in a pass over the request ring (``_on_ring``)
+        self._held = 0.0  # when the first result whose doorbell is held back was written (0.0: none)
+        self._per_request = 0.0  # the CPU time a request of the ring takes to serve (s, a moving average)
+        self.lead_s, self.hold_s = LEAD_S, HOLD_S  # when a doorbell is held back (``_poll.hold_doorbell``)
         self._app_awake = False  # the app was awake (no doorbell needed) when its last result was published
         self._published = 0.0  # when this pass last published results (0.0: none yet)
         self.prepared: dict[tuple[str, int], PreparedModel] = {}
@@ -218,6 +219,11 @@ class _Service:
                     raise InvalidArgumentError("unknown request '_hang'")
                 while True:
                     time.sleep(3600)
+            elif kind == "_doorbell":  # test hook: the doorbell policy's lead and hold (seconds)
+                if not self.test_hooks:
+                    raise InvalidArgumentError("unknown request '_doorbell'")
+                self.lead_s, self.hold_s = float(msg[2]), float(msg[3])
+                self._reply(rid, True, None)
             elif kind == "_inline":  # test hook: would this prepared model's request run at once?
                 prepared = self._lookup(msg[2], msg[3])
                 self._reply(rid, True, prepared._driver.can_run_now(prepared.plan))
@@ -245,17 +251,17 @@ class _Service:
         ring.set_sleeping(False)
         self.passes += 1
         self._published = 0.0
-        self._batch_start = time.perf_counter()
+        self._serving = True
         try:
             self._serve_ring(ch, ring)
         finally:
-            self._batch_start = 0.0
+            self._serving = False
             self._flush(ch)
 
     def _flush(self, ch: Channel) -> None:
-        """Ring the app's doorbell for the results written and not rung yet."""
-        if self._unrung:
-            self._unrung = False
+        """Ring the app's doorbell for the results whose doorbell was held back."""
+        if self._held:
+            self._held = 0.0
             self._publish(ch)
 
     def _publish(self, ch: Channel) -> None:
@@ -272,13 +278,13 @@ class _Service:
                 self._reply(-1, False, f"the service lost the request ring's framing ({err})")
                 pkt = None
             if pkt is not None:
-                if self._unrung and ring.is_last():
-                    self._flush(ch)  # the app refills the ring while the last request runs
+                t = time.thread_time()  # CPU time: a service preempted by other work still holds its queue's worth
                 try:
                     self._serve_packet(pkt)
                 finally:
                     pkt.release()
                     ring.advance()
+                self._per_request += 0.25 * (time.thread_time() - t - self._per_request)
                 continue
             self._flush(ch)  # before polling: the app waits for these
             kind = self._app_kind(ch, ring.producer_polling)
@@ -360,12 +366,19 @@ class _Service:
             if not ch.results.try_write(parts, nbytes):
                 self._reply(rid, ok, payload)
                 return
-        if self._batch_start and time.perf_counter() - self._batch_start < BATCH_S:
-            self._unrung = True  # one ring for the results of this pass (``_on_ring``)
+        if self._serving and self._hold(ch):
             return
-        self._batch_start = time.perf_counter() if self._batch_start else 0.0
-        self._unrung = False
+        self._held = 0.0
         self._publish(ch)
+
+    def _hold(self, ch: Channel) -> bool:
+        """Whether the doorbell for a result just written in a pass over the request ring waits
+        (``_poll.hold_doorbell``: the requests queued behind it keep this service busy longer than
+        the app needs to refill the ring). It rings, when it does, only if the app sleeps."""
+        now = time.perf_counter()
+        if not self._held:
+            self._held = now
+        return hold_doorbell(ch.requests.packets_after(), self._per_request, now - self._held, self.lead_s, self.hold_s)
 
     def _result_form(self, form: ServiceForm, payload: Any) -> ResultForm | None:
         """The result form of a success of ``form`` (learnt from its first success; again when

@@ -213,6 +213,7 @@ _SCHEMAS: dict[str, tuple[tuple[Any, ...], int]] = {
     "copy_to": ((str, int, (PoolRef, _N)), 0),
     "ping": ((str,), 1), "capabilities": ((str,), 1), "statistics": ((str,), 1),
     "_hang": ((str,), 1), "_inline": ((str, int), 0), "_counts": ((), 0), "_rings": ((), 0),
+    "_doorbell": ((_NUM, _NUM), 0),
 }
 
 #: The options ``prepare`` and ``prepare_cached`` pass on to the service's device.

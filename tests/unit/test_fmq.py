@@ -123,3 +123,23 @@ def test_the_producer_says_whether_it_polls_for_answers() -> None:
         assert not ring.producer_polling
     ring.set_producer_polling(True)  # closed: ignored
     assert not ring.producer_polling
+
+
+def test_the_consumer_counts_the_packets_queued_behind_the_one_it_reads() -> None:
+    with Channel.create(1024) as ch:
+        ring = ch.requests
+        for k in range(5):
+            assert ring.try_write([bytes([k]) * 40], 40)
+        seen = []
+        while ring.peek() is not None:
+            seen.append(ring.packets_after())
+            ring.advance()
+        assert seen == [4, 3, 2, 1, 0]
+        # across the wrap-around (a skip marker) the count stays the packets written after it
+        for k in range(30):
+            assert ring.try_write([bytes([k]) * 40], 40)
+            assert ring.try_write([bytes([k]) * 40], 40)
+            assert ring.peek() is not None and ring.packets_after() == 1
+            ring.advance()
+            assert ring.peek() is not None and ring.packets_after() == 0
+            ring.advance()

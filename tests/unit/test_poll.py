@@ -2,7 +2,9 @@
 to the wait it learnt, stops when polls miss and probes back with a growing gap, counts a spin
 that shared its core as a miss, never polls for a long model; the app polls only for its one
 request outstanding, the service only for an app that polls; and, simulated together, the two
-sides settle into both polling when each has a core and into both sleeping when they share one."""
+sides settle into both polling when each has a core and into both sleeping when they share one.
+A service holds back the doorbell of a result only while the requests queued behind it outlast
+the app's refill, and never beyond the latency bound."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from nnrt.process._fmq import STRONGLY_ORDERED
-from nnrt.process._poll import Poller, ReplyPoller, RequestPoller
+from nnrt.process._poll import HOLD_S, LEAD_S, Poller, ReplyPoller, RequestPoller, hold_doorbell
 
 pytestmark = pytest.mark.skipif(not STRONGLY_ORDERED, reason="weakly ordered CPUs never poll (tested below)")
 
@@ -203,3 +205,36 @@ def test_both_sides_settle_into_polling_when_each_has_a_core() -> None:
 def test_both_sides_settle_into_sleeping_when_they_share_a_core() -> None:
     calls = simulate(share=0.3)
     assert sum(a or s for a, s in calls[-100:]) <= 10  # only the occasional probe
+
+
+def test_a_result_s_doorbell_waits_only_while_the_queue_outlasts_the_refill() -> None:
+    per = 100 * US  # each queued request keeps the service busy this long
+    assert pytest.approx((200 * US, 500 * US)) == (LEAD_S, HOLD_S)
+    # nothing or too little queued behind it: ring now (the app refills before the service runs dry)
+    assert not hold_doorbell(0, per, 0.0)
+    assert not hold_doorbell(2, per, 0.0)
+    # three queued (300 us of work): hold, unless the first held result would then wait too long
+    assert hold_doorbell(3, per, 0.0)
+    assert hold_doorbell(3, per, 399 * US)
+    assert not hold_doorbell(3, per, 401 * US)
+    # a long model: its next result would come after the bound, so it never holds
+    assert not hold_doorbell(10, 600 * US, 0.0)
+    # before the service measured a request (0 s each) it never holds
+    assert not hold_doorbell(100, 0.0, 0.0)
+    # a queue of 16 requests of 30 us: the first nine results are held (the queue behind them
+    # outlasts the refill); the first doorbell is due with six left (180 us of work, within the
+    # lead), and from then on each result may ring, if the app went back to sleep
+    decisions, held_for = [], 0.0
+    for queued in range(15, -1, -1):
+        hold = hold_doorbell(queued, 30 * US, held_for)
+        decisions.append(hold)
+        held_for = held_for + 30 * US if hold else 0.0
+    assert decisions == [True] * 9 + [False] * 7
+    # the same queue of 110 us requests: held until the next result would pass the latency bound,
+    # then again; rung for the last two (within the lead)
+    decisions, held_for = [], 0.0
+    for queued in range(15, -1, -1):
+        hold = hold_doorbell(queued, 110 * US, held_for)
+        decisions.append(hold)
+        held_for = held_for + 110 * US if hold else 0.0
+    assert decisions == ([True] * 4 + [False]) * 3 + [False]
