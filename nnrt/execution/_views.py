@@ -21,7 +21,9 @@ TRANSPOSE back into [1,1,T,257] (5.5 us of transposes per chain). A chain of suc
 TRANSPOSE, each value but the last read by the next link alone, becomes one step: on an input
 shape where the chain keeps the element order (found once per shape by running the links on the
 indexes 0..n-1) a reshape, a view; on others the links one after the other (their checks, their
-errors, their results). Chains of views only are left to the per-step rewrite above.
+errors, their results). A chain of views alone (no TRANSPOSE) keeps the order on every shape and
+becomes one step the same way: ONNX audio models wrap each 1-D layer in SQUEEZE / EXPAND_DIMS /
+RESHAPE pairs (silero VAD: 56 steps -> 45, 0.7-1 us of step overhead each).
 
 Why aliasing is safe in this runtime:
 * Nothing writes into a view or its base while either is read: the in-place rules of
@@ -79,7 +81,7 @@ def view_steps(model: Model, steps: list[Step], operands: Callable[[tuple[int, .
 def _order_keeping_chains(model: Model, steps: list[Step], operands: Callable[[tuple[int, ...]], tuple[Operand, ...]],
                           new: Callable[..., Step]) -> tuple[list[Step], set[int]]:
     """Merge each chain of layout steps (``LAYOUT_TYPES``, constant parameters, float32, every
-    value but the last a temporary its next link alone reads) holding a TRANSPOSE into one step
+    value but the last a temporary its next link alone reads) of two or more into one step
     (``_merged``): a reshape (a view) for input shapes on which the chain keeps the element
     order, the links one after the other on others (shapes are often known only at run time:
     converters leave them open). Returns the steps and the merged ones' ids."""
@@ -100,7 +102,7 @@ def _order_keeping_chains(model: Model, steps: list[Step], operands: Callable[[t
                 ops[o].lifetime is OperandLifeTime.TEMPORARY_VARIABLE:
             chain.append(after[o])
         seen.update(id(c) for c in chain)
-        if len(chain) < 2 or all(c.type is not Op.TRANSPOSE for c in chain):
+        if len(chain) < 2:  # (a chain of views alone keeps the order on every shape: one reshape)
             continue
         links = [(c.fn, tuple(op.value if op.is_constant else None for op in operands(c.ins)[1:])) for c in chain]
         fn = _merged(links)

@@ -87,8 +87,12 @@ def _elementwise(in_op: Operand, out_op: Operand, fn: RealFn) -> Kernel:
 # -- RELU, RELU1, RELU6, LOGISTIC, TANH, HARD_SWISH ----------------------------------------
 
 
+_ZERO_F32 = np.float32(0)
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, x.dtype.type(0))  # type: ignore[no-any-return]
+    # (``x.dtype.type(0)`` per call costs about 0.8 us, the maximum of 128 values 0.5)
+    return np.maximum(x, _ZERO_F32 if x.dtype == _ZERO_F32.dtype else x.dtype.type(0))  # type: ignore[no-any-return]
 
 
 def _relu1(x: np.ndarray) -> np.ndarray:
@@ -152,6 +156,8 @@ def prepare_unary(call: OpCall) -> Kernel:
         logistic = compiled_logistic()  # not numpy's bits: the formula stays the reference (NNRT_JIT=0)
         if logistic is not None:
             return _compiled_unary(lambda x, out: logistic(x.reshape(1, -1), out.reshape(1, -1), 0, False))
+    if t is T.TENSOR_FLOAT32:  # float32 in and out: the function itself (its real values are the
+        return _UNARY[call.type]  # values; the two no-op conversions cost 1.5 us of a 128-value RELU's 2.4)
     return _elementwise(call.inputs[0], call.outputs[0], _UNARY[call.type])
 
 

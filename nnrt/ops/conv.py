@@ -56,6 +56,7 @@ from nnrt.ops._conv_core import (
     live_taps,
     padded,
 )
+from nnrt.ops._conv_line import line_conv
 from nnrt.ops._epilogue import Epilogue, accept_epilogue
 from nnrt.ops._gemm import Product, flush_subnormals, product
 from nnrt.ops._jit import compiled
@@ -427,11 +428,14 @@ def prepare_conv2d(call: OpCall) -> Kernel:
         trimmed = (m_live, w_live.shape[1], w_live.shape[2], g_live)
     wino = winograd(w_live, const_b, trimmed[3] if trimmed else g0, fused) if mat0 is not None else None
     pointwise = plain_pointwise(mat0[0], const_w, g0, shape0) if fused is not None and mat0 is not None else None
+    line = line_conv(const_w, const_b, g0, shape0, mm) if mat0 is not None and mat0[1] is None else None  # (_conv_line)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, *params: Any, epilogue: Epilogue | None = None
             ) -> np.ndarray:
         if pointwise is not None and fused is not None and mm is not None and x.shape == shape0 and x.flags.c_contiguous:
             return pointwise_blocks(x, *pointwise, fused, mm, epilogue)
+        if line is not None and x.shape == shape0:  # NCHW over one row: a 1-D convolution
+            return line(x)
         g = g0 if x.shape == shape0 and g0 is not None else checked((x, w, b, *params))
         if x.shape[0] == 0 or g.out_h == 0 or g.out_w == 0:
             return empty_output(call, x.shape[0], w.shape[0], g)

@@ -72,6 +72,20 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(conv, "compiled", patched)
     monkeypatch.setattr(_jit_conv, "compiled", patched)
     monkeypatch.setattr(_jit_planes, "compiled", patched)
+    line_conv = conv.line_conv
+
+    def counted_line(*args: Any) -> Any:
+        run = line_conv(*args)
+        if run is None:
+            return None
+
+        def counted(x: np.ndarray) -> np.ndarray:
+            calls.append("line")
+            return run(x)
+
+        return counted
+
+    monkeypatch.setattr(conv, "line_conv", counted_line)
     return calls
 
 
@@ -90,7 +104,7 @@ def _both(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, m: Model, inp
     with _jit.forced(True):
         fast = device.prepare_model_sync(m).execute_sync(inputs).outputs[0]
     if path == "any":  # whichever the geometry gives, or none (a filter trimmed to 1x1)
-        assert set(calls) <= {"im2col", "planes", "winograd"}
+        assert set(calls) <= {"im2col", "planes", "winograd", "line"}
     else:
         assert calls and set(calls) == {path}, f"the compiled {path} did not run alone: {set(calls)}"
     calls.clear()
@@ -146,7 +160,8 @@ def test_edge_shapes(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, na
     dims = [n, cin, h, w] if nchw else [n, h, w, cin]
     xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
     m = build(Op.CONV_2D, dims, [f, b], [*pads, *stride, act, nchw, *dil])
-    fast, ref = _both(device, monkeypatch, m, [xin])
+    line = nchw and h == 1 and k[0] == 1 and pads[2] == pads[3] == 0  # NCHW over one row (_conv_line)
+    fast, ref = _both(device, monkeypatch, m, [xin], "line" if line else None)
     want = np.clip(ref_conv(x, f, b, pads, stride, dil), *_CLAMP[act]).astype(np.float32)
     _check(fast, ref, want.transpose(0, 3, 1, 2) if nchw else want)
 
@@ -496,3 +511,46 @@ def test_plain_pointwise_matches_numpy(device: nnrt.CpuDevice, monkeypatch: pyte
         np.testing.assert_array_equal(fast, ref)
     else:
         np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-6)
+
+
+# (n, w, cin, cout, kw, pads (l, r), stride, dilation): CONV_2D over [N, Cin, 1, W] in NCHW
+LINES = {
+    "silero-encoder": (1, 3, 129, 128, 3, (1, 1), 1, 1),
+    "stride-2": (1, 3, 128, 64, 3, (1, 1), 2, 1),
+    "one-step": (1, 1, 64, 128, 3, (1, 1), 1, 1),
+    "stft": (1, 576, 1, 258, 256, (0, 0), 128, 1),
+    "pointwise": (1, 1, 128, 1, 1, (0, 0), 1, 1),
+    "batch-odd-channels": (2, 7, 5, 3, 3, (2, 0), 2, 2),
+    "pad-beyond-input": (1, 2, 3, 4, 5, (4, 4), 3, 1),
+    "right-cut": (2, 9, 4, 6, 2, (0, 0), 4, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINES))
+@pytest.mark.parametrize("act", [0, 1, 3])
+def test_line_conv_matches_numpy(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch, name: str, act: int) -> None:
+    """A CONV_2D over one NCHW row (``_conv_line``) gives the numpy kernel's values within
+    rounding, NaN and infinities where numpy has them, on batches, one step, odd channels,
+    strides, dilations and padding wider than the input; a run of another shape takes the
+    general path."""
+    n, w, cin, cout, kw, (left, right), stride, dil = LINES[name]
+    x, f, b = _data(n, 1, w, cin, cout, (1, kw), seed=5)
+    x[0, 0, 0, 0], x[-1, 0, -1, -1] = np.nan, np.inf
+    m = build(Op.CONV_2D, [n, cin, 1, w], [f, b], [left, right, 0, 0, stride, 1, act, True, dil, 1])
+    xin = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    fast, ref = _both(device, monkeypatch, m, [xin], "line")
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(fast), np.isinf(ref))
+    ok = np.isfinite(ref)
+    want = np.clip(ref_conv(x, f, b, (left, right, 0, 0), (stride, 1), (dil, 1)), *_CLAMP[act]).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(fast[ok], ref[ok], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fast[ok], want[ok], rtol=1e-4, atol=1e-4)
+    assert fast.flags.c_contiguous and fast.flags.owndata
+
+
+def test_line_conv_only_for_the_prepared_shape(device: nnrt.CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An input whose dimensions are known only at run time keeps the general path."""
+    x, f, b = _data(1, 1, 6, 4, 3, (1, 3), seed=6)
+    m = build(Op.CONV_2D, [0, 4, 1, 0], [f, b], [1, 1, 0, 0, 1, 1, 0, True, 1, 1])
+    fast, ref = _both(device, monkeypatch, m, [np.ascontiguousarray(x.transpose(0, 3, 1, 2))])  # not "line"
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)

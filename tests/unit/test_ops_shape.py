@@ -285,3 +285,56 @@ def test_split_and_gather(device: nnrt.CpuDevice) -> None:
     np.testing.assert_array_equal(g, np.take(x, [[3, 0], [1, 1]], axis=1))
     m, _ = build(Op.SPLIT, [(ti, [3, 4], None), (T.INT32, None, 0), (T.INT32, None, 2)], [(ti, [0, 4]), (ti, [0, 4])])
     rejected(device, m, "cannot be split")
+
+
+@pytest.mark.parametrize("dims", [[2, 1, 128], [0, 0, 0]])  # known at preparation, or per run
+@pytest.mark.parametrize(("axis", "indices"), [(0, i32(1)), (0, i32(0, 1)), (-1, i32(3, 4, 5)),
+                                               (1, i32(2, 0)), (2, i32(4, 4)), (1, i32(0, 1, 2))])
+def test_gather_constant_indices_as_take(device: nnrt.CpuDevice, dims: list[int], axis: int,
+                                         indices: np.ndarray) -> None:
+    """GATHER with constant axis and indices (a slice for one ascending run, else ``np.take``,
+    planned once per input shape) gives ``np.take``'s values, NaN included, on every shape."""
+    for shape in ([2, 3, 6], [2, 3, 6], [3, 5, 7]) if 0 in dims else ([2, 1, 128],):
+        if 0 not in dims and max(indices.flat) >= shape[axis]:
+            continue
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        x.flat[::7] = np.nan
+        out_dims = [0] * (len(shape) - 1 + indices.ndim)
+        m, _ = build(Op.GATHER, [(F32, dims, None), (T.INT32, None, axis), (T.TENSOR_INT32, list(indices.shape), indices)],
+                     [(F32, out_dims)])
+        (g,) = run(device, m, x)
+        want = np.take(x, indices, axis=axis)
+        assert g.shape == want.shape and g.flags.owndata
+        np.testing.assert_array_equal(g, want)
+
+
+def test_gather_constant_indices_out_of_range(device: nnrt.CpuDevice) -> None:
+    m, _ = build(Op.GATHER, [(F32, [2, 3], None), (T.INT32, None, 1), (T.TENSOR_INT32, [1], i32(3))], [(F32, [2, 1])])
+    rejected(device, m, "indices must be in")
+    m, _ = build(Op.GATHER, [(F32, [0, 0], None), (T.INT32, None, 1), (T.TENSOR_INT32, [1], i32(3))], [(F32, [0, 0])])
+    prepared = device.prepare_model_sync(m)
+    with pytest.raises(nnrt.NnrtError, match="indices must be in"):
+        prepared.execute_sync([np.zeros((2, 3), np.float32)])
+    np.testing.assert_array_equal(prepared.execute_sync([np.ones((1, 4), np.float32)]).outputs[0], [[1]])
+
+
+@pytest.mark.parametrize(("shape", "axis", "num"), [([1, 512], 1, 4), ([2, 6, 3], 0, 2), ([2, 6, 3], -2, 3),
+                                                    ([1, 9], 1, 1), ([4, 1], 0, 4)])
+def test_split_constant_parameters_as_numpy(device: nnrt.CpuDevice, shape: list[int], axis: int, num: int) -> None:
+    """SPLIT with constant axis and count (slices planned once per input shape) gives
+    ``np.split``'s parts as fresh arrays, with the input's shape known or only given at run."""
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    x.flat[::5] = np.nan
+    for dims in (shape, [0] * len(shape)):
+        outs = [(F32, [0] * len(shape))] * num
+        m, _ = build(Op.SPLIT, [(F32, dims, None), (T.INT32, None, axis), (T.INT32, None, num)], outs)
+        got = run(device, m, x)
+        for g, want in zip(got, np.split(x, num, axis=axis), strict=True):
+            assert g.flags.owndata and g.flags.c_contiguous
+            np.testing.assert_array_equal(g, want)
+    if num == 1:
+        return
+    m, _ = build(Op.SPLIT, [(F32, [0] * len(shape), None), (T.INT32, None, axis), (T.INT32, None, num)],
+                 [(F32, [0] * len(shape))] * num)
+    with pytest.raises(nnrt.NnrtError, match="cannot be split"):
+        device.prepare_model_sync(m).execute_sync([np.zeros([d + 1 for d in shape], np.float32)])

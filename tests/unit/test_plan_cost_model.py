@@ -152,3 +152,19 @@ def test_the_compute_time_is_learnt_apart_from_the_service_time() -> None:
     for _ in range(30):
         model.observe(250 * US)  # the fast path: the service time is the compute time
     assert 250 * US <= model.work_ns < 252 * US
+
+
+def test_the_compute_time_forgets_a_cold_first_run_and_clips_one_slow_one() -> None:
+    """A cold first execution does not keep ``work_ns`` high through the early samples, one slow
+    run later moves it by a fifth at most, and a lasting change still moves it within a few."""
+    model = CostModel(100 * US)
+    model.observe(9000 * US)  # the first run: compilation, cold caches
+    model.observe(200 * US)
+    assert model.work_ns == pytest.approx(200 * US)
+    for _ in range(10):
+        model.observe(200 * US)
+    model.observe(1800 * US)  # one descheduled run
+    assert model.work_ns == pytest.approx(240 * US)
+    for _ in range(12):
+        model.observe(1500 * US)  # the plan really is slower now
+    assert model.work_ns > 1000 * US
