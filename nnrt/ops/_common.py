@@ -34,6 +34,7 @@ __all__ = [
     "apply_activation",
     "broadcast_shape",
     "broadcasts",
+    "centred_filter",
     "check_activation",
     "ChannelRows",
     "check_padding_scheme",
@@ -490,3 +491,14 @@ def check_result_size(call: OpCall, shape: Sequence[int], dtype: np.dtype[Any] |
             f"{MAX_RESULT_BYTES} bytes one operand may hold",
             status=ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
         )
+
+
+def centred_filter(call: OpCall, w: np.ndarray, channel_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A quantized filter's zero-point-centred integer values (float64) and the real scale of
+    each output channel's sums of products with centred inputs: input scale x filter scale."""
+    f = call.inputs[1]
+    cq = f.channel_quant
+    in_scale = np.float64(call.inputs[0].scale)
+    if f.type is OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq is not None:
+        return w.astype(np.float64), np.asarray(cq.scales, dtype=np.float64) * in_scale
+    return w.astype(np.float64) - f.zero_point, np.full(w.shape[channel_dim], np.float64(f.scale) * in_scale)

@@ -39,6 +39,7 @@ from nnrt.model import Operand
 from nnrt.ops._common import (
     activation_bounds,
     apply_activation,
+    centred_filter,
     check_activation,
     check_padding_scheme,
     check_result_size,
@@ -586,18 +587,7 @@ def run_geometry(call: OpCall, sig: ConvSignature, args: tuple[Any, ...]) -> tup
     return g, x.shape[1] if g.nchw else x.shape[3]
 
 
-def centred_filter(call: OpCall, w: np.ndarray, channel_dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """A quantized filter's zero-point-centred integer values (float64) and the real scale of
-    each output channel's sums of products with centred inputs: input scale x filter scale."""
-    f = call.inputs[1]
-    cq = f.channel_quant
-    in_scale = np.float64(call.inputs[0].scale)
-    if f.type is T.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq is not None:
-        return w.astype(np.float64), np.asarray(cq.scales, dtype=np.float64) * in_scale
-    return w.astype(np.float64) - f.zero_point, np.full(w.shape[channel_dim], np.float64(f.scale) * in_scale)
-
-
-# -- GROUPED_CONV_2D ------------------------------------------------------------------------
+# -- the other convolutions register their kernels ------------------------------------------------
 
 
 from nnrt.ops import conv_grouped as _conv_grouped  # noqa: E402, F401

@@ -21,14 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from nnrt.ops._common import apply_activation, from_nchw, to_nchw
+from nnrt.ops._common import apply_activation, centred_filter, from_nchw, to_nchw
 from nnrt.ops._conv_core import Geometry, TiledTaps, compiled_depthwise, depthwise_direct, depthwise_sums, exact_in_float32
 from nnrt.ops._epilogue import HARD_SWISH, Epilogue, accept_epilogue
 from nnrt.ops._gemm import flush_subnormals
 from nnrt.ops._registry import Kernel, OpCall, kernel
 from nnrt.ops.conv import (
     ConvTypes,
-    centred_filter,
     check_const_params,
     check_conv_types,
     compiled_or,
