@@ -175,14 +175,19 @@ def inline_inputs(req: RingRequest) -> list[bool]:
 
 
 #: The largest array numpy can shape (its dimensions without the zeros, in bytes): an empty
-#: tensor whose other dimensions are larger cannot be made either.
+#: tensor whose other dimensions are larger cannot be made either. (A non-empty one is bounded
+#: by its bytes in the packet, so only an empty one needs ``_unshapeable``.)
 _MAX_BYTES = np.iinfo(np.intp).max
+
+
+def _unshapeable(count: int, dims: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
+    return count == 0 and math.prod(d for d in dims if d) * dtype.itemsize > _MAX_BYTES
 
 
 def _check_range(raw: Any, offset: int, length: int, count: int, dtype: np.dtype[Any], dims: tuple[int, ...],
                  what: str) -> None:
     if (length != count * dtype.itemsize or offset < 0 or offset + length > len(raw)
-            or math.prod(d for d in dims if d) * dtype.itemsize > _MAX_BYTES):  # (0 x 2^40 x 2^40: no array)
+            or _unshapeable(count, dims, dtype)):  # (0 x 2^40 x 2^40: no array)
         raise InvalidArgumentError(f"request: {what}'s {length} bytes at {offset} do not hold dimensions "
                                    f"{dims} of {dtype} inside its {len(raw)}-byte pool")
 
@@ -257,7 +262,7 @@ def decode_outputs(buf: memoryview, dtypes: Sequence[np.dtype[Any]],
             continue
         count = math.prod(dims)
         n = count * dtype.itemsize
-        if pos + n > len(data) or math.prod(d for d in dims if d) * dtype.itemsize > _MAX_BYTES:
+        if pos + n > len(data) or _unshapeable(count, dims, dtype):
             return rid, False, error_for(ErrorStatus.GENERAL_FAILURE, "result packet: outputs run past its end")
         outputs.append(np.frombuffer(data, dtype, count, pos).reshape(dims).copy())
         pos += n + (-n & 7)
