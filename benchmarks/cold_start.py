@@ -3,16 +3,23 @@ of the largest real models, in fresh processes, with numba's disk cache cold, wa
 
 Issue 14's rule for a compiled dependency: import plus first preparation of the largest real
 model under 2 s, and with a warm compilation cache the compiled kernels' share under 0.1x of
-that. nnrt compiles a kernel at preparation, for the one signature it has (``nnrt/ops/_jit.py``),
-so executions never pay a compilation; numba keeps the machine code in its disk cache and the
-next process loads it.
+that. nnrt compiles a kernel for the one signature it has (``nnrt/ops/_jit.py``), so executions
+never pay a compilation, and numba keeps the machine code in its disk cache for the next
+process. On a machine whose cache lacks the model's kernels, ``CpuDevice`` prepares a
+provisional plan of numpy kernels at once and compiles in a helper process, then swaps the
+compiled plan in (``nnrt/devices/_tier.py``).
 
-Each model runs in three child processes, in this order:
+Each model runs in child processes, in this order:
 
 * ``numpy``: ``NNRT_JIT=0``, the numpy kernels only (the baseline);
-* ``cold``: ``NUMBA_CACHE_DIR`` set to an empty directory, so numba compiles every kernel the
-  model needs (once per machine and nnrt version);
-* ``warm``: the same directory again, now filled: numba loads the kernels;
+* ``cold``: ``NUMBA_CACHE_DIR`` set to an empty directory, the default settings: the
+  preparation returns the provisional plan; the child then executes the model until the
+  compiled plan is in (``upgraded``: seconds from the end of the preparation, and the
+  executions run meanwhile) and checks the compiled plan's first result against the
+  provisional one's;
+* ``inline``: another empty directory, ``NNRT_JIT_BACKGROUND=0``: numba compiles every kernel
+  during the preparation (what ``cold`` would cost without the background);
+* ``warm``: the first directory again, now filled: numba loads the kernels;
 * ``warm-np``: the same, with ``NNRT_BLAS=numpy``: the float32 products numpy's, so MKL's
   library is not loaded (``nnrt/ops/_gemm.py``; the difference to ``warm`` is its load cost).
 
@@ -51,12 +58,23 @@ t2 = time.perf_counter()
 device = nnrt.CpuDevice(blas_threads=1)
 prepared = device.prepare_model_sync(model)
 t3 = time.perf_counter()
-inputs = [np.zeros([max(d, 1) for d in model.operands[i].dimensions], dtype=model.operands[i].type.dtype)
+rng = np.random.default_rng(0)
+inputs = [rng.random([max(d, 1) for d in model.operands[i].dimensions]).astype(model.operands[i].type.dtype)
           for i in model.input_indexes]
-prepared.execute_sync(inputs)
+first = prepared.execute_sync(inputs).outputs
 t4 = time.perf_counter()
+provisional, runs, diff = prepared.provisional, 0, 0.0
+while prepared.provisional and time.perf_counter() - t3 < 300:
+    prepared.execute_sync(inputs)
+    runs += 1
+upgraded = time.perf_counter() - t3 if provisional else 0.0
+if provisional and not prepared.provisional:
+    after = prepared.execute_sync(inputs).outputs
+    diff = max(float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)) / (1 + np.abs(b.astype(np.float64)))))
+               for a, b in zip(first, after))
 from nnrt.ops import _gemm, _jit
-json.dump({"import": t1 - t0, "load": t2 - t1, "prepare": t3 - t2, "execute": t4 - t3,
+json.dump({"import": t1 - t0, "load": t2 - t1, "prepare": t3 - t2, "execute": t4 - t3, "provisional": provisional,
+           "upgraded": upgraded, "meanwhile": runs, "diff": diff, "compiled": not prepared.provisional,
            "jit": _jit.available(), "mkl": bool(_gemm._state.get("mkl"))}, sys.stdout)
 device.close()
 """
@@ -98,29 +116,39 @@ def main() -> int:
     for path in paths:
         tries: list[dict[str, dict[str, Any]]] = []
         for _ in range(args.repeat):
-            with tempfile.TemporaryDirectory(prefix="nnrt-numba-") as cache:
+            with tempfile.TemporaryDirectory(prefix="nnrt-numba-") as cache, \
+                    tempfile.TemporaryDirectory(prefix="nnrt-numba-") as other:
                 tries.append({
                     "numpy": _child(path, {**base, "NNRT_JIT": "0"}),
                     "cold": _child(path, {**base, "NNRT_JIT": "1", "NUMBA_CACHE_DIR": cache}),
+                    "inline": _child(path, {**base, "NNRT_JIT": "1", "NUMBA_CACHE_DIR": other, "NNRT_JIT_BACKGROUND": "0"}),
                     "warm": _child(path, {**base, "NNRT_JIT": "1", "NUMBA_CACHE_DIR": cache}),
                     "warm-np": _child(path, {**base, "NNRT_JIT": "1", "NUMBA_CACHE_DIR": cache, "NNRT_BLAS": "numpy"}),
                 })
         runs = {name: min((t[name] for t in tries), key=lambda r: r["import"] + r["load"] + r["prepare"])
-                for name in ("numpy", "cold", "warm", "warm-np")}
+                for name in ("numpy", "cold", "inline", "warm", "warm-np")}
         ref = runs["numpy"]["import"] + runs["numpy"]["load"] + runs["numpy"]["prepare"]
         for name, r in runs.items():
             total = r["import"] + r["load"] + r["prepare"]
-            worst = max(worst, total)
+            if name != "inline":  # (the background switched off: shown for what it would cost)
+                worst = max(worst, total)
             extra = "" if name == "numpy" else f"  {total - ref:+.3f} s ({(total - ref) / ref:+.0%})"
             mkl = "yes" if r.get("mkl") else "no"
             sys.stdout.write(f"  {path.name[:40]:40} {name:7} {r['import']:7.3f} {r['load']:7.3f} {r['prepare']:8.3f} "
                              f"{r['execute']:8.3f} {total:7.3f} {mkl:>3}{extra}\n")
-        cold = sum(runs["cold"][k] for k in ("import", "load", "prepare")) - ref
+            if r.get("provisional"):
+                state = "compiled plan in" if r["compiled"] else "STILL PROVISIONAL"
+                sys.stdout.write(f"  {'':40} {'':7} provisional plan: {state} {r['upgraded']:.1f} s after the preparation, "
+                                 f"{r['meanwhile']} executions meanwhile; result change at the swap "
+                                 f"{r['diff']:.1e} (relative)\n")
+            if name == "warm" and r.get("provisional"):
+                sys.stdout.write(f"  {'':40} {'':7} WARM CACHE GAVE A PROVISIONAL PLAN\n")
+        cold = sum(runs["inline"][k] for k in ("import", "load", "prepare")) - ref
         warm = sum(runs["warm"][k] for k in ("import", "load", "prepare")) - ref
         if cold > 0:
-            sys.stdout.write(f"  {'':40} warm cache costs {warm:.3f} s = {warm / cold:.2f}x of the cold compilation "
-                             f"{cold:.3f} s (target < 0.1x)\n")
-    sys.stdout.write(f"  slowest import + load + prepare: {worst:.3f} s (target < 2 s)\n")
+            sys.stdout.write(f"  {'':40} warm cache costs {warm:.3f} s = {warm / cold:.2f}x of the compilation "
+                             f"{cold:.3f} s (inline) and {warm / 2:.2f}x of the 2 s budget (target < 0.1x)\n")
+    sys.stdout.write(f"  slowest import + load + prepare (cold, warm, numpy): {worst:.3f} s (target < 2 s)\n")
     return 0
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("NNRT_JIT_BACKGROUND", "0")  # compiled kernels at preparation (see _common.py)
 
 import numpy as np
 

@@ -21,6 +21,7 @@ import sys
 from collections import defaultdict
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("NNRT_JIT_BACKGROUND", "0")  # compiled kernels at preparation (see _common.py)
 
 from nnrt.bench._inputs import input_specs, make_inputs, open_model
 from nnrt.bench._profile import profile_plan

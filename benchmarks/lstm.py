@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("NNRT_JIT_BACKGROUND", "0")  # compiled kernels at preparation (see _common.py)
 
 import numpy as np
 

@@ -39,6 +39,7 @@ CONFIGS = {
     "malloc": {"tune_malloc": True},
     "all": {"tune_process": True},
 }
+os.environ.setdefault("NNRT_JIT_BACKGROUND", "0")  # compiled kernels at preparation (see _common.py)
 _BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
 

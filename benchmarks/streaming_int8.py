@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("NNRT_JIT_BACKGROUND", "0")  # compiled kernels at preparation (see _common.py)
 
 from nnrt.bench._inputs import input_specs, make_inputs, open_model, with_initial_state
 from nnrt.bench._reference import feeds_for, open_reference

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
+
+# Tests compare compiled kernels with their numpy twins: a preparation compiles them at once,
+# whatever numba's cache holds (tests/unit/test_jit_background.py turns the background on).
+os.environ.setdefault("NNRT_JIT_BACKGROUND", "0")
 
 import pytest
 

@@ -38,7 +38,9 @@ def _verdict(a: Accuracy) -> str:
 
 def format_report(r: BenchReport, *, top: int = 10) -> str:
     lines = [f"nnrt bench: {r.model} ({r.format}, {_mb(r.size)}, {r.operations} operations: {_ops_line(r.op_types)})",
-             f"  loaded in {r.load_ms:.1f} ms, prepared in {r.prepare_ms:.1f} ms"]
+             f"  loaded in {r.load_ms:.1f} ms, prepared in {r.prepare_ms:.1f} ms"
+             + (f" (then {r.compile_wait_ms / 1e3:.1f} s for the compiled kernels: numba's cache was cold)"
+                if r.compile_wait_ms else "")]
     for s in r.inputs:
         q = f" scale {s.scale:g} zero point {s.zero_point}" if s.type.is_quantized else ""
         lines.append(f"  input {s.name}: {s.type.name} {list(s.shape)}{q}")

@@ -97,6 +97,9 @@ class BenchReport:
     #: Whether the reference's outputs changed along the stream (if not, it could not see the state).
     stream_varied: bool = False
     profile: Profile | None = None
+    #: How long the bench waited after preparing for the compiled kernels (numba's cache was
+    #: cold: the preparation gave a provisional plan, ``nnrt.devices._tier``); 0 when it did not.
+    compile_wait_ms: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -123,6 +126,7 @@ class BenchReport:
         return {
             "model": self.model, "format": self.format, "size_bytes": self.size, "operations": self.operations,
             "op_types": self.op_types, "load_ms": self.load_ms, "prepare_ms": self.prepare_ms,
+            "compile_wait_ms": self.compile_wait_ms,
             "inputs": [{"name": s.name, "type": s.type.name, "shape": list(s.shape)} for s in self.inputs],
             "outputs": self.output_names,
             "modes": {k: v.as_dict() for k, v in self.modes.items()},
@@ -243,6 +247,10 @@ async def run_bench(path: str, options: BenchOptions | None = None) -> BenchRepo
         t = time.perf_counter()
         prepared = await device.prepare_model(model)
         report.prepare_ms = (time.perf_counter() - t) * 1e3
+        if prepared.provisional:  # measure the compiled kernels, not their numpy stand-ins
+            t = time.perf_counter()
+            await prepared.wait_compiled()
+            report.compile_wait_ms = (time.perf_counter() - t) * 1e3
         first = await prepared.execute(inputs, loop_timeout=opts.loop_timeout)
         baseline = list(first.outputs)
         beside = None

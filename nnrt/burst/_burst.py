@@ -171,7 +171,6 @@ class Burst:
         #: (benchmarks turn it off to measure the server task).
         self._inline_ok = True
         self._driver = prepared._driver
-        self._plan = prepared.plan
         self._run_now = self._server.run_now_fn
         self._lanes = self._server.lanes  # read here, written by the server only
         #: The running loop's ``create_future`` (set by configure: the burst is open only after it).
@@ -306,7 +305,7 @@ class Burst:
         if type(inputs) is not list or type(outputs) not in _LISTS:
             inputs, outputs = client_args(inputs, outputs)
         if self._state == _OPEN and not self._pending and self._gate is None and not self._server.busy:
-            if self._inline_ok and _plain(inputs, outputs) and self._driver.can_run_now(self._plan):
+            if self._inline_ok and _plain(inputs, outputs) and self._driver.can_run_now(self._prepared.plan):
                 # Plain arrays: ``prepared.execute``'s own fast path, without packet or future.
                 self._submitted += 1
                 self._inline += 1
@@ -394,7 +393,7 @@ class Burst:
         """Run a request of locations at once if it may (the caller checked that the burst is
         open with nothing queued or running); its future comes back resolved. ``None``: queue it."""
         server = self._server
-        if not self._inline_ok or not self._driver.can_run_now(self._plan):
+        if not self._inline_ok or not self._driver.can_run_now(self._prepared.plan):
             return None
         # The lane of the same location objects as an earlier request (a cached lane keeps its
         # locations alive, so no other object has their ids meanwhile).

@@ -47,7 +47,7 @@ from nnrt.clock import perf_ns
 from nnrt.errors import GeneralFailureError, MissedDeadlineError, NnrtError
 from nnrt.execution import ExecutionResult
 from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored, run_kernels
-from nnrt.execution._plan import KERNEL
+from nnrt.execution._plan import KERNEL, Plan
 from nnrt.sched import Job
 from nnrt.types import ErrorStatus
 
@@ -97,7 +97,7 @@ class LeanRunner:
     """Runs lanes of one prepared model at once on its ``CpuDevice`` (see the module docstring)."""
 
     __slots__ = (
-        "_app", "_clock", "_device", "_plan", "_prepared", "_priority", "_sched",
+        "_app", "_clock", "_device", "_prepared", "_priority", "_sched",
     )
 
     @staticmethod
@@ -114,15 +114,19 @@ class LeanRunner:
         return LeanRunner(prepared)
 
     def __init__(self, prepared: PreparedModel) -> None:
-        plan = prepared.plan
         device: CpuDevice = prepared._driver  # type: ignore[assignment]  # checked by for_model
         self._device = device
         self._prepared = prepared
-        self._plan = plan
         self._clock = device.clock
         self._sched = device.scheduler
         self._app = prepared.app
         self._priority = prepared.priority
+
+    @property
+    def _plan(self) -> Plan:
+        """The prepared model's plan now (a provisional plan's compiled successor once adopted:
+        same steps' kinds, as those come from the model)."""
+        return self._prepared.plan
 
     def run(self, lane: Lane, measure: bool, deadline: float | None, loop_timeout: float | None) -> ExecutionResult:
         """Execute ``lane`` now; the caller checked ``can_run_now``. Raises the ``NnrtError``."""

@@ -6,6 +6,11 @@ the re-laid constants are recorded) and rewrites the entry; a failure to write i
 never changes the preparation's result. ``load_from_cache`` is ``prepare_model_from_cache``:
 the verified entry's model is compiled with the cached re-laid constants (kernel preparation
 re-runs, but does not redo the expensive transforms) and the cached step costs (no calibration).
+
+A plan prepared while compilations are deferred (``nnrt.ops._jit.deferring``: numba's cache
+lacks some kernels) runs numpy kernels in their place: it takes its own cost estimates, not the
+entry's, and writes no entry; the device's compiled plan that replaces it is not written either,
+so the next preparation on the machine (its numba cache warm) writes it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from nnrt.clock import perf_ns
 from nnrt.errors import GeneralFailureError, NnrtError
 from nnrt.execution import Plan, compile_plan
 from nnrt.model import Model
+from nnrt.ops import _jit
 from nnrt.ops._relay import RelayStore, relay_store
 
 __all__ = ["load_from_cache", "prepare_with_cache"]
@@ -36,10 +42,11 @@ def load_from_cache(cache_dir: str, key: bytes, meta: dict[str, Any], inline_lim
             plan = compile_plan(entry.model)
     except NnrtError as err:
         raise GeneralFailureError(f"compilation cache: the cached model does not prepare ({err.message})") from None
-    if len(entry.costs) != len(plan.steps):
-        raise GeneralFailureError(f"compilation cache: {len(entry.costs)} step costs for {len(plan.steps)} steps")
-    for step, cost in zip(plan.steps, entry.costs):
-        step.cost_ns = cost
+    if not _jit.deferred_any():  # (else a provisional plan: the costs are the compiled plan's)
+        if len(entry.costs) != len(plan.steps):
+            raise GeneralFailureError(f"compilation cache: {len(entry.costs)} step costs for {len(plan.steps)} steps")
+        for step, cost in zip(plan.steps, entry.costs):
+            step.cost_ns = cost
     plan.set_inline_limit(inline_limit_ns)
     if vlog_enabled("compilation"):
         _log.debug("compilation.cache_loaded", model=entry.model.name, steps=len(plan.steps), relaid=store.reused,
@@ -59,6 +66,8 @@ def prepare_with_cache(
     store = RelayStore()
     with relay_store(store):
         plan = compile_full(model)
+    if plan.provisional or _jit.deferred_any():  # its costs are not the compiled plan's: written later
+        return model, plan
     try:
         write_entry(cache_dir, key, model, [s.cost_ns for s in plan.steps], store.computed, meta)
     except (OSError, NnrtError) as err:

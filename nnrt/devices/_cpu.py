@@ -65,6 +65,7 @@ from nnrt.devices._device import (
     feature_level_reason,
 )
 from nnrt.devices._options import check_cpu_options
+from nnrt.devices._tier import stop_upgrades
 from nnrt.devices._tuning import init_low_worker, init_worker, pin_blas, tune_allocator
 from nnrt.errors import InvalidArgumentError, MissedDeadlineError, NnrtError, error_for
 from nnrt.execution import OFFLOAD, SLICE, ExecContext, Plan, PreparedModel, compile_plan
@@ -73,6 +74,7 @@ from nnrt.execution._interpreter import fp_errors_ignored, fp_errors_restored
 from nnrt.execution._plan import DEFAULT_INLINE_LIMIT_NS, LOOP_SLICE_NS
 from nnrt.memory import BufferDesc, BufferRole, BufferToken, DeviceBuffer, allocate_buffer
 from nnrt.model import Model
+from nnrt.ops import _jit
 from nnrt.sched import Action, Job, Scheduler, SchedulerStatistics
 from nnrt.types import Capabilities, ErrorStatus, Priority
 
@@ -234,7 +236,10 @@ class CpuDevice(CpuPreparation, Device):
             return self._low_pool
 
     def close(self) -> None:
-        """Stop the worker threads (they are started again on demand)."""
+        """Stop the worker threads (they are started again on demand) and the background
+        compilation of this device's provisional plans (``nnrt.devices._tier``: they keep
+        their numpy kernels)."""
+        stop_upgrades(self)
         with self._pool_lock:
             pools, self._pool, self._low_pool = (self._pool, self._low_pool), None, None
         for pool in pools:
@@ -273,7 +278,9 @@ class CpuDevice(CpuPreparation, Device):
             reason = feature_level_reason(model, operation, self.feature_level)
             if not reason:
                 try:
-                    compile_plan(model.operation_as_model(operation.index))
+                    # (numba's cache lacking a kernel: its numpy twin, which accepts the same, answers)
+                    with _jit.deferring(_jit.background()):
+                        compile_plan(model.operation_as_model(operation.index))
                 except NnrtError as err:
                     reason = f"its kernel rejects it: {err}"
             result.append(OperationSupport(operation.index, operation.type, not reason, reason))

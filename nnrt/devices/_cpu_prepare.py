@@ -2,6 +2,10 @@
 memory ledger's reservation held until the prepared model is collected, and the placement of
 the plan's steps on the loop thread or the workers (``Plan.set_inline_limit``).
 
+Every route prepares through ``_deferred``: kernels whose compiled cores numba has not cached
+on this machine yet run on numpy in a provisional plan, and ``_held`` starts its background
+upgrade (``nnrt.devices._tier``).
+
 A mixin of ``CpuDevice`` (``nnrt.devices._cpu``), apart so that the device's module keeps to
 its execution path; ``RestrictedDevice`` and the simulator's device override ``_check_model``
 and ``_compile`` here.
@@ -11,7 +15,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from nnrt._aio import to_thread
 from nnrt._log import get_logger, vlog_enabled
@@ -21,9 +26,11 @@ from nnrt.devices._budget import MemoryLedger, model_footprint
 from nnrt.devices._calibrate import calibrate as _calibrate
 from nnrt.devices._device import Restrictions, check_preference_priority, check_preparation_args
 from nnrt.devices._options import check_app
+from nnrt.devices._tier import start_upgrade
 from nnrt.errors import MissedDeadlineError
 from nnrt.execution import Plan, PreparedModel, compile_plan
 from nnrt.model import Model
+from nnrt.ops import _jit
 from nnrt.types import ErrorStatus, ExecutionPreference, Priority
 
 if TYPE_CHECKING:
@@ -32,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["CpuPreparation"]
 
 _log = get_logger("driver")
+
+_R = TypeVar("_R", Plan, tuple[Model, Plan])
 
 
 class CpuPreparation:
@@ -69,11 +78,11 @@ class CpuPreparation:
         nbytes = self._reserve(model, app)
         try:
             if cache_dir is None and token is None:
-                plan = await to_thread(self._compile, model)
+                plan = await to_thread(self._deferred, self._compile, model)
             else:
                 where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
                 model, plan = await to_thread(
-                    prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
+                    self._deferred, prepare_with_cache, model, where, key, meta, self.inline_limit_ns, self._compile
                 )
                 self._place(plan)
         except BaseException:
@@ -96,9 +105,24 @@ class CpuPreparation:
         return nbytes
 
     def _held(self, prepared: PreparedModel, nbytes: int) -> PreparedModel:
-        """Release the prepared model's reservation when it is garbage collected."""
+        """Release the prepared model's reservation when it is garbage collected; start the
+        background upgrade of a provisional plan."""
         weakref.finalize(prepared, self.memory.release, prepared.app, nbytes)
+        if prepared.plan.provisional:
+            start_upgrade(self, prepared)
         return prepared
+
+    @staticmethod
+    def _deferred(prepare: Callable[..., _R], *args: Any) -> _R:
+        """``prepare(*args)`` (a preparation route, giving the plan or the model and plan) with
+        compilations numba's cache cannot serve deferred (``nnrt.ops._jit.deferring``): such a
+        plan comes back ``provisional``, naming the kernels it runs on numpy."""
+        with _jit.deferring(_jit.background()) as misses:
+            result = prepare(*args)
+        if misses:
+            plan = result if isinstance(result, Plan) else result[1]
+            plan.provisional = tuple(dict.fromkeys(misses.names))
+        return result
 
     async def prepare_model_from_cache(
         self,
@@ -113,7 +137,7 @@ class CpuPreparation:
         preparation. A missing, damaged or foreign entry is GENERAL_FAILURE."""
         pref, prio = check_preference_priority(preference, priority)
         where, key, meta = self._cache_entry(cache_dir, token, pref, prio)
-        model, plan = await to_thread(load_from_cache, where, key, meta, self.inline_limit_ns)
+        model, plan = await to_thread(self._deferred, load_from_cache, where, key, meta, self.inline_limit_ns)
         self._place(plan)
         nbytes = self._reserve(model, app)
         return self._held(PreparedModel(cast("Driver", self), model, plan, preference=pref, priority=prio, app=app), nbytes)
@@ -137,7 +161,7 @@ class CpuPreparation:
         pref, prio = check_preparation_args(model, preference, priority)
         nbytes = self._reserve(model, app)
         try:
-            plan = self._compile(model)
+            plan = self._deferred(self._compile, model)
         except BaseException:
             self.memory.release(app, nbytes)
             raise

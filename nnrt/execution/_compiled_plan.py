@@ -179,9 +179,16 @@ def compile_segments(model: Model, steps: list[Step], fetcher: Fetcher,
                      operands: Callable[[tuple[int, ...]], tuple[Operand, ...]]) -> list[Step]:
     """``steps`` with each maximal run of ``MIN_STEPS`` or more lowerable steps replaced by one
     compiled step (a new list), or ``steps`` itself when compiled segments are off or none applies."""
-    if not enabled() or _jq.program_runner() is None:
+    if not enabled():
         return steps
     lowered = [_lower(s, operands(s.ins), operands(s.outs)[0]) if s.fn is not None else None for s in steps]
+    run = longest = 0
+    for low in lowered:
+        run = run + 1 if low is not None else 0
+        longest = max(longest, run)
+    # The program's cores are asked for only now: a plan with no segment needs none compiled.
+    if longest < MIN_STEPS or _jq.program_runner() is None:
+        return steps
     readers: dict[int, int] = {}  # slot -> index of its last reading step
     for k, s in enumerate(steps):
         for i in s.ins:

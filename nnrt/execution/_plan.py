@@ -126,6 +126,10 @@ class Plan:
     #: shape class, ``cost_for``); the plan is never sliced, and runs on the event loop thread
     #: only at once, for a shape class measured within a slice (``CpuDevice._at_once_ns``).
     dynamic: bool = False
+    #: Kernels this plan runs on numpy because their compiled cores were not in numba's disk
+    #: cache at preparation (qualified names; empty: none). The device compiles them in the
+    #: background and swaps in the compiled plan (``nnrt.devices._tier``).
+    provisional: tuple[str, ...] = ()
     #: The cost model of the plan's executions (made at first use, from the calibrated cost).
     _cost: CostModel | None = None
     #: Shape class -> its cost model (dynamic plans).
@@ -353,3 +357,12 @@ def subgraph_of(op: Operand) -> Model | None:
     if op.type is OperandType.SUBGRAPH and op.lifetime is OperandLifeTime.SUBGRAPH:
         return op.subgraph
     return None
+
+
+def fresh_outputs(plan: Plan) -> tuple[bool, ...]:
+    """Per model output: made by a step whose results are known fresh (``Step.fresh``), and
+    neither a model input nor listed twice: handed out without a copy."""
+    model = plan.model
+    last = {i: s for s in plan.steps for i in s.outs}
+    return tuple(i in last and last[i].fresh and i not in model.input_indexes and model.output_indexes.count(i) == 1
+                 for i in model.output_indexes)

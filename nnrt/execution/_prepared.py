@@ -34,8 +34,9 @@ from nnrt.clock import Clock, check_deadline, perf_ns
 from nnrt.errors import GeneralFailureError, InvalidArgumentError, MissedDeadlineError, NnrtError, OutputInsufficientSizeError
 from nnrt.execution._fenced import execute_fenced
 from nnrt.execution._interpreter import DEFAULT_LOOP_TIMEOUT_S, MAX_LOOP_TIMEOUT_S, ExecContext, run_plan
-from nnrt.execution._plan import Plan
+from nnrt.execution._plan import Plan, fresh_outputs
 from nnrt.execution._request import ResolvedOutputs, check_request, is_pool_arg
+from nnrt.execution._upgrade import Upgradable
 from nnrt.model import Model, Operand
 from nnrt.types import TIMING_UNAVAILABLE, ErrorStatus, ExecutionPreference, OutputShape, Partition, Priority, Timing
 
@@ -131,7 +132,7 @@ class _InputSpec:
         self.scalar = operand.type.is_scalar
 
 
-class PreparedModel:
+class PreparedModel(Upgradable):
     """A model prepared for one device. Made by ``Device.prepare_model``."""
 
     def __init__(
@@ -167,10 +168,9 @@ class PreparedModel:
         self._out_checks = tuple(zip(self._out_dtypes, self._out_min_size))
         self._out_dims = tuple(op.dimensions for op in self._outputs)
         # Per output: made by a step whose results are known fresh (``Step.fresh``): no copy.
-        last = {i: s for s in plan.steps for i in s.outs}
-        self._fresh_outputs = tuple(i in last and last[i].fresh and i not in model.input_indexes
-                                    and model.output_indexes.count(i) == 1 for i in model.output_indexes)
+        self._fresh_outputs = fresh_outputs(plan)
         self._all_fresh = bool(self._fresh_outputs) and all(self._fresh_outputs)
+        self._upgrade = None
         #: Outputs whose size only the run tells (fenced executions need a buffer for them).
         self._unsized_outputs = [j for j, op in enumerate(self._outputs) if not op.fully_specified]
         self._n_executions = 0

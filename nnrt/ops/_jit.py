@@ -14,6 +14,13 @@ no lookup and a model prepared without numba simply runs the numpy path.
 Compiled functions are cached on disk by numba (``cache=True``: next to the module's
 ``__pycache__``, or under ``NUMBA_CACHE_DIR``), so only the first run on a machine compiles.
 
+That first compilation takes seconds (10 s of CPU for a large CNN's 30 cores). A preparation
+that asks inside ``deferring()`` (``CpuDevice`` does, unless ``NNRT_JIT_BACKGROUND=0``) gets
+``None`` for a function numba's disk cache does not hold yet, as if numba were off, and the miss
+is noted; the device then prepares the numpy plan at once, fills the cache in a helper process
+and swaps in the compiled plan when it is ready (``nnrt.devices._tier``). Outside
+``deferring()`` every function compiles here, as before.
+
 A kernel whose whole run, for one static geometry, is a single call of a compiled core says so
 with ``set_core_call`` (a ``CoreCall``: the core and its arguments); the plan compiler then calls
 that core from one compiled function per plan instead of from Python
@@ -31,11 +38,17 @@ from typing import Any
 
 from nnrt._log import get_logger
 
-__all__ = ["Arg", "CoreCall", "available", "compiled", "core_call_of", "forced", "set_core_call"]
+__all__ = ["Arg", "CoreCall", "Misses", "available", "background", "compiled", "core_call_of", "deferring", "forced",
+           "set_core_call"]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 _cache: dict[Callable[..., Any], Callable[..., Any] | None] = {}
+#: Functions found missing from numba's disk cache (until ``forget_misses``): not looked up again.
+_cold: set[Callable[..., Any]] = set()
+_local = threading.local()
+#: ``NNRT_JIT_BACKGROUND``: whether ``CpuDevice`` compiles missing kernels in a helper process.
+BACKGROUND_ENV = "NNRT_JIT_BACKGROUND"
 
 
 def _import_numba() -> Any:
@@ -58,6 +71,59 @@ def available() -> bool:
                 off = os.environ.get("NNRT_JIT", "1").strip().lower() in ("0", "false", "no", "off")
                 _state["numba"] = None if off else _import_numba()
     return _state["numba"] is not None
+
+
+def background() -> bool:
+    """Whether preparations defer cold compilations to a helper process (``deferring``):
+    compiled kernels in use, ``NNRT_JIT_BACKGROUND`` not ``0``, and no helper failed before in
+    this process (``give_up_background``)."""
+    if not available():
+        return False
+    if "background" not in _state:
+        env = os.environ.get(BACKGROUND_ENV, "1").strip().lower()
+        _state["background"] = env not in ("0", "false", "no", "off")
+    return bool(_state["background"])
+
+
+def give_up_background() -> None:
+    """From now on this process compiles at preparation (a helper could not fill the cache)."""
+    _state["background"] = False
+
+
+@dataclass(slots=True)
+class Misses:
+    """What ``deferring`` collected: the functions numba's cache did not hold (qualified names)."""
+
+    names: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+
+@contextmanager
+def deferring(on: bool = True) -> Iterator[Misses]:
+    """In this block, on this thread, ``compiled`` returns None for a function numba's disk cache
+    does not hold (instead of compiling it: seconds) and notes it in the ``Misses`` yielded.
+    With ``on`` False it yields an empty ``Misses`` and changes nothing."""
+    misses = Misses([])
+    before = getattr(_local, "misses", None)
+    _local.misses = misses if on else None
+    try:
+        yield misses
+    finally:
+        _local.misses = before
+
+
+def deferred_any() -> bool:
+    """Whether a compilation was deferred so far in the enclosing ``deferring`` block."""
+    misses: Misses | None = getattr(_local, "misses", None)
+    return misses is not None and bool(misses.names)
+
+
+def forget_misses() -> None:
+    """Look again in numba's disk cache for the functions found missing (a helper filled it)."""
+    with _lock:
+        _cold.clear()
 
 
 def compiled(fn: Callable[..., Any], signature: str | None = None, fastmath: frozenset[str] = frozenset(),
@@ -83,19 +149,49 @@ def compiled(fn: Callable[..., Any], signature: str | None = None, fastmath: fro
         return None
     if fn in _cache:
         return _cache[fn]
+    misses: Misses | None = getattr(_local, "misses", None)
     with _lock:
         if fn not in _cache:
+            if misses is not None and (fn in _cold or not _on_disk(fn, signature, fastmath, error_model)):
+                _cold.add(fn)
+                misses.names.append(f"{fn.__module__}.{fn.__qualname__}")
+                return None
             _cache[fn] = _compile(fn, signature, fastmath, error_model)
     return _cache[fn]
+
+
+def _flags(fastmath: frozenset[str], error_model: str) -> dict[str, Any]:
+    flags: dict[str, Any] = {"fastmath": set(fastmath)} if fastmath else {}
+    if error_model != "python":
+        flags["error_model"] = error_model
+    return flags
+
+
+def _on_disk(fn: Callable[..., Any], signature: str | None, fastmath: frozenset[str], error_model: str) -> bool:
+    """Whether numba's disk cache holds ``fn`` for this machine (for ``signature``; without one,
+    for any argument types), read from its index without loading or compiling anything.
+
+    True too when that cannot be told (a function made at run time has no cache to fill; an
+    unknown numba whose cache is laid out otherwise): then it compiles at preparation, as it
+    would without ``deferring``.
+    """
+    try:
+        dispatcher = _state["numba"].njit(cache=True, nogil=True, **_flags(fastmath, error_model))(fn)
+        cache = dispatcher._cache
+        index = cache._cache_file._load_index()
+        key = cache._index_key(signature, dispatcher.targetctx.codegen())
+    except Exception:  # numba's internals moved, or no file to cache beside: compile as before
+        return True
+    if signature is not None:
+        return key in index
+    return any(tuple(k[1:]) == tuple(key[1:]) for k in index)
 
 
 def _compile(fn: Callable[..., Any], signature: str | None, fastmath: frozenset[str], error_model: str
              ) -> Callable[..., Any] | None:
     njit = _state["numba"].njit
     args: tuple[str, ...] = (signature,) if signature is not None else ()
-    flags: dict[str, Any] = {"fastmath": set(fastmath)} if fastmath else {}
-    if error_model != "python":
-        flags["error_model"] = error_model
+    flags = _flags(fastmath, error_model)
     try:
         try:
             hit: Callable[..., Any] = njit(*args, cache=True, nogil=True, **flags)(fn)
