@@ -8,7 +8,7 @@ that import plus the first preparation stays under 2 s. So ``CpuDevice`` prepare
 numpy path, and the plan is marked ``Plan.provisional``. For such a plan this module:
 
 1. writes the model to a temporary file and prepares it in a helper process
-   (``python -m nnrt.devices._tier FILE``, ``NNRT_JIT_BACKGROUND=0``), which compiles the
+   (``_main`` here, ``NNRT_JIT_BACKGROUND=0``), which compiles the
    kernels the model needs and so fills numba's disk cache; one helper runs at a time, on
    whatever core the app leaves idle (a thread here would hold the GIL for seconds);
 2. prepares the model again in this process (numba now loads its kernels from the cache,
@@ -58,6 +58,8 @@ _log = get_logger("jit")
 _helper_slot = threading.Lock()
 #: Set at the interpreter's exit (``_at_exit``).
 _exiting = threading.Event()
+#: The helper's program (``-c``: ``-m`` would import this module twice).
+_HELPER = "import sys; from nnrt.devices._tier import _main; sys.exit(_main(sys.argv[1]))"
 #: How long the interpreter's exit waits for a running helper.
 EXIT_WAIT_S = 120.0
 _live: set[Upgrade] = set()
@@ -133,7 +135,7 @@ class Upgrade:
             if cache_dir:
                 env["NUMBA_CACHE_DIR"] = cache_dir
             try:
-                self._proc = proc = subprocess.Popen([sys.executable, "-m", "nnrt.devices._tier", path], env=env,
+                self._proc = proc = subprocess.Popen([sys.executable, "-c", _HELPER, path], env=env,
                                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                      stderr=subprocess.PIPE)
             except OSError as exc:
@@ -216,7 +218,3 @@ def _main(path: str) -> int:
     finally:
         device.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1]))

@@ -71,16 +71,21 @@ def check_operations(model: Model, start: int = 0) -> None:
     (say, a RESHAPE of booleans) is rejected at load and named after the file's node, not
     found later by ``prepare_model``. IF and WHILE are checked when their subgraphs are built.
     Raises the kernel's ``InvalidArgumentError``.
+
+    The kernels prepared here are thrown away, so none waits for numba to compile its loop
+    (``deferring``: the numpy twin, which accepts the same operations, is checked instead).
     """
+    from nnrt.ops import _jit
     from nnrt.ops._registry import OpCall, prepare_function
 
-    for operation in model.operations[start:]:
-        prepare = prepare_function(operation.type)
-        if prepare is None:
-            continue
-        ins = tuple(_as_computed(model.operands[i]) for i in operation.inputs)
-        outs = tuple(model.operands[i] for i in operation.outputs)
-        prepare(OpCall(operation.type, operation.index, ins, outs, model.relaxed))
+    with _jit.deferring():
+        for operation in model.operations[start:]:
+            prepare = prepare_function(operation.type)
+            if prepare is None:
+                continue
+            ins = tuple(_as_computed(model.operands[i]) for i in operation.inputs)
+            outs = tuple(model.operands[i] for i in operation.outputs)
+            prepare(OpCall(operation.type, operation.index, ins, outs, model.relaxed))
 
 
 #: Constant tensors larger than this are checked as if computed: the kernels' preparation would

@@ -259,3 +259,27 @@ async def test_a_cached_preparation_of_a_provisional_plan_writes_no_entry(cold: 
         np.testing.assert_allclose((await loaded.execute([x])).outputs[0], _expected(x), rtol=1e-6, atol=1e-6)
     finally:
         device.close()
+
+
+def test_loading_a_model_file_compiles_nothing(cold: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The importer checks each operation's kernel at load; on a cold cache that must not wait
+    for numba (it did: 9.8 s to load mediapipe_pose_detection.tflite)."""
+    compiles: list[str] = []
+    real = _jit._compile
+
+    def spy(fn: Any, *args: Any) -> Any:
+        compiles.append(fn.__qualname__)
+        return real(fn, *args)
+
+    monkeypatch.setattr(_jit, "_compile", spy)
+    path = Path(__file__).parent.parent / "data" / "models" / "mediapipe_hand_recrop.tflite"
+    model = nnrt.load(path)
+    assert compiles == []
+    device = nnrt.CpuDevice()
+    try:
+        prepared = device.prepare_model_sync(model)
+        assert compiles == [] and prepared.provisional
+        assert any(name.endswith("depthwise_rows_f32") or "depthwise" in name for name in prepared.plan.provisional)
+    finally:
+        _tier.stop_upgrades(kill=True)
+        device.close()
