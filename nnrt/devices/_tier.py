@@ -59,7 +59,7 @@ _helper_slot = threading.Lock()
 #: Set at the interpreter's exit (``_at_exit``).
 _exiting = threading.Event()
 #: The helper's program (``-c``: ``-m`` would import this module twice).
-_HELPER = "import sys; from nnrt.devices._tier import _main; sys.exit(_main(sys.argv[1]))"
+_HELPER = "import sys; from nnrt.devices._tier import _main; sys.exit(_main(sys.argv[1], int(sys.argv[2])))"
 #: How long the interpreter's exit waits for a running helper.
 EXIT_WAIT_S = 120.0
 _live: set[Upgrade] = set()
@@ -135,7 +135,7 @@ class Upgrade:
             if cache_dir:
                 env["NUMBA_CACHE_DIR"] = cache_dir
             try:
-                self._proc = proc = subprocess.Popen([sys.executable, "-c", _HELPER, path], env=env,
+                self._proc = proc = subprocess.Popen([sys.executable, "-c", _HELPER, path, str(os.getpid())], env=env,
                                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                      stderr=subprocess.PIPE)
             except OSError as exc:
@@ -200,13 +200,15 @@ def _at_exit() -> None:
 atexit.register(_at_exit)
 
 
-def _main(path: str) -> int:
+def _main(path: str, parent: int) -> int:
     """The helper: prepare the model at ``path`` as ``CpuDevice`` does, compiling every kernel."""
     import numpy as np
 
+    from nnrt._parent import exit_with_parent
     from nnrt.devices._cpu import CpuDevice
     from nnrt.model import Model
 
+    exit_with_parent(parent)  # (a service ends with os._exit: no atexit there to stop this helper)
     model = Model.load(path)
     device = CpuDevice(blas_threads=1)
     try:

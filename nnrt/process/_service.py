@@ -58,7 +58,6 @@ import os
 import secrets
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from nnrt._log import get_logger
+from nnrt._parent import exit_with_parent
 from nnrt.burst._packet import MalformedPacketError, packet_id, unpack_request
 from nnrt.clock import perf_ns
 from nnrt.devices import CpuDevice, Device, RestrictedDevice
@@ -527,17 +527,9 @@ def _reply_outputs(result: ExecutionResult, outs: list[Any] | None) -> list[Any]
     return [InPlace(s.dimensions) if type(b) is np.ndarray else v for v, b, s in zip(result.outputs, outs, result.output_shapes)]
 
 
-def _watch_parent(parent: int) -> None:
-    """Exit when the parent process is gone, even if the event loop is wedged."""
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(0)
-
-
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
-    parent = os.getppid()
-    threading.Thread(target=_watch_parent, args=(parent,), name="nnrt-parent-watch", daemon=True).start()
+    exit_with_parent()
     try:
         kind, options, ring = recv_frame(sock)
         device = make_device(kind, options)

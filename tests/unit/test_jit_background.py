@@ -283,3 +283,45 @@ def test_loading_a_model_file_compiles_nothing(cold: Path, monkeypatch: pytest.M
     finally:
         _tier.stop_upgrades(kill=True)
         device.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line for line in f)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_helper_ends_when_its_app_is_killed(tmp_path: Path) -> None:
+    """An app killed (no atexit) while its helper compiles: the helper exits within a second."""
+    import signal
+    import subprocess
+    import time
+
+    script = (
+        "import time, nnrt\n"
+        "from nnrt import zoo\n"
+        "from nnrt.devices import _tier\n"
+        "d = nnrt.CpuDevice(); p = d.prepare_model_sync(zoo.mobilenet_block())\n"
+        "assert p.provisional\n"
+        "while not any(u._proc for u in _tier._live): time.sleep(0.01)\n"
+        "print(next(u._proc.pid for u in _tier._live), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), _jit.BACKGROUND_ENV: "1"}
+    app = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert app.stdout is not None
+        helper = int(app.stdout.readline())
+        assert _alive(helper)
+    finally:
+        app.send_signal(signal.SIGKILL)
+        app.wait(30)
+        if app.stdout is not None:
+            app.stdout.close()
+    end = time.monotonic() + 2.0  # (its own work takes longer: the compilation of mobilenet_block's kernels)
+    while _alive(helper) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not _alive(helper)
