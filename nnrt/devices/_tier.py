@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnrt._log import get_logger, vlog_enabled
 from nnrt.clock import perf_ns
+from nnrt.errors import NnrtError
 from nnrt.ops import _jit
 
 if TYPE_CHECKING:
@@ -129,7 +130,11 @@ class Upgrade:
         fd, path = tempfile.mkstemp(prefix="nnrt-jit-", suffix=".nnrtmodel")
         os.close(fd)
         try:
-            self._model.save(path)
+            try:
+                self._model.save(path)
+            except (OSError, NnrtError) as exc:  # (a full disk, say): the upgrade compiles here
+                _log.warning("jit.background_failed", model=self._model.name, error=f"{type(exc).__name__}: {exc}")
+                return False
             env = {**os.environ, _jit.BACKGROUND_ENV: "0", "NNRT_JIT": "1"}
             cache_dir = _numba_cache_dir()
             if cache_dir:

@@ -151,11 +151,17 @@ async def test_wait_compiled_and_a_burst_opened_before_the_swap(cold: Path, monk
         device.close()
 
 
-@pytest.mark.parametrize("helper", ["missing", "failing"])
+@pytest.mark.parametrize("helper", ["missing", "failing", "model not written"])
 def test_a_helper_that_fails_is_logged_and_the_upgrade_compiles_here(
     cold: Path, monkeypatch: pytest.MonkeyPatch, helper: str
 ) -> None:
-    monkeypatch.setattr(sys, "executable", "/nonexistent/python" if helper == "missing" else "/bin/false")
+    if helper == "model not written":
+        def full_disk(self: nnrt.Model, path: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(nnrt.Model, "save", full_disk)
+    else:
+        monkeypatch.setattr(sys, "executable", "/nonexistent/python" if helper == "missing" else "/bin/false")
     device = nnrt.CpuDevice()
     try:
         with capture_logs() as logs:
