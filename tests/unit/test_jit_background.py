@@ -331,3 +331,21 @@ def test_the_helper_ends_when_its_app_is_killed(tmp_path: Path) -> None:
     while _alive(helper) and time.monotonic() < end:
         time.sleep(0.05)
     assert not _alive(helper)
+
+
+def test_wait_compiled_on_trio(cold: Path) -> None:
+    trio = pytest.importorskip("trio")
+
+    async def main() -> None:
+        device = nnrt.CpuDevice()
+        try:
+            prepared = await device.prepare_model(_model())
+            assert prepared.provisional
+            with trio.fail_after(240):
+                assert await prepared.wait_compiled()
+            x = _input()
+            np.testing.assert_allclose((await prepared.execute([x])).outputs[0], _expected(x), rtol=1e-6, atol=1e-6)
+        finally:
+            device.close()
+
+    trio.run(main)
