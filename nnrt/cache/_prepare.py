@@ -66,7 +66,7 @@ def prepare_with_cache(
     store = RelayStore()
     with relay_store(store):
         plan = compile_full(model)
-    if plan.provisional or _jit.deferred_any():  # its costs are not the compiled plan's: written later
+    if _jit.deferred_any():  # a provisional plan: its costs are not the compiled plan's (written later)
         return model, plan
     try:
         write_entry(cache_dir, key, model, [s.cost_ns for s in plan.steps], store.computed, meta)
