@@ -301,7 +301,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_helper_ends_when_its_app_is_killed(tmp_path: Path) -> None:
-    """An app killed (no atexit) while its helper compiles: the helper exits within a second."""
+    """An app killed (no atexit) while its helper compiles: the helper exits soon after."""
     import signal
     import subprocess
     import time
@@ -327,7 +327,7 @@ def test_the_helper_ends_when_its_app_is_killed(tmp_path: Path) -> None:
         app.wait(30)
         if app.stdout is not None:
             app.stdout.close()
-    end = time.monotonic() + 2.0  # (its own work takes longer: the compilation of mobilenet_block's kernels)
+    end = time.monotonic() + 4.0  # (its own work takes longer: 6-9 s to compile mobilenet_block's kernels)
     while _alive(helper) and time.monotonic() < end:
         time.sleep(0.05)
     assert not _alive(helper)
